@@ -1,0 +1,3 @@
+"""jaxtts: fast, robust autoregressive text-to-speech in JAX/Flax."""
+
+__version__ = "0.1.0"

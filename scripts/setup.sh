@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything jaxtts needs on a fresh Debian/Ubuntu machine: espeak-ng (system package,
+# used to build the corpus and as phonemizer), libsndfile, and the Python packages (pinned in
+# setup.py) including the `test` extra (tensorflow-datasets + tensorflow-cpu). Idempotent: a
+# second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+
+need_apt=()
+command -v espeak-ng >/dev/null 2>&1 || need_apt+=(espeak-ng)
+ldconfig -p 2>/dev/null | grep -q libsndfile || need_apt+=(libsndfile1)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "[setup] installing system packages: ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+stamp=.setup-stamp
+if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ]; then
+  echo "[setup] installing Python packages (pip install -e .[test])"
+  $PY -m pip install -q --disable-pip-version-check -e ".[test]"
+  touch "$stamp"
+fi
+echo "[setup] ok: $($PY -c 'import jax, flax; print("jax", jax.__version__, "flax", flax.__version__)')," \
+  "$(espeak-ng --version | head -1 | cut -d' ' -f1-3)"

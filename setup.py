@@ -1,0 +1,40 @@
+"""jaxtts: fast, robust autoregressive text-to-speech in JAX/Flax."""
+
+from setuptools import find_packages, setup
+
+INSTALL_REQUIRES = [
+    "jax==0.10.2",
+    "flax==0.12.8",
+    "optax==0.2.8",
+    "orbax-checkpoint==0.12.8",
+    "chex==0.1.92",
+    "numpy==2.4.6",
+    "librosa==0.11.0",
+    "jiwer==4.0.0",
+    "ml-collections==1.1.0",
+    "grain==0.2.18",
+    "soundfile>=0.12",
+    "tqdm>=4.66",
+    "pocketsphinx>=5.0",
+    "tensorboardX>=2.6",
+    "matplotlib>=3.8",
+]
+
+EXTRAS = {
+    # tensorflow-datasets builders for LJSpeech / LibriTTS need tensorflow for audio decoding.
+    "tfds": ["tensorflow-datasets==4.9.10", "tensorflow-cpu==2.21.0"],
+    # Resemblyzer speaker encoder (the DCAR paper's SIM evaluator); needs torch.
+    "eval": ["resemblyzer>=0.1.4"],
+    "dev": ["pytest>=8", "pytest-timeout>=2.3", "ruff>=0.6"],
+}
+EXTRAS["test"] = EXTRAS["tfds"] + EXTRAS["dev"]
+
+setup(
+    name="jaxtts",
+    version="0.1.0",
+    description="Fast, robust autoregressive TTS (CAR/DCAR, SSD, MDM, PALLE, TLDR) in JAX/Flax",
+    packages=find_packages(include=["jaxtts", "jaxtts.*"]),
+    python_requires=">=3.10",
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS,
+)
