@@ -1,0 +1,428 @@
+"""The generic sharded trainer every model family uses.
+
+A model family plugs in as a `Task` (init + loss); the data as a `BatchSource` whose batch for
+step s is a pure function of (seed, s). The trainer owns everything else once: the mesh,
+sharded init (`jax.eval_shape` -> logical shardings -> jitted init with `out_shardings`), the
+jitted train step with donated state and gradient accumulation (`lax.scan` over microbatches),
+evaluation, logging (console progress bar, TensorBoard, `metrics.jsonl`), orbax checkpoints and
+resumption (including after SIGKILL) and preemption (SIGTERM/SIGINT -> final checkpoint).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from jaxtts.errors import CheckpointError, ConfigError
+from jaxtts.train import checkpoint as ckpt_lib
+from jaxtts.train import mesh as mesh_lib
+from jaxtts.train import optim
+
+log = logging.getLogger("jaxtts.train")
+
+Batch = Mapping[str, np.ndarray]
+Metrics = dict[str, jax.Array]
+
+
+class Task(Protocol):
+    """What a model family provides to the trainer."""
+
+    def init(self, rng: jax.Array, batch: Batch) -> Any:
+        """Parameters (leaves may be `nn.LogicallyPartitioned` boxes carrying logical axes)."""
+
+    def loss(self, params: Any, batch: Batch, rng: jax.Array, *, train: bool) -> tuple[
+        jax.Array, Metrics
+    ]:
+        """Scalar loss and metrics. `metrics['weight']` (e.g. the number of target tokens), if
+        present, weights this batch when microbatches are accumulated and metrics averaged, so
+        accumulated gradients equal full-batch gradients for token-mean losses."""
+
+
+class BatchSource(Protocol):
+    def get_batch(self, step: int) -> Batch:
+        """Host-local batch for `step`; a pure function of (seed, step, host)."""
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array  # [] int32
+    params: Any
+    opt_state: Any
+
+
+def _trainable_fn(task: Task) -> Callable[[Any], Any] | None:
+    return getattr(task, "trainable", None)
+
+
+def _weighted_metrics(metrics: Metrics) -> tuple[jax.Array, Metrics]:
+    weight = jnp.asarray(metrics.get("weight", 1.0), jnp.float32)
+    return weight, {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items() if k != "weight"}
+
+
+class Trainer:
+    """Holds the mesh, the optimizer and the jitted init/train/eval functions of one task."""
+
+    def __init__(self, task: Task, config, mesh: Mesh | None = None, rules=None):
+        self.task = task
+        self.config = config
+        self.mesh = mesh if mesh is not None else mesh_lib.mesh_from_config(config)
+        self.rules = rules if rules is not None else mesh_lib.rules_from_config(config)
+        self.microbatches = int(config.train.get("microbatches", 1))
+        if self.microbatches < 1:
+            raise ConfigError(f"train.microbatches={self.microbatches}: expected >= 1")
+        self.tx = optim.make_optimizer(config.train, _trainable_fn(task))
+        self.batch_sharding = mesh_lib.batch_sharding(self.mesh)
+        self.state_shardings = None
+        self._train_step = None
+        self._eval_step = None
+
+    # -- init --------------------------------------------------------------------------------
+    def _boxed_state(self, rng, batch):
+        params = self.task.init(rng, batch)
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=self.tx.init(params))
+
+    def abstract_state(self, rng: jax.Array, batch: Batch) -> TrainState:
+        """ShapeDtypeStructs of the (unboxed) state, carrying the mesh shardings."""
+        boxed = jax.eval_shape(self._boxed_state, rng, batch)
+        self.state_shardings = mesh_lib.logical_shardings(boxed, self.mesh, self.rules)
+        abstract = nn.unbox(boxed)
+        return jax.tree.map(
+            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+            abstract,
+            self.state_shardings,
+        )
+
+    def init_state(self, rng: jax.Array, batch: Batch) -> TrainState:
+        """Sharded init: every array is created directly in its final sharding."""
+        self.abstract_state(rng, batch)
+        batch = {k: jnp.asarray(v) for k, v in batch.items()}
+        init = jax.jit(
+            lambda r, b: nn.unbox(self._boxed_state(r, b)), out_shardings=self.state_shardings
+        )
+        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+            return init(rng, batch)
+
+    # -- steps -------------------------------------------------------------------------------
+    def _grads(self, params, batch, rng):
+        """(weighted loss sum, weight sum, grads sum, weighted metric sums) over microbatches."""
+
+        def one(mb, r):
+            def f(p):
+                loss, metrics = self.task.loss(p, mb, r, train=True)
+                weight, metrics = _weighted_metrics(metrics)
+                return loss * weight, (weight, metrics)
+
+            (lw, (w, m)), g = jax.value_and_grad(f, has_aux=True)(params)
+            return lw, w, g, jax.tree.map(lambda x: x * w, m)
+
+        m = self.microbatches
+        if m == 1:
+            return one(batch, rng)
+
+        def split(x):  # [B, ...] -> [M, B/M, ...], each microbatch spread over all data shards
+            x = x.reshape((x.shape[0] // m, m) + x.shape[1:])
+            return jnp.swapaxes(x, 0, 1)
+
+        micro = jax.tree.map(split, batch)
+        rngs = jax.random.split(rng, m)
+        first = jax.tree.map(lambda x: x[0], micro)
+        zeros = jax.tree.map(
+            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(one, first, rngs[0])
+        )
+
+        def body(acc, xs):
+            mb, r = xs
+            out = one(mb, r)
+            return jax.tree.map(jnp.add, acc, out), None
+
+        acc, _ = jax.lax.scan(body, zeros, (micro, rngs))
+        return acc
+
+    def _train_step_fn(self, state: TrainState, batch, rng):
+        rng = jax.random.fold_in(rng, state.step)
+        lw, w, grads, msum = self._grads(state.params, batch, rng)
+        grads = jax.tree.map(lambda g: g / w, grads)
+        updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
+        params = jax.tree.map(jnp.add, state.params, updates)
+        metrics = {k: v / w for k, v in msum.items()}
+        metrics["loss"] = lw / w
+        metrics["grad_norm"] = _global_norm(grads)
+        metrics["param_norm"] = _global_norm(state.params)
+        return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+    def loss_and_grads(self, state: TrainState, batch: Batch, rng: jax.Array):
+        """(loss, grads) of one step as the train step computes them (for equivalence tests)."""
+
+        def fn(params, b, r):
+            lw, w, g, _ = self._grads(params, b, jax.random.fold_in(r, state.step))
+            return lw / w, jax.tree.map(lambda x: x / w, g)
+
+        f = jax.jit(
+            fn,
+            in_shardings=(self.state_shardings.params, self.batch_sharding, None),
+            out_shardings=(None, self.state_shardings.params),
+        )
+        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+            return f(state.params, self.put_batch(batch), rng)
+
+    def train_step(self, state: TrainState, batch: Mapping[str, jax.Array], rng: jax.Array):
+        if self._train_step is None:
+            self._train_step = jax.jit(
+                self._train_step_fn,
+                in_shardings=(self.state_shardings, self.batch_sharding, None),
+                out_shardings=(self.state_shardings, None),
+                donate_argnums=(0,),
+            )
+        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+            return self._train_step(state, batch, rng)
+
+    def eval_step(self, params, batch: Mapping[str, jax.Array]) -> tuple[jax.Array, Metrics]:
+        if self._eval_step is None:
+
+            def fn(p, b):
+                loss, metrics = self.task.loss(p, b, jax.random.key(0), train=False)
+                weight, metrics = _weighted_metrics(metrics)
+                metrics["loss"] = loss
+                return weight, jax.tree.map(lambda x: x * weight, metrics)
+
+            self._eval_step = jax.jit(
+                fn, in_shardings=(self.state_shardings.params, self.batch_sharding)
+            )
+        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+            return self._eval_step(params, batch)
+
+    def evaluate(self, params, batches: Iterable[Batch]) -> dict[str, float]:
+        total_w, sums = 0.0, {}
+        for b in batches:
+            w, m = self.eval_step(params, self.put_batch(b))
+            total_w += float(w)
+            for k, v in m.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+        return {k: v / max(total_w, 1e-9) for k, v in sums.items()}
+
+    def put_batch(self, batch: Batch) -> dict[str, jax.Array]:
+        mesh_lib.check_batch_size(
+            len(next(iter(batch.values()))) * jax.process_count(), self.mesh, self.microbatches
+        )
+        return mesh_lib.shard_batch(batch, self.mesh)
+
+
+def _global_norm(tree) -> jax.Array:
+    leaves = jax.tree.leaves(tree)
+    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))
+
+
+# ------------------------------------------------------------------------------------------
+# The training loop.
+
+
+class _Preemption:
+    """SIGTERM/SIGINT set a flag; the loop then writes a final checkpoint and exits."""
+
+    def __init__(self):
+        self.requested = False
+        self._old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not in the main thread
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        if self.requested:  # second signal: give up immediately
+            raise KeyboardInterrupt
+        log.warning("signal %d: writing a final checkpoint, then stopping", signum)
+        self.requested = True
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+class MetricWriter:
+    """Console + TensorBoard + metrics.jsonl; only process 0 writes."""
+
+    def __init__(self, workdir: str, enabled: bool = True, tensorboard: bool = True):
+        self.enabled = enabled and jax.process_index() == 0
+        self._tb = None
+        self._jsonl = None
+        if self.enabled:
+            os.makedirs(workdir, exist_ok=True)
+            self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
+            if tensorboard:
+                try:
+                    from tensorboardX import SummaryWriter
+
+                    self._tb = SummaryWriter(os.path.join(workdir, "tb"))
+                except ImportError:  # pragma: no cover - optional
+                    log.warning("tensorboardX not installed: no TensorBoard event files")
+
+    def write(self, step: int, scalars: Mapping[str, float]) -> None:
+        if not self.enabled:
+            return
+        row = {"step": int(step), **{k: float(v) for k, v in scalars.items()}}
+        self._jsonl.write(json.dumps(row) + "\n")
+        self._jsonl.flush()
+        if self._tb is not None:
+            for k, v in scalars.items():
+                self._tb.add_scalar(k, float(v), int(step))
+
+    def close(self) -> None:
+        if self._jsonl is not None:
+            self._jsonl.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _config_json(config) -> dict:
+    return json.loads(config.to_json_best_effort()) if hasattr(config, "to_json_best_effort") else {}
+
+
+def check_config_matches(workdir: str, config, sections: tuple[str, ...] = ("model",)) -> None:
+    """A resumed run must use the model config it was started with; name the first difference."""
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        saved = json.load(f)
+    current = _config_json(config)
+    for section in sections:
+        a, b = saved.get(section, {}), current.get(section, {})
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                raise CheckpointError(
+                    f"{path}: {section}.{key}={a.get(key)!r} in the run's config but "
+                    f"{b.get(key)!r} now; use a new --workdir or the original config"
+                )
+
+
+@dataclasses.dataclass
+class TrainResult:
+    state: TrainState
+    history: list[dict]
+    preempted: bool
+
+
+def train_and_evaluate(
+    config,
+    workdir: str,
+    task: Task,
+    train_source: BatchSource,
+    eval_batches: Callable[[], Iterable[Batch]] | None = None,
+    *,
+    mesh: Mesh | None = None,
+    progress: bool = True,
+    on_eval: Callable[[int, TrainState], Mapping[str, float] | None] | None = None,
+    stop_at: int | None = None,
+) -> TrainResult:
+    """Train `task` for `config.train.steps`, resuming from `workdir` if it holds checkpoints.
+
+    `stop_at` ends this invocation after that step with a checkpoint, as a preemption would
+    (the schedule still spans `config.train.steps`; a later call continues).
+
+    Writes `config.json`, `metrics.jsonl`, TensorBoard events and `checkpoints/` in `workdir`.
+    """
+    tcfg = config.train
+    os.makedirs(workdir, exist_ok=True)
+    check_config_matches(workdir, config)
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2))
+
+    trainer = Trainer(task, config, mesh=mesh)
+    rng = jax.random.key(int(tcfg.get("seed", 0)))
+    init_rng, step_rng = jax.random.split(rng)
+    state = trainer.init_state(init_rng, train_source.get_batch(0))
+
+    ckpt = ckpt_lib.Checkpointer(
+        os.path.join(workdir, "checkpoints"),
+        max_to_keep=int(tcfg.get("keep_checkpoints", 3)),
+        async_save=bool(tcfg.get("async_checkpoint", True)),
+    )
+    start = 0
+    if ckpt.latest_step() is not None:
+        params, opt_state, meta = ckpt.restore(state.params, state.opt_state)
+        start = int(meta["step"])
+        state = TrainState(step=jnp.asarray(start, jnp.int32), params=params, opt_state=opt_state)
+        state = jax.device_put(state, trainer.state_shardings)
+        log.info("resumed from %s at step %d", ckpt.directory, start)
+
+    steps = int(tcfg.steps)
+    log_every = max(1, int(tcfg.get("log_every", 10)))
+    eval_every = int(tcfg.get("eval_every", 0))
+    ckpt_every = int(tcfg.get("checkpoint_every", 0))
+    writer = MetricWriter(workdir, tensorboard=bool(tcfg.get("tensorboard", True)))
+    history: list[dict] = []
+    meta = {"config": _config_json(config)}
+
+    def save(step, force=False):
+        ckpt.save(step, state.params, state.opt_state, meta, force=force)
+
+    preempted = False
+    pbar = None
+    if progress and jax.process_index() == 0 and start < steps:
+        from tqdm.auto import tqdm
+
+        pbar = tqdm(total=steps, initial=start, desc="train", dynamic_ncols=True)
+    try:
+        with _Preemption() as preempt:
+            # Prefetch: the host builds batch s+1 while the device runs step s.
+            pending = trainer.put_batch(train_source.get_batch(start)) if start < steps else None
+            t0, seen = time.perf_counter(), 0
+            for step in range(start, steps):
+                batch = pending
+                state, metrics = trainer.train_step(state, batch, step_rng)
+                if step + 1 < steps:
+                    pending = trainer.put_batch(train_source.get_batch(step + 1))
+                seen += 1
+                done = step + 1
+                if done % log_every == 0 or done == steps:
+                    scalars = {f"train/{k}": float(v) for k, v in metrics.items()}
+                    dt = time.perf_counter() - t0
+                    scalars["train/steps_per_s"] = seen / max(dt, 1e-9)
+                    t0, seen = time.perf_counter(), 0
+                    writer.write(done, scalars)
+                    history.append({"step": done, **scalars})
+                    if pbar is not None:
+                        pbar.set_postfix(loss=f"{scalars['train/loss']:.3f}")
+                if eval_batches is not None and eval_every and (
+                    done % eval_every == 0 or done == steps
+                ):
+                    dev = {f"dev/{k}": v for k, v in trainer.evaluate(state.params, eval_batches()).items()}
+                    if on_eval is not None:
+                        dev.update(on_eval(done, state) or {})
+                    writer.write(done, dev)
+                    history.append({"step": done, **dev})
+                    log.info("step %d %s", done, " ".join(f"{k}={v:.4f}" for k, v in dev.items()))
+                if ckpt_every and done % ckpt_every == 0:
+                    save(done)
+                if pbar is not None:
+                    pbar.update(1)
+                if preempt.requested or (stop_at is not None and done >= stop_at):
+                    preempted = True
+                    save(done, force=True)
+                    break
+        if not preempted and start < steps and ckpt.latest_step() != steps:
+            save(steps, force=True)
+    finally:
+        if pbar is not None:
+            pbar.close()
+        ckpt.close()
+        writer.close()
+    return TrainResult(state=state, history=history, preempted=preempted)
