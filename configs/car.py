@@ -1,0 +1,82 @@
+"""TTS language model with multi-token heads: FAR (next-token) and chunk-wise CAR.
+
+Variants (`--config configs/car.py:<variant>`):
+  tiny   tests and smoke runs (seconds on CPU)
+  small  trains on 2 CPU cores in minutes-hours on the built-in corpus
+  paper  12 layers, D=1024, FFN 4096, 8 heads, K=7 heads (DCAR paper), for accelerators
+
+  python train.py --config configs/car.py:small --workdir runs/car
+  python train.py --config configs/car.py:tiny --workdir /tmp/car --config.train.steps=10
+  python infer.py --workdir runs/car --text "hello world" --strategy car:3 --out_dir out/
+"""
+
+import ml_collections as mlc
+
+from configs import common
+
+MODELS = dict(
+    tiny=dict(d_model=32, num_layers=2, num_heads=2, head_dim=16, d_ff=64, num_mtp_heads=4),
+    small=dict(d_model=256, num_layers=6, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4),
+    paper=dict(d_model=1024, num_layers=12, num_heads=8, head_dim=128, d_ff=4096, num_mtp_heads=7),
+)
+
+
+def get_config(arg: str | None = None) -> mlc.ConfigDict:
+    args = common.parse_arg(arg, variant="small")
+    if args.variant not in MODELS:
+        raise KeyError(f"configs/car.py: unknown variant '{args.variant}', expected {list(MODELS)}")
+    v = args.variant
+    config = mlc.ConfigDict()
+    config.variant = v
+    config.task = "lm"
+
+    config.model = mlc.ConfigDict(
+        dict(
+            # Filled from the data when -1: text symbol table size, speech tokenizer vocabulary.
+            num_text_symbols=-1,
+            num_speech_tokens=-1,
+            mlp="swiglu",
+            mtp_blocks=4,  # residual SiLU blocks per additional head
+            max_len=2048,
+            dropout=0.0 if v == "tiny" else 0.1,
+            dtype="float32",  # compute dtype; 'bfloat16' keeps fp32 master weights
+            param_dtype="float32",
+            rope_theta=10_000.0,
+            lora_rank=0,
+            lora_alpha=0.0,
+            **MODELS[v],
+        )
+    )
+    config.loss = mlc.ConfigDict(dict(alpha=1.0))  # head k weighted alpha^(k-1); 1 = uniform
+
+    config.data = common.data_config()
+    config.train = common.train_config()
+    config.mesh = common.mesh_config()
+    config.decode = mlc.ConfigDict(
+        dict(strategy="car:3", temperature=1.0, top_k=0, top_p=1.0, greedy=False, max_seconds=12.0)
+    )
+    # Synthesis samples + ASR WER during training (0 = off).
+    config.eval = mlc.ConfigDict(dict(num_samples=8, vocoder="griffin_lim"))
+
+    if v == "tiny":
+        config.data.update(
+            corpus_utterances=40, tokenizer_k=64, batch_size=8, prompt_seconds=1.0,
+            max_text_len=128, max_speech_len=512, bucket_step=64,
+        )
+        config.train.update(
+            steps=20, learning_rate=3e-3, warmup_steps=2, log_every=1, eval_every=10,
+            checkpoint_every=10,
+        )
+        config.eval.num_samples = 2
+        config.decode.max_seconds = 2.0
+    elif v == "small":
+        config.data.update(batch_size=16, prompt_seconds=2.0)
+        config.train.update(
+            steps=3000, learning_rate=2e-3, warmup_steps=200, log_every=10, eval_every=250,
+            checkpoint_every=250,
+        )
+    else:  # paper
+        config.data.update(batch_size=64)
+        config.train.update(steps=200_000, learning_rate=3e-4, warmup_steps=4000)
+        config.model.dtype = "bfloat16"
+    return config

@@ -1,0 +1,93 @@
+"""Pieces shared by the experiment configs: the arg parser, data/train/mesh/decode defaults."""
+
+import ml_collections as mlc
+
+
+def parse_arg(arg: str | None, **defaults) -> mlc.ConfigDict:
+    """'tiny' or 'small,steps=100' -> ConfigDict(variant='tiny', steps=100, ...).
+
+    The first bare word is the variant; `k=v` pairs override `defaults` (types preserved).
+    """
+    out = mlc.ConfigDict(dict(variant=defaults.pop("variant", "small"), **defaults))
+    for i, part in enumerate(p for p in (arg or "").split(",") if p):
+        if "=" not in part:
+            if i:
+                raise ValueError(f"config arg '{arg}': only the first item may be a bare variant")
+            out.variant = part
+            continue
+        k, v = part.split("=", 1)
+        if k not in out:
+            raise KeyError(f"config arg '{arg}': unknown key '{k}', expected one of {list(out)}")
+        out[k] = type(out[k])(v) if out[k] is not None else v
+    return out
+
+
+def mesh_config(shape=None) -> mlc.ConfigDict:
+    """Mesh axes sizes (-1 = fill with the remaining devices) and logical-axis rules."""
+    return mlc.ConfigDict(
+        dict(
+            shape=shape or dict(data=-1, fsdp=1, tensor=1),
+            # [logical axis, mesh axis or axes]; see jaxtts/models/axes.py for the names.
+            rules=[
+                ["batch", ["data", "fsdp"]],
+                ["length", None],
+                ["embed", "fsdp"],
+                ["mlp", "tensor"],
+                ["heads", "tensor"],
+                ["kv", None],
+                ["vocab", "tensor"],
+                ["layers", None],
+            ],
+        )
+    )
+
+
+def train_config(**overrides) -> mlc.ConfigDict:
+    cfg = mlc.ConfigDict(
+        dict(
+            steps=10_000,
+            learning_rate=1e-3,
+            warmup_steps=500,
+            final_lr_fraction=0.1,
+            optimizer="adamw",
+            b1=0.9,
+            b2=0.98,
+            eps=1e-8,
+            weight_decay=0.01,
+            grad_clip=1.0,
+            microbatches=1,
+            seed=0,
+            log_every=10,
+            eval_every=500,
+            checkpoint_every=500,
+            keep_checkpoints=3,
+            async_checkpoint=True,
+            tensorboard=True,
+        )
+    )
+    cfg.update(overrides)
+    return cfg
+
+
+def data_config(**overrides) -> mlc.ConfigDict:
+    cfg = mlc.ConfigDict(
+        dict(
+            # Built-in espeak-ng corpus (built on first use) or a prepared corpus folder.
+            corpus_dir="",  # '' = data/builtin under the repo ($JAXTTS_DATA_DIR/builtin)
+            corpus_utterances=2400,
+            corpus_seed=0,
+            # Speech tokens: 'kmeans' (fitted on the train split), 'external:<name>'.
+            tokenizer="kmeans",
+            tokenizer_k=1024,
+            tokenizer_dir="",  # '' = <corpus_dir>/tokenizers/kmeans<k>
+            text_backend="espeak",  # phonemes from espeak-ng; 'char' for characters
+            prompt_seconds=3.0,
+            batch_size=16,
+            max_text_len=256,
+            max_speech_len=1024,
+            bucket_step=64,
+            seed=0,
+        )
+    )
+    cfg.update(overrides)
+    return cfg

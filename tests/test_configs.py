@@ -1,0 +1,67 @@
+"""Configs load, overrides apply, and bad keys fail with the key's name."""
+
+import glob
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from configs import common  # noqa: E402
+
+
+def _load(path):
+    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+CONFIG_FILES = sorted(p for p in glob.glob(os.path.join(ROOT, "configs", "*.py"))
+                      if not p.endswith(("__init__.py", "common.py")))
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)
+def test_config_variants_load(path):
+    mod = _load(path)
+    for variant in ("tiny", "small"):
+        cfg = mod.get_config(variant)
+        assert cfg.train.steps > 0
+        assert "mesh" in cfg and "train" in cfg
+
+
+def test_parse_arg():
+    a = common.parse_arg("tiny,steps=7", variant="small", steps=1)
+    assert (a.variant, a.steps) == ("tiny", 7)
+    with pytest.raises(KeyError, match="unknown key 'stepz'"):
+        common.parse_arg("tiny,stepz=7", steps=1)
+
+
+def test_car_sizes():
+    car = _load(os.path.join(ROOT, "configs", "car.py"))
+    paper = car.get_config("paper").model
+    assert (paper.num_layers, paper.d_model, paper.d_ff, paper.num_heads, paper.num_mtp_heads) == (
+        12, 1024, 4096, 8, 7)
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ("--config.train.stepz=3", "unknown config key --config.train.stepz (did you mean 'steps'?)"),
+        ("--config.nonsense=3", "unknown config key --config.nonsense"),
+        ("--config.train.steps=abc", "--config.train.steps=abc"),
+    ],
+)
+def test_train_cli_bad_config_is_one_line(override, expected, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "train.py", "--config", "configs/car.py:tiny", "--workdir",
+         str(tmp_path), override],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and expected in err[0], proc.stderr
