@@ -4,3 +4,18 @@ import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory):
+    """A 40-utterance built-in corpus (train 34 / dev 2 / test 4, held-out speaker spk09 in
+    test only), built once per test session into a temp dir; returns its folder (Path)."""
+    from jaxtts.data.corpus import build_corpus
+    from jaxtts.data.text import espeak_available
+
+    if not espeak_available():
+        pytest.skip("espeak-ng not installed (apt-get install espeak-ng, or make setup)")
+    out = tmp_path_factory.mktemp("tiny_corpus") / "builtin"
+    return build_corpus(out, num_utterances=40, seed=0, progress=False)

@@ -1,0 +1,502 @@
+"""Speech tokenizers behind one interface: `fit`, `encode`, `decode`, `save`, `load`.
+
+* `KMeansTokenizer` (kind 'kmeans'): k-means over per-bin standardised log-mel frames
+  (K = 1024 by default, one token per 20 ms frame = 50 Hz). Decoded by centroid lookup
+  (de-standardised) -> log-mel -> vocoder. Fitted with k-means++ seeding on a subsample and
+  Lloyd iterations in JAX (jitted, chunked distance computation) over up to `max_fit_frames`
+  frames; empty clusters are re-seeded with the currently worst-fitted frames.
+* `LinearMelQuantizer` (kind 'mel_quantizer'): the MDM paper's scalar quantiser, shared by all
+  bins: `q = round((clip(x, lo, hi) - lo) / (hi - lo) * (Q - 1))`, Q = 100 by default;
+  `decode(q) = lo + q (hi - lo) / (Q - 1)` is its exact inverse on the grid
+  (`encode(decode(q)) == q`); lo / hi are low / high percentiles of the training frames.
+  Tokens are int32 [T, n_mels].
+* `ExternalTokens` (kind 'external'): tokens made elsewhere (HuBERT k-means, S3 tokens) and
+  stored as `<corpus>/tokens/<name>/<id>.npy`. It cannot `encode` audio; `fit(mels, tokens)`
+  learns the mean log-mel of every token (token rate may be an integer divisor of the mel
+  rate, e.g. 25 Hz S3 tokens over 50 Hz mels), which gives `decode` a centroid lookup too.
+
+`extract_tokens` writes `tokens/<tokenizer name>/<id>.npy` for a manifest's utterances and
+skips files that exist (a second run is instant). Everything is saved as `tokenizer.json`
+(+ `.npy` arrays) in one folder; `load_tokenizer(folder)` restores any kind.
+
+Axis letters: T frames, M mel bins, K clusters.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from jaxtts.data.audio import MelConfig, MelStats
+from jaxtts.errors import ConfigError, DataError
+
+__all__ = [
+    "ExternalTokens",
+    "KMeansTokenizer",
+    "LinearMelQuantizer",
+    "SpeechTokenizer",
+    "extract_tokens",
+    "kmeans_fit",
+    "load_tokenizer",
+    "load_tokens",
+    "make_tokenizer",
+]
+
+_META = "tokenizer.json"
+
+
+class SpeechTokenizer(abc.ABC):
+    """Mel frames <-> discrete tokens. `vocab_size` ids, `frame_rate` tokens per second."""
+
+    kind: str = ""
+
+    def __init__(self, name: str, mel_cfg: MelConfig):
+        self.name = name
+        self.mel_cfg = mel_cfg
+
+    @property
+    @abc.abstractmethod
+    def vocab_size(self) -> int:
+        """Number of distinct token ids (per position)."""
+
+    @property
+    def frame_rate(self) -> float:
+        return self.mel_cfg.frame_rate
+
+    @property
+    def fitted(self) -> bool:
+        return True
+
+    @abc.abstractmethod
+    def fit(self, mels: Sequence[np.ndarray], **kw) -> SpeechTokenizer:
+        """Learns the tokenizer from log-mels ([T_i, n_mels] each); returns self."""
+
+    @abc.abstractmethod
+    def encode(self, mel: np.ndarray) -> np.ndarray:
+        """log-mel [T, n_mels] -> int32 tokens."""
+
+    @abc.abstractmethod
+    def decode(self, tokens: np.ndarray) -> np.ndarray:
+        """int tokens -> log-mel float32 [T, n_mels]."""
+
+    # -- persistence
+    def _state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """(JSON-able fields, arrays) to save."""
+        return {}, {}
+
+    def _check_fitted(self, what: str) -> None:
+        if not self.fitted:
+            raise DataError(f"{type(self).__name__} {self.name!r}: {what} before fit()")
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        self._check_fitted("save")
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        fields, arrays = self._state()
+        for key, arr in arrays.items():
+            np.save(directory / f"{key}.npy", arr)
+        meta = {"kind": self.kind, "name": self.name, "mel_cfg": self.mel_cfg.to_dict(),
+                "arrays": sorted(arrays), **fields}  # fmt: skip
+        tmp = directory / (_META + ".tmp")
+        tmp.write_text(json.dumps(meta, indent=1) + "\n")
+        os.replace(tmp, directory / _META)
+        return directory
+
+    def _check_mel(self, mel: np.ndarray) -> np.ndarray:
+        mel = np.asarray(mel, np.float32)
+        if mel.ndim != 2 or mel.shape[1] != self.mel_cfg.n_mels:
+            raise DataError(f"{type(self).__name__}.encode: mel of shape {mel.shape}, expected "
+                            f"[T, {self.mel_cfg.n_mels}]")  # fmt: skip
+        return mel
+
+
+# ----------------------------------------------------------------------------- k-means
+
+
+def _kmeans_pp(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """k-means++ seeding (float32 [N, D] -> [K, D])."""
+    n = x.shape[0]
+    centers = np.empty((k, x.shape[1]), np.float32)
+    centers[0] = x[rng.integers(n)]
+    d2 = np.sum((x - centers[0]) ** 2, axis=1)  # [N]
+    for i in range(1, k):
+        total = d2.sum()
+        j = rng.choice(n, p=d2 / total) if total > 0 else rng.integers(n)
+        centers[i] = x[j]
+        d2 = np.minimum(d2, np.sum((x - centers[i]) ** 2, axis=1))
+    return centers
+
+
+def _assign_fn():
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def assign(x, c):  # [N, D], [K, D] -> ids [N], squared distance [N]
+        d2 = (jnp.sum(x * x, 1)[:, None] - 2.0 * jnp.einsum("nd,kd->nk", x, c)
+              + jnp.sum(c * c, 1)[None, :])  # [N, K]  # fmt: skip
+        ids = jnp.argmin(d2, axis=1)
+        return ids.astype(jnp.int32), jnp.maximum(jnp.min(d2, axis=1), 0.0)
+
+    return assign
+
+
+_ASSIGN: Callable | None = None
+_CHUNK = 32768  # rows per jitted assignment call (fixed shape: one compile)
+
+
+def kmeans_assign(x: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest center of each row: (int32 [N], squared distance float32 [N])."""
+    global _ASSIGN
+    if _ASSIGN is None:
+        _ASSIGN = _assign_fn()
+    n = x.shape[0]
+    ids = np.empty(n, np.int32)
+    dist = np.empty(n, np.float32)
+    chunk = _CHUNK if n > _CHUNK else max(1, 1 << (n - 1).bit_length())  # few distinct shapes
+    for start in range(0, n, chunk):
+        part = x[start : start + chunk]
+        m = part.shape[0]
+        if m < chunk:
+            part = np.pad(part, ((0, chunk - m), (0, 0)))
+        i, d = _ASSIGN(part, centers)
+        ids[start : start + m] = np.asarray(i)[:m]
+        dist[start : start + m] = np.asarray(d)[:m]
+    return ids, dist
+
+
+def kmeans_fit(x: np.ndarray, k: int, iters: int = 25, seed: int = 0, tol: float = 1e-4,
+               init_frames: int = 50_000, progress: bool = False) -> tuple[np.ndarray, list]:
+    """Lloyd's k-means: float32 [N, D] -> (centers [K, D], inertia per iteration)."""
+    from tqdm.auto import tqdm
+
+    x = np.ascontiguousarray(x, np.float32)
+    n = x.shape[0]
+    if n < k:
+        raise DataError(f"k-means: {n} frames for K={k} clusters, expected at least K frames")
+    rng = np.random.default_rng(seed)
+    sub = x[rng.choice(n, size=min(n, init_frames), replace=False)]
+    centers = _kmeans_pp(sub, k, rng)
+    history = []
+    for _ in tqdm(range(iters), desc=f"k-means K={k}", disable=not progress, leave=False):
+        ids, d2 = kmeans_assign(x, centers)
+        history.append(float(d2.mean()))
+        counts = np.bincount(ids, minlength=k).astype(np.float64)  # [K]
+        sums = np.zeros((k, x.shape[1]), np.float64)
+        np.add.at(sums, ids, x)
+        empty = np.flatnonzero(counts == 0)
+        centers = (sums / np.maximum(counts, 1)[:, None]).astype(np.float32)
+        if empty.size:  # re-seed with the worst-fitted frames
+            worst = np.argsort(d2)[::-1][: empty.size]
+            centers[empty] = x[worst]
+        if len(history) > 1 and history[-2] - history[-1] < tol * history[-2] and not empty.size:
+            break
+    return centers, history
+
+
+class KMeansTokenizer(SpeechTokenizer):
+    """k-means tokens over standardised log-mel frames (see module docstring)."""
+
+    kind = "kmeans"
+
+    def __init__(self, k: int = 1024, mel_cfg: MelConfig = MelConfig(), name: str | None = None,
+                 iters: int = 25, max_fit_frames: int = 400_000, seed: int = 0):  # fmt: skip
+        if k < 2:
+            raise ConfigError(f"KMeansTokenizer: k={k}, expected >= 2")
+        super().__init__(name or f"kmeans{k}", mel_cfg)
+        self.k, self.iters, self.max_fit_frames, self.seed = int(k), iters, max_fit_frames, seed
+        self.stats: MelStats | None = None
+        self.centers: np.ndarray | None = None  # float32 [K, M] standardised
+        self.inertia: list[float] = []
+
+    @property
+    def vocab_size(self) -> int:
+        return self.k
+
+    @property
+    def fitted(self) -> bool:
+        return self.centers is not None
+
+    def fit(self, mels: Sequence[np.ndarray], progress: bool = False) -> KMeansTokenizer:
+        mels = [self._check_mel(m) for m in mels]
+        self.stats = MelStats.fit(mels)
+        x = np.concatenate([self.stats.normalize(m) for m in mels])  # [N, M]
+        if x.shape[0] > self.max_fit_frames:
+            rng = np.random.default_rng(self.seed + 1)
+            x = x[np.sort(rng.choice(x.shape[0], self.max_fit_frames, replace=False))]
+        self.centers, self.inertia = kmeans_fit(x, self.k, self.iters, self.seed,
+                                                progress=progress)  # fmt: skip
+        return self
+
+    def encode(self, mel: np.ndarray) -> np.ndarray:
+        self._check_fitted("encode")
+        mel = self._check_mel(mel)
+        if mel.shape[0] == 0:
+            return np.zeros((0,), np.int32)
+        return kmeans_assign(self.stats.normalize(mel), self.centers)[0]  # [T]
+
+    def decode(self, tokens: np.ndarray) -> np.ndarray:
+        self._check_fitted("decode")
+        tokens = np.asarray(tokens).reshape(-1)
+        if tokens.size and (tokens.min() < 0 or tokens.max() >= self.k):
+            raise DataError(f"{self.name}.decode: token ids must be in [0, {self.k}), got "
+                            f"[{tokens.min()}, {tokens.max()}]")  # fmt: skip
+        return self.stats.denormalize(self.centers[tokens])  # [T, M]
+
+    def _state(self):
+        fields = {"k": self.k, "iters": self.iters, "max_fit_frames": self.max_fit_frames,
+                  "seed": self.seed, "inertia": self.inertia}  # fmt: skip
+        return fields, {"centers": self.centers, "mel_mean": self.stats.mean,
+                        "mel_std": self.stats.std}  # fmt: skip
+
+    @classmethod
+    def _from_state(cls, meta: dict, arrays: dict, mel_cfg: MelConfig) -> KMeansTokenizer:
+        tok = cls(meta["k"], mel_cfg, meta["name"], meta.get("iters", 25),
+                  meta.get("max_fit_frames", 400_000), meta.get("seed", 0))  # fmt: skip
+        tok.centers = arrays["centers"].astype(np.float32)
+        tok.stats = MelStats(arrays["mel_mean"], arrays["mel_std"])
+        tok.inertia = meta.get("inertia", [])
+        return tok
+
+
+# ----------------------------------------------------------------------------- linear quantiser
+
+
+class LinearMelQuantizer(SpeechTokenizer):
+    """The MDM paper's linear quantiser of log-mel values (see module docstring)."""
+
+    kind = "mel_quantizer"
+
+    def __init__(self, levels: int = 100, mel_cfg: MelConfig = MelConfig(), name: str | None = None,
+                 lo: float | None = None, hi: float | None = None,
+                 percentiles: tuple[float, float] = (0.05, 99.95)):  # fmt: skip
+        if levels < 2:
+            raise ConfigError(f"LinearMelQuantizer: levels={levels}, expected >= 2")
+        super().__init__(name or f"melq{levels}", mel_cfg)
+        self.levels = int(levels)
+        self.lo, self.hi = lo, hi
+        self.percentiles = tuple(percentiles)
+        if lo is not None and hi is not None and not hi > lo:
+            raise ConfigError(f"LinearMelQuantizer: hi={hi} must exceed lo={lo}")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.levels
+
+    @property
+    def fitted(self) -> bool:
+        return self.lo is not None and self.hi is not None
+
+    @property
+    def step(self) -> float:
+        return (self.hi - self.lo) / (self.levels - 1)
+
+    def fit(self, mels: Sequence[np.ndarray], **_) -> LinearMelQuantizer:
+        x = np.concatenate([self._check_mel(m).reshape(-1) for m in mels])
+        lo, hi = np.percentile(x, self.percentiles)
+        self.lo, self.hi = round(float(lo), 4), round(float(hi), 4)
+        if not self.hi > self.lo:
+            raise DataError(f"LinearMelQuantizer.fit: degenerate range lo={lo} hi={hi}")
+        return self
+
+    def encode(self, mel: np.ndarray) -> np.ndarray:
+        self._check_fitted("encode")
+        mel = self._check_mel(mel)
+        q = np.round((np.clip(mel, self.lo, self.hi) - self.lo) / (self.hi - self.lo)
+                     * (self.levels - 1))  # fmt: skip
+        return q.astype(np.int32)  # [T, M]
+
+    def decode(self, tokens: np.ndarray) -> np.ndarray:
+        self._check_fitted("decode")
+        q = np.asarray(tokens)
+        if q.ndim != 2 or q.shape[1] != self.mel_cfg.n_mels:
+            raise DataError(f"{self.name}.decode: tokens of shape {q.shape}, expected "
+                            f"[T, {self.mel_cfg.n_mels}]")  # fmt: skip
+        if q.size and (q.min() < 0 or q.max() >= self.levels):
+            raise DataError(f"{self.name}.decode: levels must be in [0, {self.levels})")
+        return (self.lo + q.astype(np.float64) * self.step).astype(np.float32)  # [T, M]
+
+    def _state(self):
+        return {"levels": self.levels, "lo": self.lo, "hi": self.hi,
+                "percentiles": list(self.percentiles)}, {}  # fmt: skip
+
+    @classmethod
+    def _from_state(cls, meta, arrays, mel_cfg):
+        return cls(meta["levels"], mel_cfg, meta["name"], meta["lo"], meta["hi"],
+                   tuple(meta.get("percentiles", (0.05, 99.95))))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- external
+
+
+class ExternalTokens(SpeechTokenizer):
+    """Tokens extracted elsewhere, read from `<corpus>/tokens/<name>/<id>.npy`.
+
+    `frame_rate` must divide the mel frame rate (50 Hz -> 50, 25, 10 Hz tokens ...).
+    """
+
+    kind = "external"
+
+    def __init__(self, name: str, vocab_size: int, frame_rate: float = 50.0,
+                 mel_cfg: MelConfig = MelConfig()):  # fmt: skip
+        super().__init__(name, mel_cfg)
+        if vocab_size < 1:
+            raise ConfigError(f"ExternalTokens {name!r}: vocab_size={vocab_size}, expected >= 1")
+        ratio = mel_cfg.frame_rate / frame_rate
+        if abs(ratio - round(ratio)) > 1e-6 or round(ratio) < 1:
+            raise ConfigError(f"ExternalTokens {name!r}: frame_rate={frame_rate} Hz must divide "
+                              f"the mel frame rate {mel_cfg.frame_rate} Hz")  # fmt: skip
+        self._vocab, self._rate, self.repeat = int(vocab_size), float(frame_rate), round(ratio)
+        self.centers: np.ndarray | None = None  # float32 [V, M] mean log-mel per token
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab
+
+    @property
+    def frame_rate(self) -> float:
+        return self._rate
+
+    @property
+    def fitted(self) -> bool:
+        return self.centers is not None
+
+    def fit(self, mels: Sequence[np.ndarray], tokens: Sequence[np.ndarray] | None = None, **_
+            ) -> ExternalTokens:  # fmt: skip
+        """Mean log-mel of every token id (frames aligned by the rate ratio)."""
+        if tokens is None or len(tokens) != len(mels):
+            raise DataError(f"ExternalTokens {self.name!r}.fit: needs tokens for every mel")
+        m = self.mel_cfg.n_mels
+        sums, counts = np.zeros((self._vocab, m), np.float64), np.zeros(self._vocab, np.float64)
+        for mel, tok in zip(mels, tokens, strict=True):
+            mel = self._check_mel(mel)
+            tok = self._check_tokens(tok)
+            frames = np.repeat(tok, self.repeat)[: mel.shape[0]]  # [T']
+            np.add.at(sums, frames, mel[: frames.size])
+            counts += np.bincount(frames, minlength=self._vocab)
+        fill = sums.sum(0) / max(counts.sum(), 1)  # unseen tokens decode to the mean frame
+        self.centers = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None],
+                                fill).astype(np.float32)  # fmt: skip
+        return self
+
+    def _check_tokens(self, tok) -> np.ndarray:
+        tok = np.asarray(tok).reshape(-1)
+        if tok.size and (not np.issubdtype(tok.dtype, np.integer) or tok.min() < 0
+                         or tok.max() >= self._vocab):  # fmt: skip
+            raise DataError(f"ExternalTokens {self.name!r}: ids must be integers in "
+                            f"[0, {self._vocab})")  # fmt: skip
+        return tok.astype(np.int64)
+
+    def encode(self, mel: np.ndarray) -> np.ndarray:
+        raise DataError(f"ExternalTokens {self.name!r}: cannot encode audio; extract the tokens "
+                        f"with the external model into tokens/{self.name}/<id>.npy")  # fmt: skip
+
+    def decode(self, tokens: np.ndarray) -> np.ndarray:
+        if self.centers is None:
+            raise DataError(f"ExternalTokens {self.name!r}: decode needs fit(mels, tokens) first")
+        return np.repeat(self.centers[self._check_tokens(tokens)], self.repeat, axis=0)
+
+    def save(self, directory):
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        arrays = {"centers": self.centers} if self.centers is not None else {}
+        for key, arr in arrays.items():
+            np.save(directory / f"{key}.npy", arr)
+        meta = {"kind": self.kind, "name": self.name, "mel_cfg": self.mel_cfg.to_dict(),
+                "vocab_size": self._vocab, "frame_rate": self._rate, "arrays": sorted(arrays)}
+        (directory / _META).write_text(json.dumps(meta, indent=1) + "\n")
+        return directory
+
+    @classmethod
+    def _from_state(cls, meta, arrays, mel_cfg):
+        tok = cls(meta["name"], meta["vocab_size"], meta["frame_rate"], mel_cfg)
+        tok.centers = arrays.get("centers")
+        return tok
+
+
+# ----------------------------------------------------------------------------- registry
+
+TOKENIZERS: dict[str, type[SpeechTokenizer]] = {
+    "kmeans": KMeansTokenizer,
+    "mel_quantizer": LinearMelQuantizer,
+    "external": ExternalTokens,
+}
+
+
+def make_tokenizer(kind: str, **kw) -> SpeechTokenizer:
+    """An unfitted tokenizer: make_tokenizer('kmeans', k=1024), ('mel_quantizer', levels=100),
+    ('external', name='hubert', vocab_size=2048, frame_rate=50)."""
+    if kind not in TOKENIZERS:
+        raise ConfigError(f"tokenizer kind {kind!r}: expected one of {sorted(TOKENIZERS)}")
+    return TOKENIZERS[kind](**kw)
+
+
+def load_tokenizer(directory: str | os.PathLike) -> SpeechTokenizer:
+    directory = Path(directory)
+    path = directory / _META
+    if not path.is_file():
+        raise DataError(f"{path}: no saved tokenizer here (expected {_META})")
+    try:
+        meta = json.loads(path.read_text())
+        kind = meta["kind"]
+    except (json.JSONDecodeError, KeyError) as e:
+        raise DataError(f"{path}: malformed tokenizer file ({e})") from None
+    if kind not in TOKENIZERS:
+        raise DataError(f"{path}: kind {kind!r}, expected one of {sorted(TOKENIZERS)}")
+    arrays = {}
+    for key in meta.get("arrays", []):
+        f = directory / f"{key}.npy"
+        if not f.is_file():
+            raise DataError(f"{f}: array of tokenizer {meta.get('name')!r} missing")
+        arrays[key] = np.load(f)
+    return TOKENIZERS[kind]._from_state(meta, arrays, MelConfig.from_dict(meta["mel_cfg"]))
+
+
+# ----------------------------------------------------------------------------- extraction
+
+
+def tokens_dir(corpus_dir: str | os.PathLike, name: str) -> Path:
+    return Path(corpus_dir) / "tokens" / name
+
+
+def extract_tokens(tokenizer: SpeechTokenizer, utts: Sequence, corpus_dir: str | os.PathLike,
+                   mels: Mapping[str, np.ndarray] | None = None, progress: bool = True,
+                   overwrite: bool = False) -> Path:  # fmt: skip
+    """Writes `<corpus_dir>/tokens/<tokenizer.name>/<id>.npy` for every utterance (cached).
+
+    Mels come from `mels[id]` when given, else from the utterance's audio file.
+    """
+    from tqdm.auto import tqdm
+
+    from jaxtts.data.audio import load_audio, log_mel
+
+    out = tokens_dir(corpus_dir, tokenizer.name)
+    out.mkdir(parents=True, exist_ok=True)
+    todo = [u for u in utts if overwrite or not (out / f"{u.id}.npy").is_file()]
+    for u in tqdm(todo, desc=f"tokens {tokenizer.name}", disable=not progress or not todo,
+                  leave=False):  # fmt: skip
+        if mels is not None and u.id in mels:
+            mel = mels[u.id]
+        else:
+            mel = log_mel(load_audio(u.path, tokenizer.mel_cfg.sample_rate), tokenizer.mel_cfg)
+        tmp = out / f"{u.id}.tmp.npy"
+        np.save(tmp, tokenizer.encode(mel))
+        os.replace(tmp, out / f"{u.id}.npy")
+    return out
+
+
+def load_tokens(corpus_dir: str | os.PathLike, name: str, ids: Sequence[str]
+                ) -> dict[str, np.ndarray]:  # fmt: skip
+    folder = tokens_dir(corpus_dir, name)
+    out = {}
+    for uid in ids:
+        path = folder / f"{uid}.npy"
+        if not path.is_file():
+            raise DataError(f"{path}: speech tokens of {uid!r} not found (extract_tokens first)")
+        out[uid] = np.load(path)
+    return out

@@ -1,0 +1,188 @@
+"""Audio front-end, vocoder and speech tokenizers: exact values and round trips."""
+
+import os
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from jaxtts.data import tokenizers as T
+from jaxtts.data.audio import (
+    MelConfig,
+    MelStats,
+    istft,
+    load_audio,
+    log_mel,
+    save_audio,
+    stft,
+    wav_to_mel,
+)
+from jaxtts.data.vocoder import GriffinLim, make_vocoder
+from jaxtts.errors import AudioError, ConfigError, DataError
+
+CFG = MelConfig()
+
+
+def _chirp(seconds=1.0, sr=16000):
+    t = np.arange(int(seconds * sr)) / sr
+    return (0.3 * np.sin(2 * np.pi * (200 + 300 * t) * t)).astype(np.float32)
+
+
+def test_log_mel_matches_librosa_and_frame_count():
+    import librosa
+
+    x = np.random.default_rng(0).normal(size=16000 + 123).astype(np.float32) * 0.1
+    m = log_mel(x, CFG)
+    assert m.shape == (1 + x.size // 320, 80) and m.dtype == np.float32
+    ref = librosa.feature.melspectrogram(y=x, sr=16000, n_fft=1024, hop_length=320,
+                                         win_length=1024, power=1.0, n_mels=80, fmax=8000)
+    np.testing.assert_allclose(m, np.log(np.maximum(ref.T, 1e-5)), atol=2e-3)
+    assert CFG.frame_rate == 50.0
+
+
+def test_stft_istft_round_trip():
+    x = np.random.default_rng(1).normal(size=8000).astype(np.float32)
+    y = istft(stft(x, CFG), CFG, length=x.size)
+    np.testing.assert_allclose(y, x, atol=1e-5)
+
+
+def test_load_audio_resample_mono_and_errors(tmp_path):
+    sr = 22050
+    left = np.sin(np.arange(sr) / sr * 2 * np.pi * 440).astype(np.float32) * 0.5
+    stereo = np.stack([left, np.zeros_like(left)], axis=1)
+    path = tmp_path / "a.flac"
+    sf.write(path, stereo, sr)
+    wav = load_audio(path, 16000)
+    assert wav.shape == (16000,) and wav.dtype == np.float32
+    assert abs(np.abs(wav).max() - 0.25) < 0.01  # mono = mean of the channels
+    assert load_audio(path, None).shape == (sr,)
+    peak = load_audio(path, 16000, peak_normalize=0.9)
+    assert np.abs(peak).max() == pytest.approx(0.9, abs=1e-6)
+    with pytest.raises(AudioError, match=r"a\.flac: sample rate 22050 Hz, expected 16000 Hz"):
+        load_audio(path, 16000, resample_to_rate=False)
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk")
+    with pytest.raises(AudioError, match="bad.wav: unreadable or corrupt audio"):
+        load_audio(bad)
+    with pytest.raises(AudioError, match="missing.wav: audio file not found"):
+        load_audio(tmp_path / "missing.wav")
+    empty = tmp_path / "empty.wav"
+    sf.write(empty, np.zeros((0,), np.float32), 16000)
+    with pytest.raises(AudioError, match="empty.wav: audio has no samples"):
+        load_audio(empty)
+
+
+def test_save_audio_round_trip(tmp_path):
+    x = _chirp(0.5)
+    p = save_audio(tmp_path / "x.wav", x)
+    y = load_audio(p, 16000, resample_to_rate=False)
+    np.testing.assert_allclose(y, x, atol=1.0 / 32767)
+    with pytest.raises(AudioError, match="NaN"):
+        save_audio(tmp_path / "n.wav", np.array([np.nan], np.float32))
+    assert wav_to_mel(np.zeros((0,), np.float32), 16000).shape == (1, 80)
+
+
+def test_mel_stats_exact(tmp_path):
+    rng = np.random.default_rng(2)
+    mels = [rng.normal(3.0, 2.0, size=(n, 80)).astype(np.float32) for n in (5, 17, 9)]
+    stats = MelStats.fit(mels)
+    allm = np.concatenate(mels).astype(np.float64)
+    np.testing.assert_allclose(stats.mean, allm.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(stats.std, allm.std(0), rtol=1e-4)
+    stats.save(tmp_path / "s.json")
+    again = MelStats.load(tmp_path / "s.json")
+    np.testing.assert_array_equal(again.mean, stats.mean)
+    np.testing.assert_allclose(stats.denormalize(stats.normalize(mels[0])), mels[0], atol=1e-5)
+
+
+def test_griffin_lim_length_determinism_and_fidelity():
+    x = _chirp(1.0)
+    m = log_mel(x, CFG)
+    voc = make_vocoder("griffin_lim", CFG)
+    y1, y2 = voc.mel_to_audio(m), voc.mel_to_audio(m)
+    assert y1.shape == ((m.shape[0] - 1) * 320,)
+    np.testing.assert_array_equal(y1, y2)
+    # re-analysis of the vocoded audio stays close to the input mel (voiced region)
+    m2 = log_mel(y1, CFG)[: m.shape[0]]
+    loud = m.max(1) > m.max() - 6
+    assert np.mean(np.abs(m2[loud] - m[loud])) < 0.35
+    with pytest.raises(AudioError, match=r"mel of shape \(3, 7\), expected \[T, 80\]"):
+        voc.mel_to_audio(np.zeros((3, 7)))
+    with pytest.raises(ConfigError, match="vocoder 'hifigan'"):
+        make_vocoder("hifigan")
+    assert GriffinLim(CFG).linear_magnitude(m).shape == (m.shape[0], 513)
+
+
+def test_linear_quantizer_exact_inverse(tmp_path):
+    rng = np.random.default_rng(3)
+    mels = [rng.normal(-4, 2, size=(50, 80)).astype(np.float32)]
+    q = T.make_tokenizer("mel_quantizer", levels=100).fit(mels)
+    codes = rng.integers(0, 100, size=(20, 80))
+    np.testing.assert_array_equal(q.encode(q.decode(codes)), codes)
+    x = mels[0]
+    err = np.abs(q.decode(q.encode(x)) - np.clip(x, q.lo, q.hi))
+    assert err.max() <= q.step / 2 + 1e-5
+    assert q.encode(x).shape == (50, 80) and q.vocab_size == 100
+    q.save(tmp_path / "q")
+    q2 = T.load_tokenizer(tmp_path / "q")
+    assert (q2.lo, q2.hi, q2.levels) == (q.lo, q.hi, 100)
+    with pytest.raises(DataError, match=r"levels must be in \[0, 100\)"):
+        q.decode(np.full((2, 80), 100))
+
+
+def test_kmeans_recovers_blobs_and_round_trips(tmp_path):
+    rng = np.random.default_rng(4)
+    centers = rng.normal(0, 5, size=(4, 80))
+    labels = rng.integers(0, 4, size=(400,))
+    frames = (centers[labels] + rng.normal(0, 0.1, size=(400, 80))).astype(np.float32)
+    tok = T.KMeansTokenizer(k=4, iters=20).fit([frames[:150], frames[150:]])
+    ids = np.concatenate([tok.encode(frames[:150]), tok.encode(frames[150:])])
+    # a perfect clustering: one token per blob, one blob per token
+    pairs = set(zip(labels.tolist(), ids.tolist(), strict=True))
+    assert len(pairs) == 4 and len({p[1] for p in pairs}) == 4
+    dec = tok.decode(ids)
+    assert np.abs(dec - frames).mean() < 0.2
+    tok.save(tmp_path / "km")
+    tok2 = T.load_tokenizer(tmp_path / "km")
+    np.testing.assert_array_equal(tok2.encode(frames), tok.encode(frames))
+    with pytest.raises(DataError, match=r"token ids must be in \[0, 4\)"):
+        tok.decode(np.array([4]))
+    with pytest.raises(DataError, match="before fit"):
+        T.KMeansTokenizer(k=8).encode(frames)
+    with pytest.raises(DataError, match="expected \\[T, 80\\]"):
+        tok.encode(np.zeros((3, 5)))
+
+
+def test_external_tokens_learn_mean_frames(tmp_path):
+    mels = [np.stack([np.full(80, float(i // 2)) for i in range(8)]).astype(np.float32)]
+    tokens = [np.array([0, 1, 2, 3])]  # 25 Hz tokens over 50 Hz mels: 2 frames each
+    ext = T.make_tokenizer("external", name="s3", vocab_size=6, frame_rate=25.0)
+    ext.fit(mels, tokens)
+    dec = ext.decode(np.array([2, 0]))
+    assert dec.shape == (4, 80)
+    np.testing.assert_allclose(dec[:, 0], [2, 2, 0, 0])
+    with pytest.raises(DataError, match="cannot encode audio"):
+        ext.encode(mels[0])
+    with pytest.raises(ConfigError, match="must divide the mel frame rate"):
+        T.ExternalTokens("x", 10, frame_rate=30.0)
+    ext.save(tmp_path / "e")
+    np.testing.assert_array_equal(T.load_tokenizer(tmp_path / "e").decode(np.array([3])),
+                                  ext.decode(np.array([3])))
+    with pytest.raises(DataError, match="no saved tokenizer"):
+        T.load_tokenizer(tmp_path / "nothing")
+
+
+def test_extract_tokens_cached(tiny_corpus):
+    from jaxtts.data.manifest import read_split
+
+    utts = read_split(tiny_corpus, "dev")
+    tok = T.LinearMelQuantizer(levels=10, lo=-11.5, hi=2.0)
+    folder = T.extract_tokens(tok, utts, tiny_corpus, progress=False)
+    first = {u.id: os.path.getmtime(folder / f"{u.id}.npy") for u in utts}
+    T.extract_tokens(tok, utts, tiny_corpus, progress=False)
+    assert first == {u.id: os.path.getmtime(folder / f"{u.id}.npy") for u in utts}
+    loaded = T.load_tokens(tiny_corpus, tok.name, [u.id for u in utts])
+    mel = log_mel(load_audio(utts[0].path), CFG)
+    np.testing.assert_array_equal(loaded[utts[0].id], tok.encode(mel))
+    with pytest.raises(DataError, match="speech tokens of 'nope' not found"):
+        T.load_tokens(tiny_corpus, tok.name, ["nope"])
