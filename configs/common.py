@@ -85,7 +85,8 @@ def data_config(**overrides) -> mlc.ConfigDict:
             batch_size=16,
             max_text_len=256,
             max_speech_len=1024,
-            bucket_step=64,
+            bucket_step=64,  # speech buckets: step, 2*step, ... max_speech_len
+            text_bucket_step=64,
             seed=0,
         )
     )

@@ -40,7 +40,7 @@ def run(main: Callable[[list[str]], None]) -> None:
     """absl `app.run` with one-line errors for config and user-input problems."""
 
     def wrapped(argv):
-        logging.getLogger("absl").setLevel(logging.WARNING)
+        logging.getLogger("absl").setLevel(logging.ERROR)  # orbax chatter; ours use jaxtts.*
         try:
             main(argv)
         except JaxttsError as e:

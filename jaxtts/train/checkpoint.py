@@ -18,6 +18,17 @@ import orbax.checkpoint as ocp
 
 from jaxtts.errors import CheckpointError
 
+
+def abstract_params(init_fn, *args) -> Any:
+    """Unboxed ShapeDtypeStructs of `init_fn(key, *args)['params']` on the first device: the
+    restore target for inference (no real initialisation runs)."""
+    import flax.linen as nn
+
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    shapes = nn.unbox(jax.eval_shape(lambda *a: init_fn(jax.random.key(0), *a)["params"], *args))
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
+
+
 def _abstract(tree: Any) -> Any:
     """ShapeDtypeStructs (with shardings) for restoring into the layout of `tree`."""
 

@@ -1,0 +1,49 @@
+"""Synthesize speech with a trained jaxtts model.
+
+  python infer.py --workdir runs/car --text "Hello there." --speaker spk03 --out_dir out/
+  python infer.py --workdir runs/car --text_file lines.txt --strategy car:3 --batch_size 16 \
+      --speaker_wav me.wav --speaker_text "what I said in me.wav" --out_dir out/
+
+Writes one wav per input line (`<out_dir>/<line index:04d>.wav`) and `results.jsonl` with the
+text, duration, decoding steps, wall time and RTF of every line (skipped lines say why).
+"""
+
+from absl import flags
+
+from jaxtts import cli
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Training run folder (config + checkpoints).")
+_CHECKPOINT = flags.DEFINE_string(
+    "checkpoint", None, "A checkpoint step folder <workdir>/checkpoints/<step> (instead of "
+    "--workdir, which takes the latest).")
+_TEXT = flags.DEFINE_multi_string("text", [], "Text to synthesize (repeatable).")
+_TEXT_FILE = flags.DEFINE_string("text_file", None, "File with one utterance per line.")
+_SPEAKER = flags.DEFINE_string("speaker", None, "Corpus utterance id or speaker name as prompt.")
+_SPEAKER_WAV = flags.DEFINE_string("speaker_wav", None, "Prompt audio of the target speaker.")
+_SPEAKER_TEXT = flags.DEFINE_string("speaker_text", None, "Transcript of --speaker_wav.")
+_STRATEGY = flags.DEFINE_string("strategy", None, "far | car:<c> (default: config.decode).")
+_BATCH = flags.DEFINE_integer("batch_size", 8, "Rows decoded together.")
+_OUT = flags.DEFINE_string("out_dir", "out/infer", "Output folder.")
+_SEED = flags.DEFINE_integer("seed", 0, "Sampling seed (per line: (seed, line index)).")
+_TEMP = flags.DEFINE_float("temperature", None, "Sampling temperature.")
+_TOP_K = flags.DEFINE_integer("top_k", None, "Top-k sampling (0 = off).")
+_TOP_P = flags.DEFINE_float("top_p", None, "Nucleus sampling mass (1 = off).")
+_GREEDY = flags.DEFINE_bool("greedy", None, "Greedy decoding.")
+_MAX_SECONDS = flags.DEFINE_float("max_seconds", None, "Length cap per piece of text.")
+
+
+def main(argv):
+    from jaxtts.synthesize import run_infer
+
+    if len(argv) > 1:
+        raise flags.Error(f"unexpected arguments: {argv[1:]}")
+    run_infer(workdir=_WORKDIR.value, checkpoint=_CHECKPOINT.value, texts=_TEXT.value,
+              text_file=_TEXT_FILE.value, speaker=_SPEAKER.value, speaker_wav=_SPEAKER_WAV.value,
+              speaker_text=_SPEAKER_TEXT.value, strategy=_STRATEGY.value,
+              batch_size=_BATCH.value, out_dir=_OUT.value, seed=_SEED.value,
+              temperature=_TEMP.value, top_k=_TOP_K.value, top_p=_TOP_P.value,
+              greedy=_GREEDY.value, max_seconds=_MAX_SECONDS.value)
+
+
+if __name__ == "__main__":
+    cli.run(main)

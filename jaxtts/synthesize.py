@@ -1,0 +1,473 @@
+"""Batched synthesis with a trained TTS LM: text (+ speaker prompt) -> tokens -> mel -> audio.
+
+    synth = Synthesizer.from_workdir("runs/car")
+    results = synth.synthesize(["Hello there.", ...], prompt, strategy="car:3", batch_size=16)
+    synth.write(results, "out/")          # 0000.wav ... + results.jsonl
+
+What happens to a batch of lines:
+1. Each line is normalised and phonemised (`TextFrontend`). A line longer than the longest
+   target text the model was trained on is split at sentence, then phrase (, ; :), then word
+   boundaries; its pieces are synthesised as separate rows and their audio joined with
+   `join_silence_s` of silence (never truncated). Empty / unpronounceable lines are skipped and
+   reported (`SynthResult.skipped`), they do not stop the batch.
+2. The prompt (a `Prompt`: wav + transcript of the target speaker) is cut as in training: its
+   first `data.prompt_seconds` of speech tokens and the proportional share of its transcript.
+3. Rows are sorted by length and cut into batches of `batch_size` (padded to a few bucket
+   widths, the last batch filled with copies) so a long file runs at full batch throughput
+   with few compilations; every row has its own PRNG key from (seed, row index), so a row's
+   output does not depend on its batch.
+4. The decoding strategy (`jaxtts.decode.registry`) generates tokens; the tokenizer decodes
+   them to log-mels and the vocoder to audio.
+
+Timing (`SynthResult.info`): `lm_s` and `vocoder_s` are the row's batch times divided by the
+number of rows in the batch (exact per-utterance times at batch 1); `rtf` = (lm_s + vocoder_s)
+/ audio seconds. The first call of a new shape includes compilation; `benchmarks/decode.py`
+separates it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections as mlc
+import numpy as np
+
+from jaxtts.data.audio import MelConfig, load_audio, log_mel, save_audio
+from jaxtts.data.text import TextFrontend
+from jaxtts.data.tokenizers import SpeechTokenizer, load_tokenizer
+from jaxtts.decode import registry
+from jaxtts.decode.base import PromptBatch, SamplingConfig, row_keys
+from jaxtts.errors import CheckpointError, ConfigError, DataError, TextError
+from jaxtts.models.lm import LMConfig, TTSLM
+
+__all__ = [
+    "Prompt",
+    "SynthResult",
+    "Synthesizer",
+    "make_synthesizer",
+    "prompt_ids",
+    "prompts_from_utterances",
+    "resolve_prompt",
+    "split_text",
+]
+
+
+@dataclasses.dataclass
+class Prompt:
+    """Speaker prompt: an utterance of the target speaker (audio + its transcript)."""
+
+    id: str
+    speaker: str
+    text: str
+    wav: np.ndarray  # float32 [N] at sample_rate
+    sample_rate: int = 16000
+    audio_path: str = ""
+
+    @classmethod
+    def from_file(cls, path: str | Path, text: str, sample_rate: int = 16000) -> Prompt:
+        wav = load_audio(path, sample_rate)
+        return cls(Path(path).stem, "", text, wav, sample_rate, str(path))
+
+    @classmethod
+    def from_utterance(cls, utt, sample_rate: int = 16000) -> Prompt:
+        return cls(utt.id, utt.speaker, utt.text, load_audio(utt.path, sample_rate), sample_rate,
+                   str(utt.path))  # fmt: skip
+
+
+def prompt_ids(utts: Sequence) -> dict[str, str]:
+    """Target id -> prompt id: the next utterance of the same speaker (manifest order, cyclic)."""
+    by_spk: dict[str, list] = {}
+    for u in utts:
+        by_spk.setdefault(u.speaker, []).append(u.id)
+    out = {}
+    for ids in by_spk.values():
+        for i, uid in enumerate(ids):
+            out[uid] = ids[(i + 1) % len(ids)]
+    return out
+
+
+def prompts_from_utterances(pool: Sequence, targets: Sequence) -> list[Prompt]:
+    """The `prompt_ids` prompt (from `pool`, which holds the targets) of every target."""
+    pid = prompt_ids(pool)
+    by_id = {u.id: u for u in pool}
+    missing = [t.id for t in targets if t.id not in pid]
+    if missing:
+        raise DataError(f"prompts: targets {missing[:3]} are not in the prompt pool")
+    return [Prompt.from_utterance(by_id[pid[t.id]]) for t in targets]
+
+
+@dataclasses.dataclass
+class SynthResult:
+    index: int
+    text: str
+    wav: np.ndarray  # float32 [N] at sample_rate (empty when skipped)
+    tokens: np.ndarray  # int32 [T] speech tokens (pieces concatenated)
+    info: dict
+    skipped: str | None = None  # reason, when the line produced no audio
+
+
+# ----------------------------------------------------------------------------- text splitting
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
+_PHRASE_END = re.compile(r"(?<=[,:])\s+")
+
+
+def split_text(text: str, fits) -> list[str]:
+    """Split `text` into pieces for which `fits(piece)` holds: sentences first, then phrases,
+    then words; adjacent pieces are re-joined greedily while they fit."""
+    text = " ".join(text.split())
+    if not text or fits(text):
+        return [text] if text else []
+    for pattern in (_SENTENCE_END, _PHRASE_END, None):
+        parts = pattern.split(text) if pattern is not None else text.split(" ")
+        if len(parts) > 1:
+            break
+    else:
+        return [text]  # one word longer than the limit: synthesised as it is
+    if pattern is None and len(parts) > 1:  # words: halve recursively
+        mid = len(parts) // 2
+        return split_text(" ".join(parts[:mid]), fits) + split_text(" ".join(parts[mid:]), fits)
+    pieces: list[str] = []
+    for part in parts:
+        if pieces and fits(pieces[-1] + " " + part):
+            pieces[-1] = pieces[-1] + " " + part
+        else:
+            pieces.extend(split_text(part, fits))
+    return pieces
+
+
+# ----------------------------------------------------------------------------- synthesizer
+
+
+def _bucket(n: int, step: int) -> int:
+    return max(step, -(-n // step) * step)
+
+
+class Synthesizer:
+    """A trained LM + text front-end + tokenizer + vocoder (see module docstring)."""
+
+    def __init__(self, config: mlc.ConfigDict, params: Any, frontend: TextFrontend,
+                 tokenizer: SpeechTokenizer, vocoder: str = "griffin_lim",
+                 max_text_symbols: int | None = None):  # fmt: skip
+        from jaxtts.data.vocoder import make_vocoder
+
+        self.config = config
+        self.cfg = LMConfig.from_config(config.model)
+        if frontend.vocab_size != self.cfg.num_text_symbols:
+            raise CheckpointError(f"text front-end has {frontend.vocab_size} symbols but "
+                                  f"model.num_text_symbols={self.cfg.num_text_symbols}")  # fmt: skip
+        if tokenizer.vocab_size != self.cfg.num_speech_tokens:
+            raise CheckpointError(f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} "
+                                  f"tokens but model.num_speech_tokens="
+                                  f"{self.cfg.num_speech_tokens}")  # fmt: skip
+        self.params = params
+        self.frontend = frontend
+        self.tokenizer = tokenizer
+        self.mel_cfg: MelConfig = tokenizer.mel_cfg
+        self.vocoder = make_vocoder(vocoder, self.mel_cfg)
+        self.sample_rate = int(self.vocoder.sample_rate)
+        self.max_text_symbols = int(max_text_symbols or config.data.max_text_len)
+        self.join_silence_s = 0.15
+
+    # -- construction
+    @classmethod
+    def from_params(cls, config, params, frontend, tokenizer, vocoder="griffin_lim", **kw):
+        return cls(config, params, frontend, tokenizer, vocoder, **kw)
+
+    @classmethod
+    def from_workdir(cls, workdir: str | Path, step: int | None = None,
+                     vocoder: str = "griffin_lim") -> Synthesizer:  # fmt: skip
+        """Loads `config.json`, `text_frontend/`, `tokenizer/` and the parameters of the
+        latest (or `step`) checkpoint of a training run folder."""
+        from jaxtts.train.checkpoint import Checkpointer, abstract_params
+        from jaxtts.train.lm_task import TEXT_FRONTEND_DIR, TOKENIZER_DIR
+
+        workdir = Path(workdir)
+        cfg_path = workdir / "config.json"
+        if not cfg_path.is_file():
+            raise CheckpointError(f"{cfg_path}: not found; --workdir must be a training run "
+                                  "folder (python train.py --config configs/car.py:small "
+                                  "--workdir ...)")  # fmt: skip
+        config = mlc.ConfigDict(json.loads(cfg_path.read_text()))
+        if config.get("task") != "lm":
+            raise CheckpointError(f"{cfg_path}: task={config.get('task')!r}, expected 'lm'")
+        frontend = TextFrontend.load(workdir / TEXT_FRONTEND_DIR)
+        tokenizer = load_tokenizer(workdir / TOKENIZER_DIR)
+        cfg = LMConfig.from_config(config.model)
+        model = TTSLM(cfg)
+        one = np.ones((1, 4), np.int32)
+        like = abstract_params(model.init, one, np.array([4]), one, np.array([4]))
+        ckpt = Checkpointer(workdir / "checkpoints", read_only=True)
+        params, _ = ckpt.restore_params(like, step)
+        max_text = None
+        data_json = workdir / "data.json"
+        if data_json.is_file():
+            max_text = json.loads(data_json.read_text()).get("max_target_text")
+        return cls(config, params, frontend, tokenizer, vocoder, max_text_symbols=max_text)
+
+    # -- inputs
+    def encode_prompt(self, prompt: Prompt | None) -> tuple[np.ndarray, np.ndarray]:
+        """(prompt transcript ids [Lp], prompt speech tokens [P]) cut as in training."""
+        if prompt is None:
+            return np.zeros((0,), np.int32), np.zeros((0,), np.int32)
+        wav = np.asarray(prompt.wav, np.float32)
+        if prompt.sample_rate != self.mel_cfg.sample_rate:
+            from jaxtts.data.audio import resample
+
+            wav = resample(wav, prompt.sample_rate, self.mel_cfg.sample_rate)
+        if wav.size == 0 or not np.any(wav):
+            raise DataError(f"prompt {prompt.id or prompt.audio_path!r}: audio is empty or silent")
+        tokens = np.asarray(self.tokenizer.encode(log_mel(wav, self.mel_cfg)), np.int32)
+        n_prompt = int(round(float(self.config.data.prompt_seconds) * self.tokenizer.frame_rate))
+        used = min(n_prompt, tokens.shape[0])
+        ids = self.frontend.encode(prompt.text)
+        if self.config.data.get("prompt_text", "proportional") == "proportional":
+            ids = ids[: int(np.rint(len(ids) * used / max(tokens.shape[0], 1)))]
+        return ids.astype(np.int32), tokens[:used]
+
+    def sampling(self, **overrides) -> SamplingConfig:
+        d = dict(self.config.decode)
+        d.update({k: v for k, v in overrides.items() if v is not None})
+        return SamplingConfig.from_config(d)
+
+    # -- synthesis
+    def synthesize(self, texts: Sequence[str], prompts: Prompt | Sequence[Prompt | None] | None,
+                   strategy: str | None = None, batch_size: int = 8, seed: int = 0,
+                   max_seconds: float | None = None, progress: bool = True,
+                   **sampling_overrides) -> list[SynthResult]:  # fmt: skip
+        """Synthesize every text (one `SynthResult` per text, in order)."""
+        from tqdm.auto import tqdm
+
+        strat = registry.get(strategy or self.config.decode.strategy)
+        strat.check(self.cfg)
+        sampling = self.sampling(**sampling_overrides)
+        max_s = float(max_seconds or self.config.decode.max_seconds)
+        max_new = max(1, int(math.ceil(max_s * self.tokenizer.frame_rate)))
+        if batch_size < 1:
+            raise ConfigError(f"batch_size={batch_size}: expected >= 1")
+        if isinstance(prompts, Prompt) or prompts is None:
+            prompts = [prompts] * len(texts)
+        if len(prompts) != len(texts):
+            raise ConfigError(f"{len(texts)} texts but {len(prompts)} prompts")
+
+        # 1. rows: (line index, piece index, text ids, prompt ids, prompt tokens)
+        rows, results, pieces_of = [], {}, {}
+        cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for i, (text, prompt) in enumerate(zip(texts, prompts, strict=True)):
+            if not text or not text.strip():
+                results[i] = self._skipped(i, text, "empty line")
+                continue
+            key = id(prompt)
+            if key not in cache:
+                cache[key] = self.encode_prompt(prompt)
+            p_ids, p_tok = cache[key]
+            limit = max(8, self.max_text_symbols)
+            try:
+                pieces = split_text(text, lambda s: len(self.frontend.encode(s)) <= limit)
+                encoded = [self.frontend.encode(p) for p in pieces]
+            except TextError as e:
+                results[i] = self._skipped(i, text, str(e))
+                continue
+            pieces_of[i] = len(pieces)
+            for j, ids in enumerate(encoded):
+                rows.append((i, j, np.concatenate([p_ids, ids]).astype(np.int32), p_tok))
+
+        # 2. batches of similar length
+        order = sorted(range(len(rows)), key=lambda r: (rows[r][2].size, rows[r][3].size))
+        outputs: dict[tuple[int, int], dict] = {}
+        bar = tqdm(total=len(rows), desc=f"synthesize {strat.name}", disable=not progress,
+                   leave=False)  # fmt: skip
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            outputs.update(self._run_batch([rows[r] for r in idx], idx, strat, sampling,
+                                           max_new, seed, batch_size))  # fmt: skip
+            bar.update(len(idx))
+        bar.close()
+
+        # 3. join pieces per line
+        for i, n in pieces_of.items():
+            parts = [outputs[(i, j)] for j in range(n)]
+            gap = np.zeros(int(self.join_silence_s * self.sample_rate), np.float32)
+            wav = parts[0]["wav"]
+            for p in parts[1:]:
+                wav = np.concatenate([wav, gap, p["wav"]])
+            audio_s = wav.size / self.sample_rate
+            info = {
+                "sample_rate": self.sample_rate,
+                "num_tokens": int(sum(p["num_tokens"] for p in parts)),
+                "steps": int(sum(p["steps"] for p in parts)),
+                "num_forwards": int(sum(p["steps"] + 1 for p in parts)),  # + prefill
+                "hit_max": bool(any(p["hit_max"] for p in parts)),
+                "lm_s": float(sum(p["lm_s"] for p in parts)),
+                "vocoder_s": float(sum(p["vocoder_s"] for p in parts)),
+                "kv_cache_bytes": int(max(p["kv_cache_bytes"] for p in parts)),
+                "pieces": n, "strategy": strat.name, "duration": audio_s,
+            }  # fmt: skip
+            info["wall_s"] = info["lm_s"] + info["vocoder_s"]
+            info["rtf"] = info["wall_s"] / audio_s if audio_s > 0 else None
+            tokens = np.concatenate([p["tokens"] for p in parts]).astype(np.int32)
+            results[i] = SynthResult(i, texts[i], wav.astype(np.float32), tokens, info)
+        return [results[i] for i in range(len(texts))]
+
+    def _skipped(self, i: int, text: str, reason: str) -> SynthResult:
+        warnings.warn(f"line {i + 1}: skipped ({reason})", stacklevel=3)
+        return SynthResult(i, text, np.zeros((0,), np.float32), np.zeros((0,), np.int32),
+                           {"sample_rate": self.sample_rate}, skipped=reason)  # fmt: skip
+
+    def _run_batch(self, rows, row_ids, strat, sampling, max_new, seed, batch_size):
+        n = len(rows)
+        b = max(n, batch_size)  # the last batch is filled up: one compiled shape
+        x = _bucket(max(r[2].size for r in rows), 32)
+        p = _bucket(max(r[3].size for r in rows), 16)
+        text = np.zeros((b, x), np.int32)
+        text_len = np.zeros((b,), np.int32)
+        prompt = np.zeros((b, p), np.int32)
+        prompt_len = np.zeros((b,), np.int32)
+        for k in range(b):
+            _, _, ids, tok = rows[min(k, n - 1)]
+            text[k, : ids.size], text_len[k] = ids, ids.size
+            prompt[k, : tok.size], prompt_len[k] = tok, tok.size
+        keys = row_keys(seed, list(row_ids) + [0] * (b - n))
+        batch = PromptBatch(text, text_len, prompt, prompt_len)
+        t0 = time.perf_counter()
+        out = strat(self.params, batch, keys, cfg=self.cfg, max_new_tokens=max_new,
+                    sampling=sampling)  # fmt: skip
+        out = jax.device_get(out)
+        lm_s = (time.perf_counter() - t0) / n
+        per_pos = 2 * self.cfg.num_layers * self.cfg.num_heads * self.cfg.head_dim * \
+            np.dtype(self.cfg.dtype).itemsize  # fmt: skip
+        res = {}
+        t1 = time.perf_counter()
+        for k in range(n):
+            line, piece, ids, tok = rows[k]
+            length = int(out.length[k])
+            toks = np.asarray(out.tokens[k, :length], np.int32)
+            mel = self.tokenizer.decode(toks) if length else np.zeros((0, self.mel_cfg.n_mels))
+            wav = self.vocoder.mel_to_audio(mel) if length else np.zeros((0,), np.float32)
+            res[(line, piece)] = {
+                "wav": wav, "tokens": toks, "num_tokens": length, "steps": int(out.steps[k]),
+                "hit_max": bool(out.hit_max[k]), "lm_s": lm_s,
+                "kv_cache_bytes": per_pos * (ids.size + 1 + tok.size + length),
+            }  # fmt: skip
+        voc_s = (time.perf_counter() - t1) / n
+        for v in res.values():
+            v["vocoder_s"] = voc_s
+        return res
+
+    # -- evaluate.py protocol
+    def __call__(self, texts: list[str], prompts: list[Prompt]) -> list[tuple[np.ndarray, dict]]:
+        res = self.synthesize(texts, prompts, batch_size=len(texts), progress=False)
+        return [(r.wav, r.info) for r in res]
+
+    # -- output
+    def write(self, results: Sequence[SynthResult], out_dir: str | Path,
+              extra: dict | None = None) -> Path:  # fmt: skip
+        """`<out_dir>/<index:04d>.wav` per synthesised line + `results.jsonl` (all lines)."""
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for r in results:
+            row = {"index": r.index, "text": r.text}
+            if r.skipped:
+                row.update(skipped=r.skipped, wav=None)
+            else:
+                path = save_audio(out_dir / f"{r.index:04d}.wav", r.wav, self.sample_rate)
+                row.update(wav=path.name, **{k: v for k, v in r.info.items()
+                                              if k != "sample_rate"})  # fmt: skip
+            row.update(extra or {})
+            lines.append(json.dumps(row))
+        (out_dir / "results.jsonl").write_text("\n".join(lines) + "\n")
+        return out_dir
+
+
+def resolve_prompt(workdir: str | Path, speaker: str | None = None,
+                   speaker_wav: str | None = None, speaker_text: str | None = None
+                   ) -> Prompt | None:  # fmt: skip
+    """The prompt of `infer.py`: a wav + its transcript, or a corpus utterance id / speaker
+    name (its first test, dev or train utterance) from the run's corpus, or None."""
+    if speaker_wav:
+        if not speaker_text or not speaker_text.strip():
+            raise ConfigError("--speaker_wav needs --speaker_text (the transcript of the wav)")
+        return Prompt.from_file(speaker_wav, speaker_text)
+    if not speaker:
+        return None
+    from jaxtts.data.manifest import read_split
+
+    data_json = Path(workdir) / "data.json"
+    if not data_json.is_file():
+        raise DataError(f"{data_json}: not found; --speaker needs the run's corpus (or use "
+                        "--speaker_wav/--speaker_text)")  # fmt: skip
+    corpus = Path(json.loads(data_json.read_text())["corpus_dir"])
+    splits = [read_split(corpus, s) for s in ("test", "dev", "train")
+              if (corpus / f"{s}.jsonl").is_file()]  # fmt: skip
+    for utts in splits:
+        for u in utts:
+            if u.id == speaker:
+                return Prompt.from_utterance(u)
+    for utts in splits:
+        for u in utts:
+            if u.speaker == speaker:
+                return Prompt.from_utterance(u)
+    known = sorted({u.speaker for utts in splits for u in utts})
+    raise DataError(f"--speaker {speaker!r}: no utterance id or speaker of that name in "
+                    f"{corpus} (speakers: {', '.join(known)})")  # fmt: skip
+
+
+def make_synthesizer(workdir: str, strategy: str):
+    """`jaxtts.evaluate` model rows: a `synth(texts, prompts)` callable for one strategy."""
+    synth = Synthesizer.from_workdir(workdir)
+    strat = registry.get(strategy)
+    strat.check(synth.cfg)
+
+    def run(texts, prompts):
+        res = synth.synthesize(texts, prompts, strategy=strategy, batch_size=len(texts),
+                               progress=False)  # fmt: skip
+        return [(r.wav, r.info) for r in res]
+
+    return run
+
+
+def run_infer(*, workdir: str | None, checkpoint: str | None, texts: Sequence[str],
+              text_file: str | None, speaker: str | None, speaker_wav: str | None,
+              speaker_text: str | None, strategy: str | None, batch_size: int, out_dir: str,
+              seed: int, max_seconds: float | None = None, **sampling) -> list[SynthResult]:  # fmt: skip
+    """What `infer.py` does (see its docstring); returns the results."""
+    step = None
+    if checkpoint:
+        ck = Path(checkpoint)
+        if not ck.name.isdigit() or ck.parent.name != "checkpoints":
+            raise CheckpointError(f"--checkpoint {checkpoint}: expected <workdir>/checkpoints/"
+                                  "<step>")  # fmt: skip
+        if not ck.is_dir():
+            raise CheckpointError(f"--checkpoint {checkpoint}: no such checkpoint")
+        workdir, step = str(ck.parent.parent), int(ck.name)
+    if not workdir:
+        raise ConfigError("--workdir (or --checkpoint) is required")
+    lines = list(texts)
+    if text_file:
+        path = Path(text_file)
+        if not path.is_file():
+            raise DataError(f"--text_file {text_file}: file not found")
+        lines += path.read_text(encoding="utf-8").splitlines()
+    if not lines:
+        raise ConfigError("nothing to synthesize: pass --text or --text_file")
+    synth = Synthesizer.from_workdir(workdir, step)
+    prompt = resolve_prompt(workdir, speaker, speaker_wav, speaker_text)
+    results = synth.synthesize(lines, prompt, strategy=strategy, batch_size=batch_size,
+                               seed=seed, max_seconds=max_seconds, **sampling)  # fmt: skip
+    synth.write(results, out_dir, extra={"prompt": prompt.id if prompt else None})
+    done = [r for r in results if not r.skipped]
+    audio = sum(r.info["duration"] for r in done)
+    wall = sum(r.info["wall_s"] for r in done)
+    print(f"{len(done)} of {len(results)} lines -> {out_dir} ({audio:.1f} s of audio, "
+          f"{wall:.1f} s wall incl. compilation, RTF {wall / max(audio, 1e-9):.3f})")
+    return results

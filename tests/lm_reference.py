@@ -1,0 +1,82 @@
+"""Test helpers: a tiny random TTS LM and a plain-Python, uncached reference decoder.
+
+The reference re-runs the full (uncached) forward on the whole sequence at every step and
+implements chunked decoding with ordinary Python control flow, one row at a time: it shares
+no code with `jaxtts.decode` except the model's forward and heads.
+"""
+
+import functools
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from jaxtts.models.lm import TTSLM, LMConfig
+
+TINY = LMConfig(num_text_symbols=24, num_speech_tokens=16, d_model=32, num_layers=2, num_heads=2,
+                head_dim=16, d_ff=64, num_mtp_heads=4)  # fmt: skip
+
+
+def random_rows(n, seed=0, cfg=TINY, max_text=9, max_prompt=6):
+    """n rows of (text ids, prompt tokens) with different lengths."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        t = rng.integers(2, cfg.num_text_symbols, rng.integers(3, max_text + 1))
+        p = rng.integers(0, cfg.num_speech_tokens, rng.integers(0, max_prompt + 1))
+        rows.append((t.astype(np.int32), p.astype(np.int32)))
+    return rows
+
+
+def init_params(cfg=TINY, seed=0, eos_bias=None):
+    """Random params; `eos_bias` adds a constant to the EOS logit of every head so random
+    models stop at different times."""
+    m = TTSLM(cfg)
+    text = np.ones((1, 4), np.int32)
+    speech = np.full((1, 3), cfg.bos, np.int32)
+    params = nn.unbox(m.init(jax.random.key(seed), text, np.array([4]), speech, np.array([3])))
+    params = params["params"]
+    if eos_bias is not None:
+        params = jax.tree_util.tree_map_with_path(
+            lambda p, x: x.at[..., cfg.eos].add(eos_bias) if _is_out_bias(p, cfg) else x, params)
+    return params
+
+
+def _is_out_bias(path, cfg):
+    keys = [getattr(k, "key", "") for k in path]
+    return keys[-1] == "bias" and keys[0] == "base_head"
+
+
+@functools.lru_cache(maxsize=4)
+def _forward(cfg):
+    m = TTSLM(cfg)
+    return jax.jit(lambda p, t, tl, s, sl: m.apply({"params": p}, t, tl, s, sl)[0])
+
+
+def reference_decode(params, text, prompt, chunk, max_new, cfg=TINY):
+    """Greedy chunked decoding of ONE row with full uncached forwards; returns token list.
+
+    Every step re-runs the whole sequence through the training forward (padded to one fixed
+    width, so it compiles once; padding is masked by `speech_len`).
+    """
+    width = 1 + len(prompt) + max_new + chunk
+    out = []
+    while len(out) < max_new:
+        seq = [cfg.bos, *prompt.tolist(), *out]
+        speech = np.full((1, width), cfg.pad, np.int32)
+        speech[0, : len(seq)] = seq
+        logits = _forward(cfg)(params, text[None], np.array([len(text)]), speech,
+                               np.array([len(seq)]))  # fmt: skip
+        heads = np.asarray(logits[0, len(seq) - 1, :chunk])  # [C, V]
+        stop = False
+        for k in range(chunk):
+            tok = int(np.argmax(heads[k]))
+            if tok == cfg.eos:
+                stop = True
+                break
+            out.append(tok)
+            if len(out) >= max_new:
+                break
+        if stop:
+            break
+    return out

@@ -1,0 +1,237 @@
+"""TTS LM: cache equivalence, decoding vs a Python reference, batch invariance, MTP loss values."""
+
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from lm_reference import TINY, init_params, random_rows, reference_decode  # noqa: E402
+
+from jaxtts.decode import registry  # noqa: E402
+from jaxtts.decode.base import (  # noqa: E402
+    PromptBatch,
+    SamplingConfig,
+    filter_logits,
+    row_keys,
+)
+from jaxtts.errors import ConfigError  # noqa: E402
+from jaxtts.models.lm import TTSLM  # noqa: E402
+from jaxtts.train import losses  # noqa: E402
+
+GREEDY = SamplingConfig(greedy=True)
+
+
+def batch_of(rows, text_width=None, prompt_width=None):
+    x = text_width or max(len(t) for t, _ in rows)
+    p = prompt_width or max(1, max(len(q) for _, q in rows))
+    text = np.zeros((len(rows), x), np.int32)
+    prompt = np.zeros((len(rows), p), np.int32)
+    for i, (t, q) in enumerate(rows):
+        text[i, : len(t)], prompt[i, : len(q)] = t, q
+    return PromptBatch(text, np.array([len(t) for t, _ in rows], np.int32), prompt,
+                       np.array([len(q) for _, q in rows], np.int32))
+
+
+@pytest.fixture(scope="module")
+def params():
+    # An EOS bias that makes random rows stop after a few to ~20 tokens.
+    return init_params(eos_bias=0.9)
+
+
+def test_prefill_and_cached_steps_equal_full_forward(params):
+    m = TTSLM(TINY)
+    rng = np.random.default_rng(0)
+    b, x, t = 3, 8, 12
+    text = rng.integers(2, TINY.num_text_symbols, (b, x)).astype(np.int32)
+    text_len = np.array([8, 5, 3], np.int32)
+    speech = rng.integers(0, TINY.num_speech_tokens, (b, t)).astype(np.int32)
+    speech[:, 0] = TINY.bos
+    full_logits, full_h = m.apply({"params": params}, text, text_len, speech,
+                                  np.full((b,), t, np.int32))  # fmt: skip
+    cache = m.apply({"params": params}, b, x, t + 4, method="init_cache")
+    p_len = np.array([4, 2, 1], np.int32)  # per-row prompt lengths (BOS included)
+    h, cache = m.apply({"params": params}, text, text_len, speech[:, :4], p_len, cache,
+                       method="prefill")  # fmt: skip
+    for i in range(b):
+        np.testing.assert_allclose(h[i, : p_len[i]], full_h[i, : p_len[i]], atol=1e-5)
+    # then one token at a time, each row from its own offset
+    got = [[np.asarray(h[i, j]) for j in range(p_len[i])] for i in range(b)]
+    for _ in range(t - 1):
+        pos = np.asarray(cache.speech_len)
+        nxt = np.stack([speech[i, min(pos[i], t - 1)] for i in range(b)])[:, None]
+        h, cache = m.apply({"params": params}, jnp.asarray(nxt), cache, method="extend")
+        for i in range(b):
+            if pos[i] < t:
+                got[i].append(np.asarray(h[i, 0]))
+    for i in range(b):
+        np.testing.assert_allclose(np.stack(got[i][:t]), full_h[i], atol=2e-5)
+    logits = m.apply({"params": params}, full_h, method="heads")
+    np.testing.assert_allclose(logits, full_logits, atol=1e-5)
+    assert full_logits.shape == (b, t, TINY.num_mtp_heads, TINY.out_vocab)
+
+
+def test_cache_rollback_then_extend_equals_direct(params):
+    m = TTSLM(TINY)
+    text = np.array([[3, 4, 5, 6]], np.int32)
+    toks = np.array([[TINY.bos, 1, 2, 3, 4, 5]], np.int32)
+    cache = m.apply({"params": params}, 1, 4, 10, method="init_cache")
+    _, cache = m.apply({"params": params}, text, np.array([4]), toks[:, :2], np.array([2]),
+                       cache, method="prefill")  # fmt: skip
+    _, c1 = m.apply({"params": params}, jnp.array([[7, 8, 9]]), cache, method="extend")
+    c1 = c1.rollback(jnp.array([2]))  # reject all three drafted tokens
+    h_a, _ = m.apply({"params": params}, toks[:, 2:5], c1, method="extend")
+    h_b, _ = m.apply({"params": params}, toks[:, 2:5], cache, method="extend")
+    np.testing.assert_allclose(h_a, h_b, atol=1e-6)
+
+
+@pytest.mark.parametrize("spec", ["far", "car:2", "car:4"])
+def test_while_loop_equals_python_reference(params, spec):
+    strat = registry.get(spec)
+    rows = random_rows(5, seed=1)
+    out = strat(params, batch_of(rows), row_keys(0, range(5)), cfg=TINY, max_new_tokens=24,
+                sampling=GREEDY)  # fmt: skip
+    lengths = []
+    for i, (t, p) in enumerate(rows):
+        ref = reference_decode(params, t, p, strat.chunk, 24)
+        got = np.asarray(out.tokens[i, : out.length[i]]).tolist()
+        assert got == ref, (spec, i)
+        assert np.all(np.asarray(out.tokens[i, out.length[i]:]) == -1)
+        assert int(out.steps[i]) == (len(ref) // strat.chunk + 1 if len(ref) < 24
+                                     else -(-24 // strat.chunk))  # fmt: skip
+        lengths.append(len(ref))
+    assert len(set(lengths)) > 2, lengths  # the rows really stop at different times
+    assert int(out.num_forwards) == int(np.max(out.steps))
+
+
+def test_batch_n_equals_batch_1(params):
+    rows = random_rows(6, seed=2)
+    strat = registry.get("car:3")
+    big = strat(params, batch_of(rows, 16, 8), row_keys(5, range(6)), cfg=TINY,
+                max_new_tokens=20, sampling=GREEDY)  # fmt: skip
+    for i, row in enumerate(rows):
+        one = strat(params, batch_of([row]), row_keys(5, [i]), cfg=TINY, max_new_tokens=20,
+                    sampling=GREEDY)  # fmt: skip
+        n = int(one.length[0])
+        assert int(big.length[i]) == n
+        np.testing.assert_array_equal(big.tokens[i, :n], one.tokens[0, :n])
+
+
+def test_batch_n_equals_batch_1_when_sampling(params):
+    rows = random_rows(4, seed=3)
+    s = SamplingConfig(temperature=1.0, top_k=8)
+    strat = registry.get("car:2")
+    big = strat(params, batch_of(rows, 12, 8), row_keys(9, range(4)), cfg=TINY,
+                max_new_tokens=16, sampling=s)  # fmt: skip
+    for i, row in enumerate(rows):
+        one = strat(params, batch_of([row]), row_keys(9, [i]), cfg=TINY, max_new_tokens=16,
+                    sampling=s)  # fmt: skip
+        n = int(one.length[0])
+        assert int(big.length[i]) == n
+        np.testing.assert_array_equal(big.tokens[i, :n], one.tokens[0, :n])
+
+
+def test_car_c1_equals_far(params):
+    rows = random_rows(4, seed=4)
+    a = registry.get("far")(params, batch_of(rows), row_keys(0, range(4)), cfg=TINY,
+                            max_new_tokens=20, sampling=GREEDY)  # fmt: skip
+    b = registry.get("car:1")(params, batch_of(rows), row_keys(0, range(4)), cfg=TINY,
+                              max_new_tokens=20, sampling=GREEDY)  # fmt: skip
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_array_equal(a.steps, b.steps)
+
+
+def test_eos_in_chunk_stops_row_at_first_eos():
+    """Scripted logits: with chunk 3 and head 2 certain of EOS, each row accepts exactly one
+    token and stops; the token head 3 proposed after the EOS is discarded."""
+    params = init_params(seed=4)
+    eos = TINY.eos
+    w = params["head_2"]["out"]["kernel"]
+    # a bias of 50 in head 2's first residual block shifts every feature by ~50, and an output
+    # kernel that only reads them into EOS makes EOS win by ~50 * D
+    params["head_2"]["res_0"]["bias"] = params["head_2"]["res_0"]["bias"].at[:].set(50.0)
+    params["head_2"]["out"]["kernel"] = jnp.zeros_like(w).at[:, eos].set(1.0)
+    params["base_head"]["bias"] = params["base_head"]["bias"].at[eos].set(-100.0)
+    rows = random_rows(3, seed=6)
+    batch = batch_of(rows)
+    out = registry.get("car:3")(params, batch, row_keys(0, range(3)), cfg=TINY,
+                                max_new_tokens=10, sampling=GREEDY)  # fmt: skip
+    np.testing.assert_array_equal(out.length, [1, 1, 1])
+    np.testing.assert_array_equal(out.steps, [1, 1, 1])
+    assert not np.any(np.asarray(out.hit_max))
+    assert np.all(np.asarray(out.tokens[:, 1:]) == -1)
+    for i, (t, p) in enumerate(rows):
+        assert reference_decode(params, t, p, 3, 10) == [int(out.tokens[i, 0])]
+    far = registry.get("far")(params, batch, row_keys(0, range(3)), cfg=TINY,
+                              max_new_tokens=10, sampling=GREEDY)  # the base head never stops
+    np.testing.assert_array_equal(far.length, [10, 10, 10])
+    assert np.all(np.asarray(far.hit_max)) and int(far.num_forwards) == 10
+
+
+def test_strategy_registry_errors():
+    with pytest.raises(ConfigError, match="unknown strategy 'xyz'"):
+        registry.get("xyz")
+    with pytest.raises(ConfigError, match="expected car:<chunk size>"):
+        registry.get("car:abc")
+    with pytest.raises(ConfigError, match="needs 7 prediction heads, the model has 4"):
+        registry.get("car:7").check(TINY)
+
+
+def test_filter_logits_top_k_top_p():
+    logits = jnp.log(jnp.array([0.5, 0.3, 0.15, 0.05]))
+    k2 = filter_logits(logits, SamplingConfig(top_k=2))
+    assert np.isfinite(np.asarray(k2)).tolist() == [True, True, False, False]
+    p = filter_logits(logits, SamplingConfig(top_p=0.7))  # 0.5 + 0.3 >= 0.7
+    assert np.isfinite(np.asarray(p)).tolist() == [True, True, False, False]
+    p1 = filter_logits(logits, SamplingConfig(top_p=0.4))
+    assert np.isfinite(np.asarray(p1)).tolist() == [True, False, False, False]
+    t = filter_logits(logits, SamplingConfig(temperature=2.0))
+    np.testing.assert_allclose(t, logits / 2.0, rtol=1e-6)
+
+
+def test_mtp_targets_and_loss_hand_computed():
+    # one row: prompt of 1 token, 2 target tokens, EOS; K = 2 heads; vocab 4 (EOS = 3)
+    speech = jnp.array([[2, 0, 1, 0]])  # last entry is padding
+    tgt, valid = losses.mtp_targets(speech, jnp.array([3]), jnp.array([1]), eos=3, num_heads=2)
+    # input positions t = 0..4 of [BOS, 2, 0, 1, PAD]; head1 targets y_t, head2 y_{t+1}
+    np.testing.assert_array_equal(tgt[0, :, 0], [2, 0, 1, 3, 0])
+    np.testing.assert_array_equal(valid[0, :, 0], [False, True, True, True, False])
+    np.testing.assert_array_equal(tgt[0, :4, 1], [0, 1, 3, 0])
+    np.testing.assert_array_equal(valid[0, :, 1], [True, True, True, False, False])
+    logits = jnp.log(jnp.full((1, 5, 2, 4), 0.25)).at[0, 1, 0, 0].set(jnp.log(3.0))
+    loss, metrics = losses.mtp_loss(logits, tgt, valid, alpha=0.5)
+    ce_uniform = np.log(4.0)
+    ce_boost = -np.log(3.0 / (3.0 + 0.75))  # the boosted, correct logit at (t=1, head 1)
+    head1 = ce_boost + 2 * ce_uniform  # 3 valid targets
+    head2 = 3 * ce_uniform  # 3 valid targets
+    np.testing.assert_allclose(float(loss), (head1 + 0.5 * head2) / 3, rtol=1e-6)
+    assert float(metrics["weight"]) == 3.0
+    np.testing.assert_allclose(float(metrics["ce_1"]), head1 / 3, rtol=1e-6)
+    np.testing.assert_allclose(float(metrics["acc_1"]), 1 / 3, rtol=1e-6)
+
+
+def test_lm_task_loss_ignores_padding_rows_and_prompt():
+    from jaxtts.train.lm_task import LMTask
+
+    task = LMTask(TINY)
+    batch = {
+        "text": np.array([[3, 4, 5, 0], [0, 0, 0, 0]], np.int32),
+        "text_len": np.array([3, 0], np.int32),
+        "speech": np.array([[1, 2, 3, 4, 0], [0, 0, 0, 0, 0]], np.int32),
+        "speech_len": np.array([4, 0], np.int32),
+        "prompt_len": np.array([2, 0], np.int32),
+    }
+    params = jax.jit(task.init)(jax.random.key(0), batch)
+    loss_fn = jax.jit(lambda p, b: task.loss(p, b, jax.random.key(1), train=False))
+    loss, metrics = loss_fn(params, batch)
+    assert float(metrics["weight"]) == 3.0  # tokens 3, 4 and EOS of row 0; prompt excluded
+    one = {k: v[:1] for k, v in batch.items()}
+    loss1, _ = loss_fn(params, one)
+    np.testing.assert_allclose(float(loss), float(loss1), rtol=1e-6)
+    other = dict(batch, speech=batch["speech"].copy())
+    other["speech"][0, :2] = [7, 8]  # change only the prompt tokens' targets
+    _, m2 = loss_fn(params, other)
+    assert float(m2["weight"]) == 3.0
