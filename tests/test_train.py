@@ -9,7 +9,6 @@ import sys
 import time
 
 import jax
-import ml_collections as mlc
 import numpy as np
 import pytest
 

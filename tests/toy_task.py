@@ -1,7 +1,6 @@
 """A small regression task with logically partitioned params, for trainer/mesh tests."""
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import numpy as np
 

@@ -575,9 +575,12 @@ class LMLoader(BucketedLoader):
     def from_config(cls, records: Sequence[LMRecord], data_cfg, frame_rate: float, **kw
                     ) -> LMLoader:  # fmt: skip
         """From the `data` config block (configs/common.py: batch_size, max_text_len,
-        max_speech_len, bucket_step, prompt_seconds, seed)."""
+        max_speech_len, bucket_step (speech; text uses text_bucket_step when set),
+        prompt_seconds, seed)."""
         return cls(records, data_cfg.batch_size,
-                   text_buckets=make_buckets(data_cfg.max_text_len, data_cfg.bucket_step),
+                   text_buckets=make_buckets(data_cfg.max_text_len,
+                                             data_cfg.get("text_bucket_step") or
+                                             data_cfg.bucket_step),
                    speech_buckets=make_buckets(data_cfg.max_speech_len, data_cfg.bucket_step),
                    prompt_seconds=data_cfg.prompt_seconds, frame_rate=frame_rate,
                    seed=data_cfg.seed, **kw)  # fmt: skip

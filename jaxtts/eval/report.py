@@ -1,0 +1,159 @@
+"""Tables (markdown) and plots (matplotlib Agg) for `jaxtts.evaluate` results."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+# (key, header, formatter)
+COLUMNS = [
+    ("name", "row", str),
+    ("num_utts", "N", lambda v: f"{v:d}"),
+    ("wer_domain", "WER domain-LM %", lambda v: f"{100 * v:.1f}"),
+    ("wer_default", "WER default-LM %", lambda v: f"{100 * v:.1f}"),
+    ("wer_default_delta", "Δ default vs GT (pp)", lambda v: f"{100 * v:+.1f}"),
+    ("sim", "SIM", lambda v: f"{v:.3f}"),
+    ("mcd", "MCD dB", lambda v: f"{v:.2f}"),
+    ("logf0_rmse", "logF0 RMSE", lambda v: f"{v:.3f}"),
+    ("rtf", "RTF", lambda v: f"{v:.3g}"),
+    ("lm_rtf", "LM-RTF", lambda v: f"{v:.3g}"),
+    ("forwards_per_audio_s", "steps / audio s", lambda v: f"{v:.1f}"),
+    ("tokens_per_s", "tokens/s", lambda v: f"{v:.0f}"),
+    ("kv_bytes_per_audio_s", "KV bytes / audio s", lambda v: f"{v:.3g}"),
+    ("compile_s", "compile s", lambda v: f"{v:.1f}"),
+    ("failed", "failed", lambda v: f"{v:d}"),
+]
+ALWAYS = {"name", "num_utts", "wer_domain", "wer_default", "wer_default_delta", "sim", "mcd",
+          "logf0_rmse", "rtf", "forwards_per_audio_s", "failed"}
+
+
+def _cell(fmt, v) -> str:
+    return "—" if v is None else fmt(v)
+
+
+def markdown_table(results: dict) -> str:
+    """One line per row; optional speed columns only when some row has them."""
+    rows = results["rows"]
+    cols = [c for c in COLUMNS
+            if c[0] in ALWAYS or any(r.get(c[0]) is not None for r in rows)]
+    lines = ["| " + " | ".join(h for _, h, _ in cols) + " |",
+             "|" + "|".join("---" if k == "name" else "--:" for k, _, _ in cols) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(_cell(f, r.get(k)) for k, _, f in cols) + " |")
+    return "\n".join(lines)
+
+
+def markdown_report(results: dict) -> str:
+    """results.md: table, definitions, warnings, failures."""
+    out = [f"# Evaluation: {results['corpus']} / {results['split']} "
+           f"({results['num_utts']} utterances)", "", markdown_table(results), ""]
+    asr = results.get("asr") or {}
+    out += [
+        "WER: PocketSphinx "
+        + (", ".join(f"{k}={v}" for k, v in asr.items()) or "unavailable")
+        + "; domain LM = training-split sentences (+ fresh generator sentences for the "
+        "built-in corpus), never dev/test ones. Δ = default-LM WER minus the "
+        "ground-truth row's (the ASR floor). MCD: DTW-aligned mel-cepstral distortion over "
+        "c1..c24; logF0 RMSE: natural log, frames voiced in both (see jaxtts/eval/metrics.py). "
+        "RTF: wall / audio seconds at batch 1 after a warm-up call (compile excluded). "
+        f"SIM encoder: {results.get('speaker_encoder') or 'none'}.", "",
+    ]
+    if results.get("warnings"):
+        out += ["## Warnings", ""] + [f"- {w}" for w in results["warnings"]] + [""]
+    fails = [(r["name"], u["id"], u["error"]) for r in results["rows"]
+             for u in r["utterances"] if u.get("error")]
+    if fails:
+        out += ["## Failed utterances (scored WER 100%)", ""]
+        out += [f"- {n} / {i}: {e}" for n, i, e in fails[:50]]
+        if len(fails) > 50:
+            out.append(f"- ... {len(fails) - 50} more in results.json")
+        out.append("")
+    mem = results.get("memory") or {}
+    if mem:
+        dev = mem.get("device") or {}
+        out.append(f"Peak host RSS {mem.get('peak_host_rss_bytes', 0) / 2**20:.0f} MiB; device "
+                   + (f"peak {dev['peak_bytes_in_use'] / 2**20:.0f} MiB"
+                      if dev.get("peak_bytes_in_use") else "memory stats unavailable") + ".")
+    return "\n".join(out) + "\n"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "row"
+
+
+def save_samples(folder: Path, samples_by_row: dict, n: int, sr: int) -> None:
+    """First `n` non-empty outputs of each row as 16-bit wavs under folder/<row>/<id>.wav."""
+    import soundfile as sf
+
+    if n <= 0:
+        return
+    for name, samples in samples_by_row.items():
+        d = Path(folder) / _slug(name)
+        kept = [s for s in samples if s.wav.size and not s.error][:n]
+        if kept:
+            d.mkdir(parents=True, exist_ok=True)
+        for s in kept:
+            sf.write(d / f"{_slug(s.id)}.wav", np.clip(s.wav, -1, 1), sr, subtype="PCM_16")
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_wer_vs_rtf(results: dict, path: Path) -> bool:
+    """Scatter of WER (both LMs) vs RTF, one point per timed row. False if nothing to plot."""
+    pts = [r for r in results["rows"] if r.get("rtf") and r.get("rtf") > 0]
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, title in ((axes[0], "wer_domain", "domain LM"),
+                           (axes[1], "wer_default", "default LM")):
+        for r in pts:
+            if r.get(key) is None:
+                continue
+            ax.scatter(r["rtf"], 100 * r[key])
+            ax.annotate(r["name"], (r["rtf"], 100 * r[key]), fontsize=8,
+                        xytext=(3, 3), textcoords="offset points")
+        gt = next((r for r in results["rows"] if r["kind"] == "ground_truth"), None)
+        if gt is not None and gt.get(key) is not None:
+            ax.axhline(100 * gt[key], ls="--", c="gray", lw=1, label="ground truth")
+            ax.legend(fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlabel("RTF (wall / audio s, batch 1)")
+        ax.set_ylabel("WER %")
+        ax.set_title(f"WER ({title}) vs RTF")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return bool(pts)
+
+
+def plot_mels(samples_by_row: dict, path: Path, index: int = 0) -> bool:
+    """Log-mel spectrogram of utterance `index` for every row, stacked. False if none."""
+    from jaxtts.data.audio import MelConfig, log_mel
+
+    cfg = MelConfig()
+    items = []
+    for name, samples in samples_by_row.items():
+        if len(samples) > index and samples[index].wav.size:
+            items.append((name, samples[index].id, np.asarray(log_mel(samples[index].wav, cfg))))
+    if not items:
+        return False
+    plt = _plt()
+    fig, axes = plt.subplots(len(items), 1, figsize=(10, 2.2 * len(items)), squeeze=False)
+    for ax, (name, uid, mel) in zip(axes[:, 0], items):
+        ax.imshow(mel.T, origin="lower", aspect="auto", interpolation="nearest")  # [80, T]
+        ax.set_title(f"{name}: {uid}", fontsize=9)
+        ax.set_ylabel("mel")
+    axes[-1, 0].set_xlabel("frame")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True

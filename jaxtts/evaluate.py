@@ -1,0 +1,564 @@
+"""Evaluate TTS rows on a corpus split: WER (2 LMs), SIM, MCD, logF0 RMSE, RTF.
+
+    python -m jaxtts.evaluate --corpus data/builtin --split test --out out/eval --num 50 \
+        --rows ground_truth,resynth:griffin_lim,tokenizer:<dir> \
+        [--workdir runs/x --strategies far,car:3]
+
+Rows (``--rows``, comma separated):
+  ground_truth          the corpus audio itself (the WER floor of the ASR)
+  resynth:<vocoder>     ground-truth log-mel -> vocoder (`make_vocoder(kind, MelConfig())`)
+  tokenizer:<dir>       ground-truth audio -> tokenizer encode -> decode -> vocoder (ceiling)
+  model:<strategy>      `jaxtts.synthesize.make_synthesizer(workdir, strategy)` (see below)
+``--strategies a,b`` is shorthand for ``model:a,model:b``.
+
+Model rows use the `Synthesizer` interface: a callable
+``synth(texts: list[str], prompts: list[Prompt]) -> list[(float32[N] wav, info dict)]``.
+It is called with batch 1 (RTF is defined at batch 1), once untimed on the first utterance
+(compile time) and then timed on every utterance. Optional info keys: ``sample_rate``
+(default 16000), ``lm_s`` (token-generator seconds), ``num_tokens``, ``num_forwards``
+(model forward calls / decoding steps), ``kv_cache_bytes``. `jaxtts/synthesize.py` should
+provide ``make_synthesizer(workdir: str, strategy: str) -> Synthesizer``; Python callers can
+pass ``evaluate(..., synthesizers={"name": synth})`` directly.
+
+Prompts: each target utterance is prompted with the next utterance (manifest order, cyclic)
+of the same speaker in the same split. SIM = cos(embed(prompt audio), embed(output)).
+
+Robustness: a synthesizer exception, empty/silent/non-finite output or a wrong sample rate
+never stops the table: failures score WER 1.0 (empty transcript), count in ``failed`` and
+are listed with a one-line reason in results.json; other rates are resampled to 16 kHz.
+Ground-truth clips that cannot be loaded are dropped with a warning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from tqdm import tqdm
+
+from jaxtts.errors import ConfigError, JaxttsError, MissingDependencyError
+from jaxtts.eval import metrics as M
+from jaxtts.eval.speed import Timer, block, memory_report, speed_stats
+from jaxtts.synthesize import Prompt, prompt_ids
+
+EVAL_SR = 16000
+
+
+class Synthesizer(Protocol):
+    """`synth(texts, prompts) -> list[(wav float32[N], info dict)]` (see module docstring)."""
+
+    def __call__(self, texts: list[str], prompts: list[Prompt]) -> list[tuple[np.ndarray, dict]]:
+        ...
+
+
+@dataclass
+class Sample:
+    """One scored utterance of one row."""
+
+    id: str
+    speaker: str
+    text: str
+    wav: np.ndarray  # float32 [N] at 16 kHz (empty on failure)
+    info: dict = field(default_factory=dict)
+    wall_s: float | None = None
+    error: str | None = None
+
+
+# ------------------------------------------------------------------------------------------
+# Rows
+# ------------------------------------------------------------------------------------------
+
+
+class _Row:
+    kind = "row"
+    timed = True
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def generate(self, utt, gt_wav: np.ndarray, prompt: Prompt) -> tuple[np.ndarray, dict]:
+        raise NotImplementedError
+
+
+class _GroundTruth(_Row):
+    kind, timed = "ground_truth", False
+
+    def generate(self, utt, gt_wav, prompt):
+        return gt_wav, {"sample_rate": EVAL_SR}
+
+
+class _Resynth(_Row):
+    kind = "resynth"
+
+    def __init__(self, name: str, vocoder_kind: str):
+        super().__init__(name)
+        from jaxtts.data.audio import MelConfig
+        from jaxtts.data.vocoder import make_vocoder
+
+        self.mel_cfg = MelConfig()
+        self.vocoder = make_vocoder(vocoder_kind, self.mel_cfg)
+
+    def generate(self, utt, gt_wav, prompt):
+        from jaxtts.data.audio import log_mel
+
+        mel = log_mel(gt_wav, self.mel_cfg)  # [T, 80]
+        wav = self.vocoder.mel_to_audio(mel)  # [N]
+        return wav, {"sample_rate": int(self.vocoder.sample_rate)}
+
+
+class _TokenizerRow(_Row):
+    kind = "tokenizer"
+
+    def __init__(self, name: str, tok_dir: str, vocoder_kind: str = "griffin_lim"):
+        super().__init__(name)
+        from jaxtts.data.audio import MelConfig
+        from jaxtts.data.tokenizers import load_tokenizer
+        from jaxtts.data.vocoder import make_vocoder
+
+        self.tokenizer = load_tokenizer(tok_dir)
+        self.mel_cfg = getattr(self.tokenizer, "mel_cfg", None) or MelConfig()
+        self.vocoder = make_vocoder(vocoder_kind, self.mel_cfg)
+
+    def generate(self, utt, gt_wav, prompt):
+        from jaxtts.data.audio import log_mel
+
+        mel = log_mel(gt_wav, self.mel_cfg)  # [T, 80]
+        tokens = self.tokenizer.encode(mel)  # [T'] or [T', n_mels]
+        out = np.asarray(self.tokenizer.decode(tokens))
+        wav = self.vocoder.mel_to_audio(out) if out.ndim == 2 else out
+        return wav, {"sample_rate": int(self.vocoder.sample_rate), "num_tokens": len(tokens)}
+
+
+class _SynthRow(_Row):
+    kind = "model"
+
+    def __init__(self, name: str, synth: Synthesizer):
+        super().__init__(name)
+        self.synth = synth
+
+    def generate(self, utt, gt_wav, prompt):
+        out = self.synth([utt.text], [prompt])
+        if len(out) != 1:
+            raise ConfigError(f"synthesizer {self.name}: returned {len(out)} outputs for 1 text")
+        wav, info = out[0]
+        return wav, dict(info or {})
+
+
+def make_row(spec: str, workdir: str | None) -> _Row:
+    kind, _, arg = spec.partition(":")
+    if kind == "ground_truth" and not arg:
+        return _GroundTruth("ground truth")
+    try:
+        if kind == "resynth":
+            return _Resynth(f"resynth {arg or 'griffin_lim'}", arg or "griffin_lim")
+        if kind == "tokenizer" and arg:
+            return _TokenizerRow(f"tokenizer {Path(arg).name}", arg)
+    except ImportError as e:
+        raise MissingDependencyError(f"--rows {spec}: {e}") from None
+    if kind == "model" and arg:
+        if not workdir:
+            raise ConfigError(f"--rows {spec}: model rows need --workdir")
+        try:
+            from jaxtts.synthesize import make_synthesizer
+        except ImportError as e:
+            raise MissingDependencyError(
+                f"jaxtts/synthesize.py: make_synthesizer(workdir, strategy) unavailable ({e})"
+            ) from None
+        return _SynthRow(arg, make_synthesizer(workdir, arg))
+    raise ConfigError(f"--rows {spec!r}: expected ground_truth, resynth:<vocoder>, "
+                      "tokenizer:<dir> or model:<strategy>")
+
+
+# ------------------------------------------------------------------------------------------
+# Helpers
+# ------------------------------------------------------------------------------------------
+
+
+def _to_eval_wav(wav: Any, sr: int) -> np.ndarray:
+    """Validate a generated clip and bring it to 16 kHz mono float32. Raises JaxttsError."""
+    from jaxtts.errors import AudioError
+
+    x = np.asarray(block(wav), dtype=np.float32)
+    if x.ndim == 2 and 1 in x.shape:
+        x = x.reshape(-1)
+    if x.ndim != 1:
+        raise AudioError(f"output audio of shape {x.shape}, expected mono float32[N]")
+    if not np.all(np.isfinite(x)):
+        raise AudioError("output audio has NaN/inf samples, expected finite values")
+    if isinstance(sr, (float, np.floating)) and float(sr).is_integer():
+        sr = int(sr)
+    if not isinstance(sr, (int, np.integer)) or sr <= 0:
+        raise AudioError(f"output sample_rate {sr!r}, expected a positive int")
+    if sr != EVAL_SR and x.size:
+        from scipy.signal import resample_poly
+
+        g = math.gcd(int(sr), EVAL_SR)
+        x = resample_poly(x, EVAL_SR // g, int(sr) // g).astype(np.float32)
+    return x
+
+
+def _one_line(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0] if msg else ''}"
+
+
+def select_utterances(utts: list, num: int | None) -> list:
+    """Round-robin over speakers (manifest order within a speaker) -> first `num` utterances."""
+    if num is None or num >= len(utts):
+        return list(utts)
+    by_spk: dict[str, list] = {}
+    for u in utts:
+        by_spk.setdefault(u.speaker, []).append(u)
+    queues = [list(v) for _, v in sorted(by_spk.items())]
+    out = []
+    while len(out) < num:
+        for q in queues:
+            if q and len(out) < num:
+                out.append(q.pop(0))
+    return out
+
+
+def _mean(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None and np.isfinite(x)]
+    return float(np.mean(xs)) if xs else None
+
+
+# ------------------------------------------------------------------------------------------
+# Scoring
+# ------------------------------------------------------------------------------------------
+
+
+AUTO_LM_GENERATED = 150_000  # generator sentences added to the built-in corpus's domain LM
+
+
+def make_asrs(
+    corpus_dir: str | os.PathLike, num_workers: int = 1, progress: bool = True,
+    cache_dir: str | None = None, lm_generated: int | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """{'domain': ASR, 'default': ASR} (missing ones left out) and warnings.
+
+    `lm_generated=None`: AUTO_LM_GENERATED fresh generator sentences (dev/test removed) join
+    the training sentences for the built-in corpus (it has speakers.json), none otherwise.
+    Measured on data/builtin test: domain-LM WER 33% (train only) -> 17% (with them).
+    """
+    if lm_generated is None:
+        lm_generated = AUTO_LM_GENERATED if (Path(corpus_dir) / "speakers.json").exists() else 0
+    asrs, warn = {}, []
+    try:
+        from jaxtts.eval.asr import PocketSphinxASR
+
+        for lm in ("domain", "default"):
+            kw = {"generated_sentences": lm_generated} if lm == "domain" else {}
+            asrs[lm] = PocketSphinxASR.from_corpus(corpus_dir, lm=lm, num_workers=num_workers,
+                                                   progress=progress, cache_dir=cache_dir, **kw)
+        missing = asrs["domain"].missing_words
+        if missing:
+            warn.append(f"domain LM: {len(missing)} training words have no pronunciation "
+                        f"and can never be recognised: {' '.join(missing[:20])}")
+    except MissingDependencyError as e:
+        warn.append(f"WER columns disabled: {e}")
+        asrs = {}
+    return asrs, warn
+
+
+def score_samples(
+    samples: list[Sample],
+    asrs: dict[str, Any],
+    gt_wavs: dict[str, np.ndarray] | None = None,
+    prompts: dict[str, np.ndarray] | None = None,
+    speaker_encoder: Any = None,
+    progress: bool = True,
+) -> list[dict]:
+    """Per-utterance scores: transcripts + WER per ASR, SIM, MCD, logF0 RMSE."""
+    rows = [{"id": s.id, "speaker": s.speaker, "ref": M.normalize_for_wer(s.text),
+             "duration": len(s.wav) / EVAL_SR, "wall_s": s.wall_s, "error": s.error}
+            for s in samples]
+    for lm, asr in asrs.items():
+        hyps = asr.transcribe([s.wav for s in samples], EVAL_SR)
+        details = M.wer_details([r["ref"] for r in rows], hyps)
+        for r, d in zip(rows, details):
+            r[f"hyp_{lm}"] = d.hyp
+            r[f"wer_{lm}"] = d.wer
+            r[f"errors_{lm}"], r[f"words_{lm}"] = d.errors, d.num_ref_words
+    if speaker_encoder is not None and prompts is not None:
+        from jaxtts.eval.speaker import speaker_similarity
+
+        ok = [i for i, s in enumerate(samples) if s.wav.size and np.any(s.wav)]
+        sims = speaker_similarity(speaker_encoder, [prompts[samples[i].id] for i in ok],
+                                  [samples[i].wav for i in ok], EVAL_SR) if ok else []
+        for r in rows:
+            r["sim"] = None
+        for i, v in zip(ok, sims):
+            rows[i]["sim"] = float(v)
+    if gt_wavs is not None:
+        for s, r in zip(tqdm(samples, desc="mcd/f0", disable=not progress, leave=False), rows):
+            r["mcd"] = r["logf0_rmse"] = None
+            if s.error:
+                continue
+            try:
+                d = M.spectral_distortion(gt_wavs[s.id], s.wav, EVAL_SR)
+            except JaxttsError as e:  # silent/empty output: undefined, counted as failure
+                r["error"] = r["error"] or _one_line(e)
+                continue
+            r["mcd"] = d["mcd"]
+            r["logf0_rmse"] = d["logf0_rmse"] if np.isfinite(d["logf0_rmse"]) else None
+    return rows
+
+
+def _summarise(row: _Row, samples: list[Sample], per: list[dict], compile_s: float | None,
+               asrs: dict) -> dict:
+    out: dict[str, Any] = {"name": row.name, "kind": row.kind, "num_utts": len(samples),
+                           "failed": sum(1 for r in per if r["error"])}
+    for lm in ("domain", "default"):
+        if lm in asrs:
+            errs = sum(r[f"errors_{lm}"] for r in per)
+            words = sum(r[f"words_{lm}"] for r in per)
+            out[f"wer_{lm}"] = errs / words if words else None
+        else:
+            out[f"wer_{lm}"] = None
+    out["sim"] = _mean([r.get("sim") for r in per])
+    out["mcd"] = _mean([r.get("mcd") for r in per]) if row.kind != "ground_truth" else None
+    out["logf0_rmse"] = (_mean([r.get("logf0_rmse") for r in per])
+                         if row.kind != "ground_truth" else None)
+    if row.timed:  # speed over the utterances that produced audio
+        ok = [s for s in samples if not s.error]
+        audio_s = sum(len(s.wav) for s in ok) / EVAL_SR
+        wall_s = sum(s.wall_s or 0.0 for s in ok)
+
+        def total(key):
+            vals = [s.info.get(key) for s in ok]
+            return float(sum(vals)) if vals and all(v is not None for v in vals) else None
+
+        out.update(speed_stats(wall_s, audio_s, total("lm_s"), total("num_tokens"),
+                               total("num_forwards"), total("kv_cache_bytes")))
+        out.update(compile_s=compile_s, wall_s=wall_s, audio_s=audio_s)
+    else:
+        out.update(rtf=None, lm_rtf=None, tokens_per_s=None, forwards_per_audio_s=None,
+                   kv_bytes_per_audio_s=None, compile_s=None,
+                   audio_s=sum(len(s.wav) for s in samples) / EVAL_SR)
+    out["utterances"] = per
+    return out
+
+
+def generate_row(row: _Row, utts: list, gt: dict, prompts: dict[str, Prompt],
+              progress: bool) -> tuple[list[Sample], float | None]:
+    compile_s = None
+    if row.timed and utts:  # warm-up / compile call, untimed in the RTF
+        u = utts[0]
+        try:
+            with Timer() as t:
+                block(row.generate(u, gt[u.id], prompts[u.id]))
+            compile_s = t.elapsed
+        except Exception as e:  # reported again per utterance below
+            warnings.warn(f"{row.name}: warm-up failed: {_one_line(e)}", stacklevel=2)
+    samples = []
+    for u in tqdm(utts, desc=row.name, disable=not progress, leave=False):
+        s = Sample(u.id, u.speaker, u.text, np.zeros((0,), np.float32))
+        try:
+            with Timer() as t:
+                wav, info = row.generate(u, gt[u.id], prompts[u.id])
+                wav = block(wav)
+            s.wall_s, s.info = t.elapsed, dict(info or {})
+            s.wav = _to_eval_wav(wav, s.info.get("sample_rate", EVAL_SR))
+            if s.wav.size == 0 or not np.any(s.wav):
+                s.error = "AudioError: output audio is empty or silent"
+        except Exception as e:  # one bad utterance must not stop the table
+            s.error = _one_line(e)
+            s.wav = np.zeros((0,), np.float32)
+        samples.append(s)
+    return samples, compile_s
+
+
+def load_split(all_utts: list, num: int | None = None
+               ) -> tuple[list, dict[str, np.ndarray], dict[str, Prompt], list[str]]:
+    """Select `num` utterances, load their audio and their prompts' audio (16 kHz).
+
+    Returns (utterances, {id: wav}, {id: Prompt}, warnings); clips that cannot be loaded are
+    dropped with a warning (with their targets, if they were prompts).
+    """
+    from jaxtts.data.audio import load_audio
+
+    warn: list[str] = []
+    utts = select_utterances(all_utts, num)
+    pid = prompt_ids(all_utts)
+    by_id = {u.id: u for u in all_utts}
+    gt: dict[str, np.ndarray] = {}
+    for uid in sorted({u.id for u in utts} | {pid[u.id] for u in utts}):
+        u = by_id[uid]
+        try:
+            gt[uid] = np.asarray(load_audio(u.path, EVAL_SR), np.float32)
+        except JaxttsError as e:
+            warn.append(f"{u.audio}: dropped ({_one_line(e)})")
+    utts = [u for u in utts if u.id in gt and pid[u.id] in gt]
+    prompts = {}
+    for u in utts:
+        p = by_id[pid[u.id]]
+        prompts[u.id] = Prompt(p.id, p.speaker, p.text, gt[p.id], EVAL_SR, p.audio)
+    return utts, gt, prompts, warn
+
+
+# ------------------------------------------------------------------------------------------
+# Entry points
+# ------------------------------------------------------------------------------------------
+
+
+def evaluate(
+    corpus_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    split: str = "test",
+    num: int | None = None,
+    rows: list[str] | tuple[str, ...] = ("ground_truth",),
+    synthesizers: dict[str, Synthesizer] | None = None,
+    workdir: str | None = None,
+    speaker_encoder: Any = "auto",
+    spectral: bool = True,
+    asr_workers: int = 1,
+    asr_cache_dir: str | None = None,
+    lm_generated: int | None = None,
+    plots: bool = True,
+    num_saved_wavs: int = 2,
+    progress: bool = True,
+) -> dict:
+    """Score every row on `num` utterances of `<corpus_dir>/<split>.jsonl`; write results.
+
+    Writes `<out_dir>/results.json`, `results.md`, `wer_vs_rtf.png`, `mels.png` and a few
+    wavs under `samples/<row>/`. Returns the results dict (the content of results.json).
+    `speaker_encoder`: a SpeakerEncoder, a name for `load_speaker_encoder`, "auto" (try the
+    known ones) or None (SIM disabled).
+    """
+    from jaxtts.data.manifest import read_manifest
+    from jaxtts.eval import report
+
+    t_start = time.time()
+    corpus_dir, out_dir = Path(corpus_dir), Path(out_dir)
+    manifest = corpus_dir / f"{split}.jsonl"
+    all_utts = read_manifest(manifest)
+    warn: list[str] = []
+
+    # rows first, so bad specs fail before any expensive work
+    row_objs: list[_Row] = []
+    for spec in rows:
+        try:
+            row_objs.append(make_row(spec, workdir))
+        except MissingDependencyError as e:
+            warn.append(f"row {spec} skipped: {e}")
+    for name, synth in (synthesizers or {}).items():
+        row_objs.append(_SynthRow(name, synth))
+    if not row_objs:
+        raise ConfigError("--rows: no row could be built, expected at least one")
+
+    utts, gt, prompts, w = load_split(all_utts, num)
+    warn += w
+
+    asrs, w = make_asrs(corpus_dir, asr_workers, progress, asr_cache_dir, lm_generated)
+    warn += w
+    encoder = None
+    if speaker_encoder is not None:
+        from jaxtts.eval.speaker import KNOWN_ENCODERS, load_speaker_encoder
+
+        if isinstance(speaker_encoder, str):
+            names = list(KNOWN_ENCODERS) if speaker_encoder == "auto" else [speaker_encoder]
+            for n in names:
+                try:
+                    encoder = load_speaker_encoder(n)
+                    break
+                except MissingDependencyError as e:
+                    warn.append(f"speaker encoder {n} unavailable: {e}")
+        else:
+            encoder = speaker_encoder
+    if encoder is None:
+        warn.append("SIM column disabled: no speaker encoder available")
+
+    results_rows = []
+    samples_by_row: dict[str, list[Sample]] = {}
+    for row in row_objs:
+        samples, compile_s = generate_row(row, utts, gt, prompts, progress)
+        per = score_samples(samples, asrs, gt if spectral else None,
+                            {u.id: prompts[u.id].wav for u in utts}, encoder, progress)
+        results_rows.append(_summarise(row, samples, per, compile_s, asrs))
+        samples_by_row[row.name] = samples
+    gt_row = next((r for r in results_rows if r["kind"] == "ground_truth"), None)
+    for r in results_rows:
+        base = gt_row["wer_default"] if gt_row else None
+        r["wer_default_delta"] = (r["wer_default"] - base
+                                  if base is not None and r["wer_default"] is not None else None)
+
+    results = {
+        "corpus": str(corpus_dir), "split": split, "num_utts": len(utts),
+        "asr": {lm: a.name for lm, a in asrs.items()},
+        "speaker_encoder": type(encoder).__name__ if encoder is not None else None,
+        "rows": results_rows, "warnings": warn, "memory": memory_report(),
+        "elapsed_s": time.time() - t_start,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    (out_dir / "results.md").write_text(report.markdown_report(results))
+    report.save_samples(out_dir / "samples", samples_by_row, num_saved_wavs, EVAL_SR)
+    if plots:
+        for fn, args in ((report.plot_wer_vs_rtf, (results, out_dir / "wer_vs_rtf.png")),
+                         (report.plot_mels, (samples_by_row, out_dir / "mels.png"))):
+            try:
+                fn(*args)
+            except Exception as e:  # a plot must never lose the table
+                warn.append(f"{fn.__name__} failed: {_one_line(e)}")
+    for w in warn:
+        warnings.warn(w, stacklevel=2)
+    return results
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m jaxtts.evaluate", description=__doc__.split(
+        "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", default=os.path.join(os.environ.get("JAXTTS_DATA_DIR", "data"),
+                                                    "builtin"))
+    p.add_argument("--split", default="test")
+    p.add_argument("--out", default="out/eval")
+    p.add_argument("--num", type=int, default=None, help="utterances (default: whole split)")
+    p.add_argument("--rows", default="ground_truth,resynth:griffin_lim")
+    p.add_argument("--workdir", default=None, help="trained model run folder (model rows)")
+    p.add_argument("--strategies", default="", help="decoding strategies -> model:<s> rows")
+    p.add_argument("--speaker-encoder", default="auto", help="name, module:factory or none")
+    p.add_argument("--no-spectral", action="store_true", help="skip MCD / logF0 RMSE")
+    p.add_argument("--asr-workers", type=int, default=1)
+    p.add_argument("--lm-generated", type=int, default=None,
+                   help="add N generator sentences (no dev/test ones) to the domain LM "
+                   f"(default: {AUTO_LM_GENERATED} for the built-in corpus, else 0)")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    rows = [r for r in a.rows.split(",") if r]
+    rows += [f"model:{s}" for s in a.strategies.split(",") if s]
+    enc = None if a.speaker_encoder.lower() == "none" else a.speaker_encoder
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            res = evaluate(a.corpus, a.out, a.split, a.num, rows, workdir=a.workdir,
+                           speaker_encoder=enc, spectral=not a.no_spectral,
+                           asr_workers=a.asr_workers, lm_generated=a.lm_generated,
+                           plots=not a.no_plots,
+                           progress=not a.no_progress)
+    except JaxttsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from jaxtts.eval.report import markdown_table
+
+    print(markdown_table(res))
+    print(f"\nwrote {a.out}/results.md, results.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""`jaxtts.evaluate`: rows, bad synthesizer outputs, speed columns, report files, CLI."""
+
+import json
+import shutil
+import subprocess
+import warnings
+
+import numpy as np
+import pytest
+import soundfile as sf
+from scipy.signal import resample_poly
+
+pytest.importorskip("pocketsphinx")
+pytest.importorskip("jaxtts.data.audio")  # load_audio / log_mel (issue #2)
+pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="no espeak-ng")
+
+from jaxtts.data.manifest import Utterance, write_manifest  # noqa: E402
+from jaxtts.errors import TextError  # noqa: E402
+from jaxtts.evaluate import evaluate, main, prompt_ids, select_utterances  # noqa: E402
+
+TRAIN = [
+    "the quick brown fox jumps over the lazy dog",
+    "she sells sea shells by the sea shore",
+    "a cat sat on the warm mat in the kitchen",
+    "we will meet at the station after lunch",
+    "please bring three apples and a loaf of bread",
+    "the old man walked to the station in the rain",
+    "my sister reads a book in the kitchen every morning",
+    "they found a small dog near the river",
+]
+TEST = ["the lazy cat walked to the river", "my sister will bring bread after lunch",
+        "the old dog sat in the warm kitchen", "they found a small cat near the station"]
+SPEAKERS = {"s0": "en-us+klatt", "s1": "en-us+klatt2"}
+
+
+def _espeak(text, voice, path=None):
+    out = subprocess.run(["espeak-ng", "-v", voice, "--stdout", text], check=True,
+                         capture_output=True).stdout
+    import io
+
+    w, sr = sf.read(io.BytesIO(out), dtype="float32")
+    return w, sr
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    for split, texts in (("train", TRAIN), ("test", TEST)):
+        utts = []
+        for i, text in enumerate(texts):
+            spk = f"s{i % 2}"
+            uid = f"{split}_{i:03d}"
+            w, sr = _espeak(text, SPEAKERS[spk])
+            w = resample_poly(w, 320, 441).astype(np.float32)
+            (root / "wavs" / spk).mkdir(parents=True, exist_ok=True)
+            sf.write(root / "wavs" / spk / f"{uid}.wav", w, 16000, subtype="PCM_16")
+            utts.append(Utterance(id=uid, audio=f"wavs/{spk}/{uid}.wav", text=text,
+                                  normalized_text=text, phonemes=[], speaker=spk,
+                                  duration=len(w) / 16000))
+        write_manifest(root / f"{split}.jsonl", utts)
+    return root
+
+
+class EspeakSynth:
+    """Fake model: espeak-ng at 22050 Hz (a rate the evaluator must resample)."""
+
+    def __call__(self, texts, prompts):
+        assert len(texts) == 1 and prompts[0].speaker in SPEAKERS
+        w, sr = _espeak(texts[0], "en-us+klatt")
+        return [(w, {"sample_rate": sr, "num_forwards": 100, "num_tokens": 400,
+                     "lm_s": 0.01, "kv_cache_bytes": 1000})]
+
+
+class StatsEncoder:
+    """Toy speaker encoder: [rms, zero-crossing rate] of the clip."""
+
+    def embed(self, wavs, sr):
+        return np.array([[np.sqrt(np.mean(w**2)), np.mean(np.abs(np.diff(np.sign(w))))]
+                         for w in wavs], np.float32)
+
+
+class BadSynth:
+    """One failure mode per utterance: exception, silence, NaN, then stereo."""
+
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self, texts, prompts):
+        self.n += 1
+        k = (self.n - 2) % 4  # call 1 is the warm-up
+        if k == 0:
+            raise TextError(f"text {texts[0]!r}: no pronounceable symbols")
+        if k == 1:
+            return [(np.zeros(16000, np.float32), {})]
+        if k == 2:
+            return [(np.full(1600, np.nan, np.float32), {})]
+        return [(np.zeros((2, 1600), np.float32), {"sample_rate": 16000})]
+
+
+def test_selection_and_prompts(corpus):
+    from jaxtts.data.manifest import read_manifest
+
+    utts = read_manifest(corpus / "test.jsonl")
+    assert [u.speaker for u in select_utterances(utts, 3)] == ["s0", "s1", "s0"]
+    assert prompt_ids(utts) == {"test_000": "test_002", "test_002": "test_000",
+                                "test_001": "test_003", "test_003": "test_001"}
+
+
+def test_evaluate_rows(corpus, tmp_path):
+    out = tmp_path / "eval"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = evaluate(corpus, out, rows=["ground_truth"],
+                       speaker_encoder=StatsEncoder(),
+                       synthesizers={"espeak": EspeakSynth(), "bad": BadSynth()},
+                       asr_cache_dir=str(tmp_path / "lm"), progress=False)
+    assert not [w for w in caught if "SIM" in str(w.message)]
+    rows = {r["name"]: r for r in res["rows"]}
+    gt, sp, bad = rows["ground truth"], rows["espeak"], rows["bad"]
+    assert gt["num_utts"] == sp["num_utts"] == bad["num_utts"] == 4
+    # measured 2/30 = 0.067 for both (unseen sentences, 8-sentence LM); default LM 0.33
+    assert gt["wer_domain"] <= 0.15 and sp["wer_domain"] <= 0.15
+    assert gt["wer_default"] > gt["wer_domain"]
+    assert gt["wer_default_delta"] == 0.0
+    assert sp["wer_default_delta"] == pytest.approx(sp["wer_default"] - gt["wer_default"])
+    assert gt["rtf"] is None and gt["mcd"] is None and gt["failed"] == 0
+    # speed columns from the info dicts: 100 forwards per clip over the produced audio
+    assert sp["forwards_per_audio_s"] == pytest.approx(400 / sp["audio_s"])
+    assert sp["kv_bytes_per_audio_s"] == pytest.approx(4000 / sp["audio_s"])
+    assert sp["tokens_per_s"] == pytest.approx(1600 / 0.04)
+    assert sp["rtf"] > 0 and sp["compile_s"] > 0
+    assert 0.0 < sp["mcd"] < 12.0 and sp["logf0_rmse"] is not None
+    # every failure mode is scored WER 100% with a one-line reason, none crashes the table
+    assert bad["failed"] == 4 and bad["wer_domain"] == 1.0 and bad["wer_default"] == 1.0
+    errs = [u["error"] for u in bad["utterances"]]
+    assert errs[0].startswith("TextError") and "silent" in errs[1]
+    assert "NaN" in errs[2] and "mono" in errs[3]
+    assert bad["mcd"] is None and bad["sim"] is None
+    assert 0.5 < gt["sim"] <= 1.0 and 0.5 < sp["sim"] <= 1.0
+    assert [u["sim"] is None for u in bad["utterances"]] == [True] * 4
+    on_disk = json.loads((out / "results.json").read_text())
+    assert [r["name"] for r in on_disk["rows"]] == ["ground truth", "espeak", "bad"]
+    md = (out / "results.md").read_text()
+    assert "| ground truth | 4 |" in md and "WER domain-LM %" in md and "TextError" in md
+    assert (out / "wer_vs_rtf.png").stat().st_size > 1000
+    assert (out / "mels.png").stat().st_size > 1000
+    assert len(list((out / "samples").glob("*/*.wav"))) == 4  # 2 per non-empty row
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["--rows", "nonsense"], "nonsense"),
+    (["--rows", "model:far"], "need --workdir"),
+    (["--split", "nosuchsplit"], "nosuchsplit.jsonl"),
+])
+def test_cli_errors_are_one_line(corpus, tmp_path, capsys, args, expect):
+    rc = main(["--corpus", str(corpus), "--out", str(tmp_path), "--no-progress", *args])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expect in err[0]
+
+
+def test_cli_on_tiny_corpus(tiny_corpus, tmp_path, capsys):
+    with pytest.warns(UserWarning, match="SIM column disabled"):
+        rc = main(["--corpus", str(tiny_corpus), "--out", str(tmp_path), "--rows",
+                   "ground_truth", "--no-progress", "--lm-generated", "0",
+                   "--speaker-encoder", "none", "--no-spectral", "--no-plots"])
+    assert rc == 0
+    res = json.loads((tmp_path / "results.json").read_text())
+    (row,) = res["rows"]
+    assert row["num_utts"] == 4 and row["failed"] == 0
+    assert res["asr"]["domain"] == "pocketsphinx-domain(34 sentences)"
+    # measured 0.875 / 0.34: a 34-sentence domain LM misses most test words, the generic LM
+    # does not (the real corpus uses 1,700+ training sentences, see benchmarks/)
+    assert 0.5 < row["wer_domain"] <= 1.0 and 0.1 < row["wer_default"] < 0.7
+    assert "| ground truth | 4 |" in capsys.readouterr().out
