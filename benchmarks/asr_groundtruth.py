@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             dump.append({"row": name, "lm": lm, "asr": asr.name,
                          "utterances": [{"id": u.id, "speaker": u.speaker, "ref": d.ref,
                                          "hyp": d.hyp, "wer": d.wer}
-                                        for u, d in zip(utts, scores[(name, lm)])]})
+                                        for u, d in zip(utts, scores[(name, lm)], strict=False)]})
     voices = {}
     spk_file = corpus / "speakers.json"
     if spk_file.exists():

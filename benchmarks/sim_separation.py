@@ -7,7 +7,8 @@ For every encoder: cosine similarity of same-speaker vs different-speaker pairs 
 utterances (mean +- std over all unordered pairs), the equal error rate of the threshold test
 on those pairs, and leave-one-out nearest-centroid speaker-ID accuracy among the test speakers.
 Rows: all test speakers, and "held-out": same-speaker pairs within the held-out speaker,
-different-speaker pairs held-out x seen, ID accuracy over the held-out speaker's utterances. Prints a markdown table;
+different-speaker pairs held-out x seen, ID accuracy over the held-out speaker's utterances.
+Prints a markdown table;
 an encoder that is not installed / not trained is reported and skipped.
 """
 

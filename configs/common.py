@@ -86,7 +86,7 @@ def data_config(**overrides) -> mlc.ConfigDict:
             max_text_len=256,
             max_speech_len=1024,
             bucket_step=64,  # speech buckets: step, 2*step, ... max_speech_len
-            text_bucket_step=64,
+            text_bucket_step=0,  # 0 = bucket_step
             seed=0,
         )
     )

@@ -26,7 +26,8 @@ def _flags_parser(argv: list[str]) -> list[str]:
             bad = [a.split("=")[0] for a in argv if a.startswith("--config.")]
             bad = [a for a in bad if a.split(".")[-1] == key.group(1)] or [key.group(1)]
             hint = re.search(r'Did you mean "(\w+)"', msg)
-            _die(f"unknown config key {bad[0]}" + (f" (did you mean '{hint.group(1)}'?)" if hint else ""))
+            mean = f" (did you mean '{hint.group(1)}'?)" if hint else ""
+            _die(f"unknown config key {bad[0]}{mean}")
         _die(f"bad --config: {msg}")
     return argv
 

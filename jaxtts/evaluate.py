@@ -285,7 +285,7 @@ def score_samples(
     for lm, asr in asrs.items():
         hyps = asr.transcribe([s.wav for s in samples], EVAL_SR)
         details = M.wer_details([r["ref"] for r in rows], hyps)
-        for r, d in zip(rows, details):
+        for r, d in zip(rows, details, strict=False):
             r[f"hyp_{lm}"] = d.hyp
             r[f"wer_{lm}"] = d.wer
             r[f"errors_{lm}"], r[f"words_{lm}"] = d.errors, d.num_ref_words
@@ -297,10 +297,11 @@ def score_samples(
                                   [samples[i].wav for i in ok], EVAL_SR) if ok else []
         for r in rows:
             r["sim"] = None
-        for i, v in zip(ok, sims):
+        for i, v in zip(ok, sims, strict=False):
             rows[i]["sim"] = float(v)
     if gt_wavs is not None:
-        for s, r in zip(tqdm(samples, desc="mcd/f0", disable=not progress, leave=False), rows):
+        bar = tqdm(samples, desc="mcd/f0", disable=not progress, leave=False)
+        for s, r in zip(bar, rows, strict=True):
             r["mcd"] = r["logf0_rmse"] = None
             if s.error:
                 continue

@@ -14,8 +14,8 @@ What happens to a batch of lines:
    first `data.prompt_seconds` of speech tokens and the proportional share of its transcript.
 3. Rows are sorted by length and cut into batches of `batch_size` (padded to a few bucket
    widths, the last batch filled with copies) so a long file runs at full batch throughput
-   with few compilations; every row has its own PRNG key from (seed, row index), so a row's
-   output does not depend on its batch.
+   with few compilations; every row has its own PRNG key from (seed, line index, piece index),
+   so a line's output does not depend on its batch or batch size.
 4. The decoding strategy (`jaxtts.decode.registry`) generates tokens; the tokenizer decodes
    them to log-mels and the vocoder to audio.
 
@@ -47,7 +47,7 @@ from jaxtts.data.tokenizers import SpeechTokenizer, load_tokenizer
 from jaxtts.decode import registry
 from jaxtts.decode.base import PromptBatch, SamplingConfig, row_keys
 from jaxtts.errors import CheckpointError, ConfigError, DataError, TextError
-from jaxtts.models.lm import LMConfig, TTSLM
+from jaxtts.models.lm import TTSLM, LMConfig
 
 __all__ = [
     "Prompt",
@@ -148,6 +148,9 @@ def split_text(text: str, fits) -> list[str]:
 # ----------------------------------------------------------------------------- synthesizer
 
 
+_MAX_PIECES = 1024  # row key = line * _MAX_PIECES + piece
+
+
 def _bucket(n: int, step: int) -> int:
     return max(step, -(-n // step) * step)
 
@@ -163,8 +166,9 @@ class Synthesizer:
         self.config = config
         self.cfg = LMConfig.from_config(config.model)
         if frontend.vocab_size != self.cfg.num_text_symbols:
-            raise CheckpointError(f"text front-end has {frontend.vocab_size} symbols but "
-                                  f"model.num_text_symbols={self.cfg.num_text_symbols}")  # fmt: skip
+            raise CheckpointError(
+                f"text front-end has {frontend.vocab_size} symbols but "
+                f"model.num_text_symbols={self.cfg.num_text_symbols}")
         if tokenizer.vocab_size != self.cfg.num_speech_tokens:
             raise CheckpointError(f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} "
                                   f"tokens but model.num_speech_tokens="
@@ -272,7 +276,7 @@ class Synthesizer:
             p_ids, p_tok = cache[key]
             limit = max(8, self.max_text_symbols)
             try:
-                pieces = split_text(text, lambda s: len(self.frontend.encode(s)) <= limit)
+                pieces = split_text(text, lambda s, n=limit: len(self.frontend.encode(s)) <= n)
                 encoded = [self.frontend.encode(p) for p in pieces]
             except TextError as e:
                 results[i] = self._skipped(i, text, str(e))
@@ -288,8 +292,8 @@ class Synthesizer:
                    leave=False)  # fmt: skip
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            outputs.update(self._run_batch([rows[r] for r in idx], idx, strat, sampling,
-                                           max_new, seed, batch_size))  # fmt: skip
+            outputs.update(self._run_batch([rows[r] for r in idx], strat, sampling, max_new,
+                                           seed, batch_size))  # fmt: skip
             bar.update(len(idx))
         bar.close()
 
@@ -323,7 +327,7 @@ class Synthesizer:
         return SynthResult(i, text, np.zeros((0,), np.float32), np.zeros((0,), np.int32),
                            {"sample_rate": self.sample_rate}, skipped=reason)  # fmt: skip
 
-    def _run_batch(self, rows, row_ids, strat, sampling, max_new, seed, batch_size):
+    def _run_batch(self, rows, strat, sampling, max_new, seed, batch_size):
         n = len(rows)
         b = max(n, batch_size)  # the last batch is filled up: one compiled shape
         x = _bucket(max(r[2].size for r in rows), 32)
@@ -336,7 +340,9 @@ class Synthesizer:
             _, _, ids, tok = rows[min(k, n - 1)]
             text[k, : ids.size], text_len[k] = ids, ids.size
             prompt[k, : tok.size], prompt_len[k] = tok, tok.size
-        keys = row_keys(seed, list(row_ids) + [0] * (b - n))
+        # a row's key depends only on (seed, line index, piece index): not on its batch
+        ids = [line * _MAX_PIECES + piece for line, piece, _, _ in rows]
+        keys = row_keys(seed, ids + [0] * (b - n))
         batch = PromptBatch(text, text_len, prompt, prompt_len)
         t0 = time.perf_counter()
         out = strat(self.params, batch, keys, cfg=self.cfg, max_new_tokens=max_new,
@@ -436,10 +442,12 @@ def make_synthesizer(workdir: str, strategy: str):
     return run
 
 
-def run_infer(*, workdir: str | None, checkpoint: str | None, texts: Sequence[str],
-              text_file: str | None, speaker: str | None, speaker_wav: str | None,
-              speaker_text: str | None, strategy: str | None, batch_size: int, out_dir: str,
-              seed: int, max_seconds: float | None = None, **sampling) -> list[SynthResult]:  # fmt: skip
+def run_infer(
+    *, workdir: str | None, checkpoint: str | None, texts: Sequence[str],
+    text_file: str | None, speaker: str | None, speaker_wav: str | None,
+    speaker_text: str | None, strategy: str | None, batch_size: int, out_dir: str,
+    seed: int, max_seconds: float | None = None, **sampling,
+) -> list[SynthResult]:
     """What `infer.py` does (see its docstring); returns the results."""
     step = None
     if checkpoint:

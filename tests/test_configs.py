@@ -51,7 +51,8 @@ def test_car_sizes():
 @pytest.mark.parametrize(
     "override,expected",
     [
-        ("--config.train.stepz=3", "unknown config key --config.train.stepz (did you mean 'steps'?)"),
+        ("--config.train.stepz=3",
+         "unknown config key --config.train.stepz (did you mean 'steps'?)"),
         ("--config.nonsense=3", "unknown config key --config.nonsense"),
         ("--config.train.steps=abc", "--config.train.steps=abc"),
     ],

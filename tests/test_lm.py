@@ -107,28 +107,19 @@ def test_while_loop_equals_python_reference(params, spec):
     assert int(out.num_forwards) == int(np.max(out.steps))
 
 
-def test_batch_n_equals_batch_1(params):
-    rows = random_rows(6, seed=2)
-    strat = registry.get("car:3")
-    big = strat(params, batch_of(rows, 16, 8), row_keys(5, range(6)), cfg=TINY,
-                max_new_tokens=20, sampling=GREEDY)  # fmt: skip
+@pytest.mark.parametrize("spec,sampling,seed", [
+    ("car:3", GREEDY, 2),
+    ("car:2", SamplingConfig(temperature=1.0, top_k=8), 3),
+], ids=["greedy", "sampling"])  # fmt: skip
+def test_batch_n_equals_batch_1(params, spec, sampling, seed):
+    """Mixed text/prompt lengths, the batch padded wider than any row; per-row keys."""
+    rows = random_rows(5, seed=seed)
+    strat = registry.get(spec)
+    big = strat(params, batch_of(rows, 16, 8), row_keys(5, range(5)), cfg=TINY,
+                max_new_tokens=20, sampling=sampling)  # fmt: skip
     for i, row in enumerate(rows):
         one = strat(params, batch_of([row]), row_keys(5, [i]), cfg=TINY, max_new_tokens=20,
-                    sampling=GREEDY)  # fmt: skip
-        n = int(one.length[0])
-        assert int(big.length[i]) == n
-        np.testing.assert_array_equal(big.tokens[i, :n], one.tokens[0, :n])
-
-
-def test_batch_n_equals_batch_1_when_sampling(params):
-    rows = random_rows(4, seed=3)
-    s = SamplingConfig(temperature=1.0, top_k=8)
-    strat = registry.get("car:2")
-    big = strat(params, batch_of(rows, 12, 8), row_keys(9, range(4)), cfg=TINY,
-                max_new_tokens=16, sampling=s)  # fmt: skip
-    for i, row in enumerate(rows):
-        one = strat(params, batch_of([row]), row_keys(9, [i]), cfg=TINY, max_new_tokens=16,
-                    sampling=s)  # fmt: skip
+                    sampling=sampling)  # fmt: skip
         n = int(one.length[0])
         assert int(big.length[i]) == n
         np.testing.assert_array_equal(big.tokens[i, :n], one.tokens[0, :n])
@@ -235,3 +226,30 @@ def test_lm_task_loss_ignores_padding_rows_and_prompt():
     other["speech"][0, :2] = [7, 8]  # change only the prompt tokens' targets
     _, m2 = loss_fn(params, other)
     assert float(m2["weight"]) == 3.0
+
+
+def test_min_tokens_suppresses_early_eos(params):
+    rows = random_rows(4, seed=7)
+    strat = registry.get("car:2")
+    free = strat(params, batch_of(rows), row_keys(0, range(4)), cfg=TINY, max_new_tokens=30,
+                 sampling=GREEDY)  # fmt: skip
+    assert int(np.min(free.length)) < 6  # some rows stop early without the constraint
+    out = strat(params, batch_of(rows), row_keys(0, range(4)), cfg=TINY, max_new_tokens=30,
+                sampling=SamplingConfig(greedy=True, min_tokens=6))  # fmt: skip
+    assert int(np.min(out.length)) >= 6
+    with pytest.raises(ConfigError, match="min_tokens=-1"):
+        SamplingConfig(min_tokens=-1)
+
+
+def test_split_text_exact():
+    from jaxtts.synthesize import split_text
+
+    fits = lambda s: len(s) <= 25  # noqa: E731
+    text = "The cat sat on the mat. The dog ran to the park, and the bird sang all day long."
+    assert split_text(text, fits) == ["The cat sat on the mat.", "The dog ran to the park,",
+                                      "and the bird", "sang all day long."]  # fmt: skip
+    assert split_text("  short  text ", fits) == ["short text"]
+    assert split_text("", fits) == []
+    assert split_text("x" * 40, fits) == ["x" * 40]  # one word: never cut inside it
+    pieces = split_text(text, lambda s: len(s) <= 60)
+    assert " ".join(pieces) == text and all(len(p) <= 60 for p in pieces)

@@ -141,7 +141,8 @@ def test_checkpoint_shape_mismatch_is_one_line(tmp_path):
 
     tr2 = loop.Trainer(Wider(), _cfg({"data": -1}))
     other = tr2.init_state(jax.random.key(0), ToySource().get_batch(0))
-    with pytest.raises(CheckpointError, match=r"'b1' has shape \(32,\) in the checkpoint but \(64,\)"):
+    msg = r"'b1' has shape \(32,\) in the checkpoint but \(64,\)"
+    with pytest.raises(CheckpointError, match=msg):
         ckpt_lib.Checkpointer(tmp_path / "ck", read_only=True).restore_params(other.params)
     with pytest.raises(CheckpointError, match="no checkpoint found"):
         ckpt_lib.Checkpointer(tmp_path / "empty").restore_params(other.params)

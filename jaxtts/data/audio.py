@@ -5,7 +5,8 @@ librosa is used only for its mel filterbank matrix, which is plain numpy, so not
 numba's first-call compile time.
 
 Log-mel definition (`MelConfig`, defaults 16 kHz, n_fft 1024, Hann window 1024, hop 320 ->
-50 frames/s, 80 Slaney mel bands 0-8 kHz): frames are centred (zero padding of n_fft // 2, as librosa),
+50 frames/s, 80 Slaney mel bands 0-8 kHz): frames are centred (zero padding of n_fft // 2, as
+librosa),
 `T = 1 + N // hop`, magnitude (not power) spectrum, `log(max(mel_fb @ |X|, 1e-5))`. The same
 `stft` / `istft` pair is used by the Griffin-Lim vocoder (`jaxtts.data.vocoder`).
 

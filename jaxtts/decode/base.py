@@ -40,24 +40,29 @@ class PromptBatch:
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
     """greedy=True takes the argmax; else softmax(logits / temperature) restricted to the
-    top_k ids (0 = all) and to the smallest set with mass >= top_p (1.0 = all)."""
+    top_k ids (0 = all) and to the smallest set with mass >= top_p (1.0 = all). EOS is
+    suppressed for a row's first `min_tokens` tokens (benchmarks use it for fixed lengths)."""
 
     greedy: bool = False
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+    min_tokens: int = 0
 
     def __post_init__(self):
         if not self.greedy and self.temperature <= 0:
             raise ConfigError(f"decode.temperature={self.temperature}: expected > 0 (or greedy)")
-        if self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise ConfigError(f"decode.top_k={self.top_k} (>= 0), decode.top_p={self.top_p} "
-                              "((0, 1]) expected")  # fmt: skip
+        if self.top_k < 0 or not 0 < self.top_p <= 1 or self.min_tokens < 0:
+            raise ConfigError(
+                f"decode.top_k={self.top_k} (>= 0), decode.top_p={self.top_p} ((0, 1]), "
+                f"min_tokens={self.min_tokens} (>= 0) expected")
 
     @classmethod
     def from_config(cls, decode_cfg) -> SamplingConfig:
-        return cls(bool(decode_cfg.get("greedy", False)), float(decode_cfg.get("temperature", 1.0)),
-                   int(decode_cfg.get("top_k", 0)), float(decode_cfg.get("top_p", 1.0)))  # fmt: skip
+        get = decode_cfg.get
+        return cls(bool(get("greedy", False)), float(get("temperature", 1.0)),
+                   int(get("top_k", 0)), float(get("top_p", 1.0)),
+                   int(get("min_tokens", 0) or 0))  # fmt: skip
 
 
 def filter_logits(logits: jax.Array, s: SamplingConfig) -> jax.Array:
@@ -74,6 +79,17 @@ def filter_logits(logits: jax.Array, s: SamplingConfig) -> jax.Array:
         cutoff = jnp.min(jnp.where(keep, srt, jnp.inf), axis=-1, keepdims=True)
         logits = jnp.where(logits < cutoff, -jnp.inf, logits)
     return logits
+
+
+def suppress_early_eos(logits: jax.Array, length: jax.Array, s: SamplingConfig, eos: int
+                       ) -> jax.Array:  # fmt: skip
+    """logits [B, C, V] of the next C tokens of rows that have `length` [B] tokens: EOS is
+    removed where the token's index would be < s.min_tokens."""
+    if s.min_tokens <= 0:
+        return logits
+    idx = length[:, None] + jnp.arange(logits.shape[1])[None]  # [B, C]
+    early = (idx < s.min_tokens)[..., None] & (jnp.arange(logits.shape[-1]) == eos)
+    return jnp.where(early, -jnp.inf, logits)
 
 
 def sample_tokens(keys: jax.Array, logits: jax.Array, s: SamplingConfig) -> jax.Array:

@@ -25,6 +25,7 @@ from jaxtts.decode.base import (
     prefill,
     sample_tokens,
     step_keys,
+    suppress_early_eos,
     write_tokens,
 )
 from jaxtts.errors import ConfigError
@@ -48,6 +49,7 @@ def chunk_step(model: TTSLM, params, keys: jax.Array, state: ChunkState, chunk: 
     """One CAR step of chunk `chunk` for every row (finished rows are left unchanged)."""
     cfg = model.cfg
     logits = model.apply({"params": params}, state.hidden, method="heads")[:, :chunk]  # [B,C,V]
+    logits = suppress_early_eos(logits, state.length, sampling, cfg.eos)
     toks = sample_tokens(step_keys(keys, state.step), logits, sampling)  # [B, C]
     n_eos, has_eos = first_eos(toks, cfg.eos)
     active = ~state.done

@@ -131,7 +131,7 @@ def espeak_pronunciations(words: list[str], voice: str = "en-us") -> dict[str, s
                                text=True, check=False)
             lines.append(p.stdout.strip())
     out = {}
-    for w, ipa in zip(words, lines):
+    for w, ipa in zip(words, lines, strict=False):
         phones = ipa_to_cmu(ipa)
         if phones:
             out[w] = phones

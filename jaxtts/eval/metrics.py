@@ -84,7 +84,7 @@ def wer_details(refs: list[str], hyps: list[str], normalize: bool = True) -> lis
     if len(refs) != len(hyps):
         raise ValueError(f"wer: {len(refs)} references but {len(hyps)} hypotheses, expected equal")
     out = []
-    for ref, hyp in zip(refs, hyps):
+    for ref, hyp in zip(refs, hyps, strict=False):
         if normalize:
             ref, hyp = normalize_for_wer(ref), normalize_for_wer(hyp)
         else:

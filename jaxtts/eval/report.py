@@ -148,7 +148,7 @@ def plot_mels(samples_by_row: dict, path: Path, index: int = 0) -> bool:
         return False
     plt = _plt()
     fig, axes = plt.subplots(len(items), 1, figsize=(10, 2.2 * len(items)), squeeze=False)
-    for ax, (name, uid, mel) in zip(axes[:, 0], items):
+    for ax, (name, uid, mel) in zip(axes[:, 0], items, strict=False):
         ax.imshow(mel.T, origin="lower", aspect="auto", interpolation="nearest")  # [80, T]
         ax.set_title(f"{name}: {uid}", fontsize=9)
         ax.set_ylabel("mel")

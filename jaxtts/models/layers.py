@@ -68,10 +68,10 @@ class Dense(nn.Module):
             fan_in *= s
         init = self.kernel_init
         if self.in_axes > 1 or len(feats) > 1:  # lecun over the flattened fan-in
-            init = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal",
-                                                    in_axis=tuple(range(self.in_axes)),
-                                                    out_axis=tuple(range(self.in_axes,
-                                                                         self.in_axes + len(feats))))  # fmt: skip
+            out_axis = tuple(range(self.in_axes, self.in_axes + len(feats)))
+            init = nn.initializers.variance_scaling(
+                1.0, "fan_in", "truncated_normal", in_axis=tuple(range(self.in_axes)),
+                out_axis=out_axis)
         kernel = param_with_axes(self, "kernel", init, (*in_shape, *feats), self.names)
         letters = "abcdefgh"
         xi = letters[: self.in_axes]
@@ -252,9 +252,11 @@ class TransformerStack(nn.Module):
     lora_alpha: float = 0.0
 
     @nn.compact
-    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
-                 caches: Sequence[LayerCache] | None = None, write_start: jax.Array | None = None,
-                 *, train: bool = False) -> tuple[jax.Array, tuple[LayerCache, ...] | None]:  # fmt: skip
+    def __call__(
+        self, x: jax.Array, positions: jax.Array, mask: jax.Array,
+        caches: Sequence[LayerCache] | None = None, write_start: jax.Array | None = None,
+        *, train: bool = False,
+    ) -> tuple[jax.Array, tuple[LayerCache, ...] | None]:
         """x [B, T, D] float32 -> (hidden [B, T, D] after the final norm, updated caches)."""
         new_caches = []
         for i in range(self.num_layers):

@@ -204,8 +204,10 @@ class TTSLM(nn.Module):
         return is_speech, idx, valid, pos
 
     # -- training forward
-    def __call__(self, text: jax.Array, text_len: jax.Array, speech: jax.Array,
-                 speech_len: jax.Array, *, train: bool = False) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+    def __call__(
+        self, text: jax.Array, text_len: jax.Array, speech: jax.Array, speech_len: jax.Array,
+        *, train: bool = False,
+    ) -> tuple[jax.Array, jax.Array]:
         """text [B, X], speech [B, T] ([BOS, tokens...]) -> (logits [B, T, K, V], hidden [B, T, D]).
 
         Position t of `speech` yields hidden h_t and logits whose head k predicts the speech

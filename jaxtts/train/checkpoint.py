@@ -172,4 +172,5 @@ def tree_equal(a: Any, b: Any) -> bool:
     """Exact equality of two pytrees of arrays (host copies)."""
     la, ta = jax.tree.flatten(a)
     lb, tb = jax.tree.flatten(b)
-    return ta == tb and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb))
+    return ta == tb and all(np.array_equal(np.asarray(x), np.asarray(y))
+                            for x, y in zip(la, lb, strict=True))

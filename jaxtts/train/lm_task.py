@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import shutil
 import time
 from pathlib import Path
 
@@ -39,7 +38,7 @@ from jaxtts.data.manifest import read_split
 from jaxtts.data.pipeline import LMLoader, make_lm_records
 from jaxtts.data.text import TextFrontend
 from jaxtts.errors import ConfigError, DataError
-from jaxtts.models.lm import LMConfig, TTSLM
+from jaxtts.models.lm import TTSLM, LMConfig
 from jaxtts.train import losses
 
 log = logging.getLogger("jaxtts.lm")
@@ -108,7 +107,7 @@ def prepare_data(config, workdir: str | Path | None = None, progress: bool = Tru
         raise DataError(f"{corpus}/train.jsonl: manifest not found")
     tok = tokenizer_for(d, corpus, splits["train"], progress)
     if not isinstance(tok, tok_lib.ExternalTokens):
-        for split, utts in splits.items():
+        for utts in splits.values():
             tok_lib.extract_tokens(tok, utts, corpus, progress=progress)
 
     fe_dir = Path(workdir) / TEXT_FRONTEND_DIR if workdir else None

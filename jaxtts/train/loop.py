@@ -92,7 +92,8 @@ class Trainer:
     # -- init --------------------------------------------------------------------------------
     def _boxed_state(self, rng, batch):
         params = self.task.init(rng, batch)
-        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=self.tx.init(params))
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                          opt_state=self.tx.init(params))
 
     def abstract_state(self, rng: jax.Array, batch: Batch) -> TrainState:
         """ShapeDtypeStructs of the (unboxed) state, carrying the mesh shardings."""
@@ -291,7 +292,9 @@ class MetricWriter:
 
 
 def _config_json(config) -> dict:
-    return json.loads(config.to_json_best_effort()) if hasattr(config, "to_json_best_effort") else {}
+    if not hasattr(config, "to_json_best_effort"):
+        return {}
+    return json.loads(config.to_json_best_effort())
 
 
 def check_config_matches(workdir: str, config, sections: tuple[str, ...] = ("model",)) -> None:
@@ -404,7 +407,8 @@ def train_and_evaluate(
                 if eval_batches is not None and eval_every and (
                     done % eval_every == 0 or done == steps
                 ):
-                    dev = {f"dev/{k}": v for k, v in trainer.evaluate(state.params, eval_batches()).items()}
+                    metrics = trainer.evaluate(state.params, eval_batches())
+                    dev = {f"dev/{k}": v for k, v in metrics.items()}
                     if on_eval is not None:
                         dev.update(on_eval(done, state) or {})
                     writer.write(done, dev)

@@ -34,22 +34,23 @@ def resolve_mesh_shape(shape: Mapping[str, int], num_devices: int) -> tuple[int,
     if unknown:
         raise ConfigError(f"mesh.shape: unknown axes {sorted(unknown)}, expected {MESH_AXES}")
     sizes = [int(shape.get(a, 1)) for a in MESH_AXES]
+    shown = dict(zip(MESH_AXES, sizes, strict=True))
     fills = [i for i, s in enumerate(sizes) if s == -1]
     if len(fills) > 1:
-        raise ConfigError(f"mesh.shape={dict(zip(MESH_AXES, sizes))}: at most one axis may be -1")
+        raise ConfigError(f"mesh.shape={shown}: at most one axis may be -1")
     if any(s == 0 or s < -1 for s in sizes):
-        raise ConfigError(f"mesh.shape={dict(zip(MESH_AXES, sizes))}: sizes must be >= 1 or -1")
+        raise ConfigError(f"mesh.shape={shown}: sizes must be >= 1 or -1")
     known = math.prod(s for s in sizes if s != -1)
     if fills:
         if num_devices % known:
             raise ConfigError(
-                f"mesh.shape={dict(zip(MESH_AXES, sizes))}: fixed axes multiply to {known}, "
+                f"mesh.shape={shown}: fixed axes multiply to {known}, "
                 f"which does not divide the {num_devices} available devices"
             )
         sizes[fills[0]] = num_devices // known
     if math.prod(sizes) != num_devices:
         raise ConfigError(
-            f"mesh.shape={dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} devices, "
+            f"mesh.shape={shown} needs {math.prod(sizes)} devices, "
             f"but {num_devices} are available"
         )
     return tuple(sizes)  # type: ignore[return-value]

@@ -1,0 +1,144 @@
+"""Decoding speed of FAR and fixed-chunk CAR: tokens/s, LM-RTF, forwards and KV-cache bytes per
+second of audio, at several batch sizes; compile time reported separately.
+
+    python benchmarks/decode.py --config configs/car.py:small             # random weights
+    python benchmarks/decode.py --workdir runs/car_small --tokens 250      # a trained model
+    python benchmarks/decode.py --config configs/car.py:paper --batch 1,8,32 --tokens 500
+
+EOS is suppressed until `--tokens` (`SamplingConfig.min_tokens`), so every row of every
+strategy generates exactly `--tokens` tokens (random or trained weights alike).
+Audio seconds = tokens / frame rate (50 Hz). Each (strategy, batch) is run once to compile
+(timed as `compile_s`), then `--repeats` times; the median run is reported.
+Output: a markdown table on stdout and `--out` JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load(args):
+    import flax.linen as nn
+    import jax
+    import numpy as np
+
+    from jaxtts.models.lm import TTSLM, LMConfig
+
+    if args.workdir:
+        from jaxtts.synthesize import Synthesizer
+
+        synth = Synthesizer.from_workdir(args.workdir)
+        cfg, params = synth.cfg, synth.params
+        source = args.workdir
+    else:
+        import importlib.util
+
+        path, _, arg = args.config.partition(":")
+        spec = importlib.util.spec_from_file_location("cfgmod", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        config = mod.get_config(arg or None)
+        m = dict(config.model)
+        m["num_text_symbols"] = m["num_text_symbols"] if m["num_text_symbols"] > 0 else 64
+        m["num_speech_tokens"] = (m["num_speech_tokens"] if m["num_speech_tokens"] > 0
+                                  else config.data.tokenizer_k)  # fmt: skip
+        cfg = LMConfig.from_config(m)
+        one = np.ones((1, 4), np.int32)
+        params = nn.unbox(jax.jit(TTSLM(cfg).init)(jax.random.key(0), one, np.array([4]), one,
+                                                   np.array([4])))["params"]  # fmt: skip
+        source = args.config
+    return cfg, params, source
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="configs/car.py:small")
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--batch", default="1,8,32")
+    ap.add_argument("--strategies", default="")
+    ap.add_argument("--tokens", type=int, default=250, help="tokens per row (250 = 5 s)")
+    ap.add_argument("--text_len", type=int, default=64)
+    ap.add_argument("--prompt_len", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default="out/bench_decode.json")
+    args = ap.parse_args(argv)
+
+    import jax
+    import numpy as np
+
+    from jaxtts.decode import registry
+    from jaxtts.decode.base import PromptBatch, SamplingConfig, row_keys
+
+    cfg, params, source = _load(args)
+    strategies = [s for s in args.strategies.split(",") if s] or (
+        ["far"] + [f"car:{c}" for c in range(2, cfg.num_mtp_heads + 1)])
+    sampling = SamplingConfig(temperature=1.0, top_k=0, min_tokens=args.tokens)
+    frame_rate = 50.0
+    rng = np.random.default_rng(0)
+    rows = []
+    dev = jax.devices()[0]
+    print(f"device: {dev.device_kind} ({jax.default_backend()}), {jax.device_count()} device(s); "
+          f"model {source}: L={cfg.num_layers} D={cfg.d_model} K={cfg.num_mtp_heads} "
+          f"V={cfg.out_vocab}; {args.tokens} tokens/row, text {args.text_len}, prompt "
+          f"{args.prompt_len}", flush=True)  # fmt: skip
+    per_pos = 2 * cfg.num_layers * cfg.num_heads * cfg.head_dim * np.dtype(cfg.dtype).itemsize
+    for b in [int(x) for x in args.batch.split(",")]:
+        text = rng.integers(2, cfg.num_text_symbols, (b, args.text_len)).astype(np.int32)
+        prompt = rng.integers(0, cfg.num_speech_tokens, (b, args.prompt_len)).astype(np.int32)
+        batch = PromptBatch(text, np.full((b,), args.text_len, np.int32), prompt,
+                            np.full((b,), args.prompt_len, np.int32))  # fmt: skip
+        keys = row_keys(0, range(b))
+        for spec in strategies:
+            strat = registry.get(spec)
+
+            def run(strat=strat, batch=batch, keys=keys):
+                out = strat(params, batch, keys, cfg=cfg, max_new_tokens=args.tokens,
+                            sampling=sampling)  # fmt: skip
+                return jax.block_until_ready(out)
+
+            t0 = time.perf_counter()
+            out = run()
+            compile_s = time.perf_counter() - t0
+            times = []
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                out = run()
+                times.append(time.perf_counter() - t0)
+            wall = statistics.median(times)
+            n_tok = int(np.asarray(out.length).sum())
+            audio_s = n_tok / frame_rate
+            forwards = int(out.num_forwards) + 1  # + prefill
+            kv_total = per_pos * (args.text_len + 1 + args.prompt_len + args.tokens)
+            rows.append({
+                "strategy": spec, "batch": b, "tokens": n_tok, "wall_s": wall,
+                "compile_s": compile_s - wall, "tokens_per_s": n_tok / wall,
+                "lm_rtf": wall / audio_s, "forwards_per_audio_s": forwards / (audio_s / b),
+                "kv_bytes_per_audio_s": kv_total / (args.tokens / frame_rate),
+            })  # fmt: skip
+            r = rows[-1]
+            print(f"  {spec:6s} B={b:3d}: {r['tokens_per_s']:9.1f} tok/s  LM-RTF "
+                  f"{r['lm_rtf']:.4f}  compile {r['compile_s']:.1f}s", flush=True)
+    print("\n| strategy | batch | tokens/s | LM-RTF | forwards / audio s | KV MiB / audio s | "
+          "compile s |\n|---|--:|--:|--:|--:|--:|--:|")
+    for r in rows:
+        print(f"| {r['strategy']} | {r['batch']} | {r['tokens_per_s']:.0f} | {r['lm_rtf']:.4f} | "
+              f"{r['forwards_per_audio_s']:.1f} | {r['kv_bytes_per_audio_s'] / 2**20:.3f} | "
+              f"{r['compile_s']:.1f} |")
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump({"device": str(dev.device_kind), "backend": jax.default_backend(),
+                   "platform": platform.platform(), "source": source, "args": vars(args),
+                   "rows": rows}, f, indent=1)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""End to end through the real entry points: train.py (tiny, 2 steps, checkpoint, resume) and
+infer.py (valid wavs, skipped lines reported, one-line errors)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(args, timeout=600):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_corpus, tmp_path_factory):
+    wd = tmp_path_factory.mktemp("car_tiny")
+    common = ["train.py", "--config", "configs/car.py:tiny", "--workdir", str(wd),
+              f"--config.data.corpus_dir={tiny_corpus}", "--config.eval.num_samples=0",
+              "--config.train.checkpoint_every=2", "--config.train.eval_every=0"]  # fmt: skip
+    first = _run(common + ["--config.train.steps=2"])
+    assert first.returncode == 0, first.stderr[-3000:]
+    return wd, common, first
+
+
+def test_train_checkpoints_then_resumes(trained):
+    wd, common, _ = trained
+    ckpts = sorted(int(d) for d in os.listdir(wd / "checkpoints") if d.isdigit())
+    assert ckpts == [2]
+    assert (wd / "text_frontend" / "symbols.json").is_file()
+    assert (wd / "tokenizer" / "tokenizer.json").is_file()
+    cfg = json.loads((wd / "config.json").read_text())
+    assert cfg["model"]["num_speech_tokens"] == 64 and cfg["model"]["num_text_symbols"] > 10
+    second = _run(common + ["--config.train.steps=4"])
+    assert second.returncode == 0, second.stderr[-3000:]
+    steps = [json.loads(line)["step"] for line in open(wd / "metrics.jsonl")
+             if "train/loss" in line]  # fmt: skip
+    assert steps == [1, 2, 3, 4]  # resumed at 3, nothing repeated
+    assert 4 in [int(d) for d in os.listdir(wd / "checkpoints") if d.isdigit()]
+    # a changed model config is refused with the field's name
+    bad = _run(common + ["--config.train.steps=5", "--config.model.d_model=48"])
+    assert bad.returncode == 2
+    assert "model.d_model=32 in the run's config but 48 now" in bad.stderr.strip().splitlines()[-1]
+
+
+def test_infer_writes_wavs_and_reports_skipped_lines(trained, tmp_path):
+    from jaxtts.data.audio import load_audio
+
+    wd, _, _ = trained
+    lines = tmp_path / "lines.txt"
+    lines.write_text("Hello world.\n\nThe dog ran home, and the cat slept.\n")
+    out = tmp_path / "out"
+    proc = _run(["infer.py", "--workdir", str(wd), "--text_file", str(lines), "--speaker",
+                 "spk01", "--out_dir", str(out), "--max_seconds", "0.6", "--strategy", "car:2",
+                 "--batch_size", "2"])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in rows] == [0, 1, 2]
+    assert rows[1]["skipped"] == "empty line" and rows[1]["wav"] is None
+    for r in (rows[0], rows[2]):
+        wav = load_audio(out / r["wav"], 16000, resample_to_rate=False)
+        assert wav.size > 0 and np.all(np.isfinite(wav))
+        assert r["duration"] == pytest.approx(wav.size / 16000, abs=1e-3)
+        assert 1 <= r["num_tokens"] <= 30 and r["steps"] >= r["num_tokens"] / 2
+        assert r["rtf"] > 0 and r["strategy"] == "car:2"
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--workdir", "/nonexistent/run", "--text", "hi"], "/nonexistent/run/config.json: not found"),
+    (["--checkpoint", "/tmp/x/checkpoints/abc", "--text", "hi"],
+     "expected <workdir>/checkpoints/<step>"),
+], ids=["missing-workdir", "bad-checkpoint"])  # fmt: skip
+def test_infer_bad_input_is_one_line(args, expected):
+    proc = _run(["infer.py", *args], timeout=120)
+    assert proc.returncode == 2
+    err = proc.stderr.strip().splitlines()
+    assert err[-1].startswith("error: ") and expected in err[-1], proc.stderr
+
+
+def test_infer_bad_strategy_and_speaker(trained):
+    wd, _, _ = trained
+    proc = _run(["infer.py", "--workdir", str(wd), "--text", "hi", "--strategy", "car:9"])
+    assert proc.returncode == 2
+    assert "chunk 9 needs 9 prediction heads, the model has 4" in proc.stderr.splitlines()[-1]
+    proc = _run(["infer.py", "--workdir", str(wd), "--text", "hi", "--speaker", "nobody"])
+    assert proc.returncode == 2 and "--speaker 'nobody'" in proc.stderr.splitlines()[-1]
+
+
+def test_synthesizer_batch_invariance_and_long_text_split(trained, tiny_corpus):
+    from jaxtts.data.manifest import read_split
+    from jaxtts.synthesize import Prompt, Synthesizer
+
+    wd, _, _ = trained
+    synth = Synthesizer.from_workdir(wd)
+    prompt = Prompt.from_utterance(read_split(tiny_corpus, "dev")[0])
+    texts = ["Where did you put the keys?", "Hello.", "The old farmer sold three cows."]
+    kw = dict(strategy="car:2", max_seconds=0.4, progress=False, temperature=1.0, seed=3)
+    batched = synth.synthesize(texts, prompt, batch_size=3, **kw)
+    single = synth.synthesize(texts, prompt, batch_size=1, **kw)
+    for a, b in zip(batched, single, strict=True):
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+        np.testing.assert_array_equal(a.wav, b.wav)
+    synth.max_text_symbols = 20  # force splitting of a long line
+    long = "The cat sat on the mat. The dog ran to the park, and the bird sang all day long."
+    (res,) = synth.synthesize([long], prompt, batch_size=4, **kw)
+    assert res.info["pieces"] >= 3
+    gap = int(synth.join_silence_s * synth.sample_rate)
+    assert res.wav.size >= (res.info["pieces"] - 1) * gap
