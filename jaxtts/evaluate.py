@@ -472,7 +472,7 @@ def evaluate(
                 try:
                     encoder = load_speaker_encoder(n)
                     break
-                except MissingDependencyError as e:
+                except JaxttsError as e:  # not installed / not trained: next one
                     warn.append(f"speaker encoder {n} unavailable: {e}")
         else:
             encoder = speaker_encoder

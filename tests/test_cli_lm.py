@@ -69,6 +69,7 @@ def test_infer_writes_wavs_and_reports_skipped_lines(trained, tmp_path):
         assert r["duration"] == pytest.approx(wav.size / 16000, abs=1e-3)
         assert 1 <= r["num_tokens"] <= 30 and r["steps"] >= r["num_tokens"] / 2
         assert r["rtf"] > 0 and r["strategy"] == "car:2"
+        assert r["compile_s"] > 0  # one batch of a new shape: compiled untimed, outside rtf
 
 
 @pytest.mark.parametrize("args,expected", [

@@ -270,7 +270,9 @@ class CTCModel(nn.Module):
         for i in range(self.num_layers):
             x = ConformerBlock(self.d_model, self.num_heads, self.d_ff, self.conv_kernel,
                                self.dropout, name=f"block{i}")(x, mask, train=train)  # fmt: skip
-        logits = _dense(self.vocab_size, (axes.EMBED, axes.VOCAB), "head")(x)  # [B, T', V]
+        # the head is padded to 128 outputs so the vocab axis shards evenly over `tensor`
+        padded = -(-self.vocab_size // 128) * 128
+        logits = _dense(padded, (axes.EMBED, axes.VOCAB), "head")(x)[..., : self.vocab_size]
         return logits, out_len
 
 

@@ -261,6 +261,7 @@ class MetricWriter:
 
     def __init__(self, workdir: str, enabled: bool = True, tensorboard: bool = True):
         self.enabled = enabled and jax.process_index() == 0
+        self._t0 = time.perf_counter()  # elapsed_s in metrics.jsonl: since this invocation
         self._tb = None
         self._jsonl = None
         if self.enabled:
@@ -277,7 +278,8 @@ class MetricWriter:
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
         if not self.enabled:
             return
-        row = {"step": int(step), **{k: float(v) for k, v in scalars.items()}}
+        row = {"step": int(step), "elapsed_s": round(time.perf_counter() - self._t0, 2),
+               **{k: float(v) for k, v in scalars.items()}}
         self._jsonl.write(json.dumps(row) + "\n")
         self._jsonl.flush()
         if self._tb is not None:
