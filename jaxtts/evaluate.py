@@ -31,6 +31,7 @@ Ground-truth clips that cannot be loaded are dropped with a warning.
 
 from __future__ import annotations
 
+import abc
 import argparse
 import json
 import math
@@ -78,15 +79,16 @@ class Sample:
 # ------------------------------------------------------------------------------------------
 
 
-class _Row:
+class _Row(abc.ABC):
     kind = "row"
     timed = True
 
     def __init__(self, name: str):
         self.name = name
 
+    @abc.abstractmethod
     def generate(self, utt, gt_wav: np.ndarray, prompt: Prompt) -> tuple[np.ndarray, dict]:
-        raise NotImplementedError
+        """(wav float32 [N], info) for one utterance."""
 
 
 class _GroundTruth(_Row):

@@ -52,6 +52,7 @@ Prompts (`LMLoader`, zero-shot VALL-E-style training, see /work/shared/METHODS.m
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import logging
 import os
@@ -257,7 +258,7 @@ class _Epoch:
     extra: dict  # loader-specific per-record arrays (LM: prompt index / lengths)
 
 
-class BucketedLoader:
+class BucketedLoader(abc.ABC):
     """Shared machinery: dropping, per-epoch bucketed order, bucket padding, sharding, grain.
 
     Subclasses set `fields` (padded length fields, the first is the main sort key) and
@@ -349,19 +350,19 @@ class BucketedLoader:
         self._lock = threading.Lock()
 
     # -- subclass hooks
+    @abc.abstractmethod
     def _target_lengths(self) -> dict[str, np.ndarray]:
         """field -> int64 [N] length of every record without prompt (decides dropping)."""
-        raise NotImplementedError
 
     def _epoch_lengths(self, epoch: int, rng: np.random.Generator
                        ) -> tuple[dict[str, np.ndarray], dict]:  # fmt: skip
         """(field -> int64 [N] row lengths this epoch, extra per-record arrays)."""
         return self._target_lengths(), {}
 
+    @abc.abstractmethod
     def _build_rows(self, rows: np.ndarray, ep: _Epoch, pad: dict[str, int]
                     ) -> dict[str, np.ndarray]:  # fmt: skip
         """The batch dict of record indices `rows` (-1 = padding row), padded to `pad`."""
-        raise NotImplementedError
 
     # -- epoch plan
     def _rng(self, epoch: int, purpose: int) -> np.random.Generator:

@@ -42,6 +42,7 @@ from jaxtts.data.corpus import resolve_corpus_dir
 from jaxtts.data.manifest import read_split
 from jaxtts.errors import CheckpointError, ConfigError, DataError
 from jaxtts.models import axes
+from jaxtts.models.layers import Attention
 from jaxtts.train.checkpoint import abstract_params
 
 log = logging.getLogger("jaxtts.ctc_asr")
@@ -183,30 +184,6 @@ class FeedForward(nn.Module):
         return _dense(self.d_model, (axes.MLP, axes.EMBED), "wo")(h)  # [B, T, D]
 
 
-class SelfAttention(nn.Module):
-    """Bidirectional multi-head self-attention over valid frames (padded keys masked)."""
-
-    num_heads: int
-    head_dim: int
-
-    @nn.compact
-    def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:  # [B, T, D], [B, T]
-        d, n, hd = x.shape[-1], self.num_heads, self.head_dim
-        w_init = nn.initializers.variance_scaling(1.0, "fan_in", "normal", in_axis=1,
-                                                  out_axis=(2, 3), batch_axis=(0,))
-        w = self.param("qkv", _init((None, axes.EMBED, axes.HEADS, axes.KV), w_init),
-                       (3, d, n, hd))  # fmt: skip
-        q, k, v = (jnp.einsum("BTD,DNH->BTNH", x, w[i]) for i in range(3))  # [B, T, N, H]
-        s = jnp.einsum("BTNH,BSNH->BNTS", q, k) / np.sqrt(hd)  # [B, N, T, S]
-        s = jnp.where(mask[:, None, None, :], s, -1e9)
-        p = jax.nn.softmax(s, axis=-1)  # [B, N, T, S]
-        o = jnp.einsum("BNTS,BSNH->BTNH", p, v)  # [B, T, N, H]
-        wo_init = nn.initializers.variance_scaling(1.0, "fan_in", "normal", in_axis=(0, 1),
-                                                   out_axis=2)
-        wo = self.param("out", _init((axes.HEADS, axes.KV, axes.EMBED), wo_init), (n, hd, d))
-        return jnp.einsum("BTNH,NHD->BTD", o, wo)  # [B, T, D]
-
-
 class ConformerBlock(nn.Module):
     """Pre-norm conformer block (Gulati et al. 2020) with LayerNorm in the conv module."""
 
@@ -224,8 +201,9 @@ class ConformerBlock(nn.Module):
         x = x + 0.5 * drop(FeedForward(d, self.d_ff, self.dropout, name="ff1")(
             _norm("ff1_norm")(x), train=train))  # fmt: skip
         h = _norm("attn_norm")(x)  # [B, T, D]
-        # TODO(lead): switch to jaxtts.models.layers attention once it exists.
-        h = SelfAttention(self.num_heads, d // self.num_heads, name="attn")(h, mask)  # [B, T, D]
+        keys = jnp.broadcast_to(mask[:, None, :], mask.shape + mask.shape[-1:])  # [B, T, T]
+        h, _ = Attention(self.num_heads, d // self.num_heads, rope_theta=0.0, name="attn")(
+            h, jnp.zeros(mask.shape, jnp.int32), keys)  # bidirectional, no positions  # fmt: skip
         x = x + drop(h)
         h = _norm("conv_norm")(x)
         h = nn.glu(_dense(2 * d, (axes.EMBED, axes.MLP), "conv_in")(h))  # [B, T, D]

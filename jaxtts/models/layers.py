@@ -190,7 +190,8 @@ class Attention(nn.Module):
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
                  cache: LayerCache | None = None, write_start: jax.Array | None = None
                  ) -> tuple[jax.Array, LayerCache | None]:  # fmt: skip
-        """x [B, T, D], positions [B, T] (RoPE), mask bool [B, T, S].
+        """x [B, T, D], positions [B, T] (RoPE; ignored when rope_theta == 0), mask bool
+        [B, T, S].
 
         cache None: keys are the T positions of x (S == T). Else the new keys/values are
         written into the cache at slots write_start[b] .. + T - 1 and attention runs over the
@@ -203,8 +204,9 @@ class Attention(nn.Module):
         q = Dense(nh, names, name="q", **kw)(x)  # [B, T, N, H]
         k = Dense(nh, names, name="k", **kw)(x)
         v = Dense(nh, names, name="v", **kw)(x)
-        q = apply_rope(q, positions, self.rope_theta)
-        k = apply_rope(k, positions, self.rope_theta)
+        if self.rope_theta:  # 0 = no rotary embedding (e.g. the conformer ASR)
+            q = apply_rope(q, positions, self.rope_theta)
+            k = apply_rope(k, positions, self.rope_theta)
         if cache is not None:
             cache = LayerCache(k=write_rows(cache.k, k, write_start),
                                v=write_rows(cache.v, v, write_start))  # fmt: skip
