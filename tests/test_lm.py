@@ -253,3 +253,43 @@ def test_split_text_exact():
     assert split_text("x" * 40, fits) == ["x" * 40]  # one word: never cut inside it
     pieces = split_text(text, lambda s: len(s) <= 60)
     assert " ".join(pieces) == text and all(len(p) <= 60 for p in pieces)
+
+
+def test_lora_starts_at_base_model_and_only_adapters_train(params):
+    import dataclasses
+
+    import ml_collections as mlc
+    import optax
+
+    from jaxtts.models.layers import lora_only
+    from jaxtts.train.optim import make_optimizer
+
+    cfg = dataclasses.replace(TINY, lora_rank=4, lora_alpha=8.0)
+    m = TTSLM(cfg)
+    text, speech = np.array([[3, 4, 5]], np.int32), np.array([[TINY.bos, 1, 2]], np.int32)
+    lens = (np.array([3]), np.array([3]))
+    lp = jax.jit(m.init)(jax.random.key(1), text, lens[0], speech, lens[1])["params"]
+    lp = jax.tree.map(lambda x: getattr(x, "value", x), lp,
+                      is_leaf=lambda x: hasattr(x, "value"))  # fmt: skip
+    # copy the base weights in: with B = 0 the adapted model equals the base model
+    merged = jax.tree_util.tree_map_with_path(
+        lambda p, x: x if "lora" in jax.tree_util.keystr(p) else _get(params, p), lp)
+    base_out = TTSLM(TINY).apply({"params": params}, text, lens[0], speech, lens[1])[0]
+    lora_out = m.apply({"params": merged}, text, lens[0], speech, lens[1])[0]
+    np.testing.assert_allclose(lora_out, base_out, atol=1e-6)
+    mask = lora_only(merged)
+    n_lora = sum(jax.tree.leaves(mask))
+    assert n_lora == 2 * 7 * TINY.num_layers  # q k v o wi_gate wi_up wo, A and B each
+    tx = make_optimizer(mlc.ConfigDict(dict(learning_rate=1e-2, steps=10, warmup_steps=0)),
+                        trainable=lora_only)  # fmt: skip
+    grads = jax.tree.map(jnp.ones_like, merged)
+    updates, _ = tx.update(grads, tx.init(merged), merged)
+    new = optax.apply_updates(merged, updates)
+    changed = jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))), merged, new)
+    assert jax.tree.leaves(changed) == jax.tree.leaves(mask)
+
+
+def _get(tree, path):
+    for k in path:
+        tree = tree[k.key]
+    return tree

@@ -409,8 +409,8 @@ def train_and_evaluate(
                 if eval_batches is not None and eval_every and (
                     done % eval_every == 0 or done == steps
                 ):
-                    metrics = trainer.evaluate(state.params, eval_batches())
-                    dev = {f"dev/{k}": v for k, v in metrics.items()}
+                    dev_metrics = trainer.evaluate(state.params, eval_batches())
+                    dev = {f"dev/{k}": v for k, v in dev_metrics.items()}
                     if on_eval is not None:
                         dev.update(on_eval(done, state) or {})
                     writer.write(done, dev)
