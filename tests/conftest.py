@@ -4,6 +4,10 @@ import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Subprocess tests (train.py/infer.py, the SIGKILL run) import this checkout's jaxtts, whatever
+# another checkout's editable install points at.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_ROOT, os.environ.get("PYTHONPATH")]))
 
 import pytest  # noqa: E402
 

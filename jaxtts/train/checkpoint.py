@@ -8,6 +8,7 @@ parameters alone for fine-tuning or inference.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -67,9 +68,16 @@ class Checkpointer:
             "opt_state": ocp.StandardCheckpointHandler(),
             "meta": ocp.JsonCheckpointHandler(),
         }
-        self.manager = ocp.CheckpointManager(
-            self.directory, item_handlers=handlers, options=options
-        )
+        quiet = logging.getLogger("absl")  # orbax warns that read-only managers cannot save
+        level = quiet.level
+        if read_only:
+            quiet.setLevel(logging.ERROR)
+        try:
+            self.manager = ocp.CheckpointManager(
+                self.directory, item_handlers=handlers, options=options
+            )
+        finally:
+            quiet.setLevel(level)
 
     # -- queries ---------------------------------------------------------------------------
     def latest_step(self) -> int | None:
