@@ -56,13 +56,6 @@ class Checkpointer:
         self.directory = os.path.abspath(os.fspath(directory))
         if read_only and not os.path.isdir(self.directory):
             raise CheckpointError(f"{self.directory}: checkpoint directory does not exist")
-        options = ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep,
-            save_interval_steps=save_interval_steps,
-            enable_async_checkpointing=async_save,
-            read_only=read_only,
-            create=not read_only,
-        )
         handlers = {
             "params": ocp.StandardCheckpointHandler(),
             "opt_state": ocp.StandardCheckpointHandler(),
@@ -73,6 +66,13 @@ class Checkpointer:
         if read_only:
             quiet.setLevel(logging.ERROR)
         try:
+            options = ocp.CheckpointManagerOptions(
+                max_to_keep=max_to_keep,
+                save_interval_steps=save_interval_steps,
+                enable_async_checkpointing=async_save,
+                read_only=read_only,
+                create=not read_only,
+            )
             self.manager = ocp.CheckpointManager(
                 self.directory, item_handlers=handlers, options=options
             )
