@@ -195,18 +195,12 @@ class Synthesizer:
                      vocoder: str = "griffin_lim") -> Synthesizer:  # fmt: skip
         """Loads `config.json`, `text_frontend/`, `tokenizer/` and the parameters of the
         latest (or `step`) checkpoint of a training run folder."""
-        from jaxtts.train.checkpoint import Checkpointer, abstract_params
+        from jaxtts.train.checkpoint import Checkpointer, abstract_params, read_run_config
         from jaxtts.train.lm_task import TEXT_FRONTEND_DIR, TOKENIZER_DIR
 
         workdir = Path(workdir)
-        cfg_path = workdir / "config.json"
-        if not cfg_path.is_file():
-            raise CheckpointError(f"{cfg_path}: not found; --workdir must be a training run "
-                                  "folder (python train.py --config configs/car.py:small "
-                                  "--workdir ...)")  # fmt: skip
-        config = mlc.ConfigDict(json.loads(cfg_path.read_text()))
-        if config.get("task") != "lm":
-            raise CheckpointError(f"{cfg_path}: task={config.get('task')!r}, expected 'lm'")
+        config = mlc.ConfigDict(read_run_config(
+            workdir, "lm", "python train.py --config configs/car.py:small --workdir <dir>"))
         frontend = TextFrontend.load(workdir / TEXT_FRONTEND_DIR)
         tokenizer = load_tokenizer(workdir / TOKENIZER_DIR)
         cfg = LMConfig.from_config(config.model)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxtts.data.pipeline import pad_batch
 from jaxtts.eval import ctc_asr as C
 from jaxtts.train import loop
 from jaxtts.train import mesh as mesh_lib
@@ -88,7 +89,7 @@ def test_batch_n_equals_batch_1_with_mixed_lengths():
     single = C.CTCASR(TINY, params, batch_size=1, frame_bucket=1)  # each row at its own length
     hyp_n, hyp_1 = batched.transcribe_mels(mels), single.transcribe_mels(mels)
     assert hyp_n == hyp_1 and len(hyp_n) == 5 and sum(map(len, hyp_n)) > 0
-    pad, lens = C.pad_batch(mels, 192)
+    pad, lens = pad_batch(mels, 192)
     lg, ol = batched.logits(pad, lens)
     assert ol.tolist() == [19, 65, 7, 32, 1]
     for i, m in enumerate(mels):

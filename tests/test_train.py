@@ -223,3 +223,14 @@ def test_killed_run_resumes_to_same_final_loss(tmp_path, uninterrupted, sig):
     assert proc.returncode == 0, out
     final = float(out.strip().splitlines()[-1].split()[1])
     assert final == pytest.approx(_final_losses(full_wd)[30], rel=1e-6)
+
+
+def test_read_run_config_names_the_file_and_the_task(tmp_path):
+    with pytest.raises(CheckpointError, match=r"run/config.json: not found; the folder must be "
+                                               r"a training run of task 'lm' \(make one\)"):
+        ckpt_lib.read_run_config(tmp_path / "run", "lm", "make one")
+    (tmp_path / "config.json").write_text(json.dumps({"task": "ctc_asr", "model": {"d": 1}}))
+    with pytest.raises(CheckpointError, match=r"config.json: task='ctc_asr', expected 'lm'"):
+        ckpt_lib.read_run_config(tmp_path, "lm", "make one")
+    assert ckpt_lib.read_run_config(tmp_path, "ctc_asr", "x") == {"task": "ctc_asr",
+                                                                   "model": {"d": 1}}

@@ -248,6 +248,57 @@ def pad_to_bucket(length: int, buckets: Sequence[int]) -> int:
     return int(buckets[i])
 
 
+def pad_batch(mels: Sequence[np.ndarray], width: int, rows: int | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """List of [T_i, M] -> (float32 [rows, width, M] zero-padded, int32 [rows] lengths)."""
+    rows = len(mels) if rows is None else rows
+    m = mels[0].shape[1]
+    out = np.zeros((rows, width, m), np.float32)  # [B, T, M]
+    lens = np.zeros((rows,), np.int32)  # [B]
+    for i, x in enumerate(mels):
+        out[i, : x.shape[0]] = x
+        lens[i] = x.shape[0]
+    return out, lens
+
+
+def inference_mel_batches(
+    mels: Sequence[np.ndarray] | np.ndarray,
+    lens: Sequence[int] | np.ndarray | None,
+    n_mels: int,
+    batch_size: int,
+    frame_bucket: int,
+    caller: str,
+) -> tuple[int, Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """Few-shape padded batches of variable-length log-mels for a jitted inference model.
+
+    `mels`: a list of [T_i, n_mels], or a padded [B, T, n_mels] with `lens` [B]. Clips are
+    sorted by length, cut into batches of `batch_size`, padded to a multiple of `frame_bucket`
+    frames and to a power-of-two row count (so few shapes compile); an empty clip becomes one
+    zero frame. Returns (number of clips, iterator of (clip indices [b], mel float32
+    [rows, width, n_mels], lengths int32 [rows])); rows past b are padding.
+    Raises DataError naming `caller` and the clip for a wrong shape.
+    """
+    if isinstance(mels, np.ndarray) and mels.ndim == 3:
+        lens = np.full(len(mels), mels.shape[1]) if lens is None else np.asarray(lens)
+        mels = [m[: int(n)] for m, n in zip(mels, lens, strict=True)]
+    mels = [np.asarray(m, np.float32) for m in mels]
+    for i, m in enumerate(mels):
+        if m.ndim != 2 or m.shape[1] != n_mels:
+            raise DataError(f"{caller}: mel {i} has shape {m.shape}, expected [T, {n_mels}]")
+    mels = [m if m.shape[0] else np.zeros((1, n_mels), np.float32) for m in mels]
+    order = np.argsort([m.shape[0] for m in mels], kind="stable")
+
+    def batches():
+        for s in range(0, len(order), batch_size):
+            idx = order[s : s + batch_size]
+            chunk = [mels[i] for i in idx]
+            width = -(-max(m.shape[0] for m in chunk) // frame_bucket) * frame_bucket
+            rows = min(1 << max(0, len(chunk) - 1).bit_length(), batch_size)  # next power of 2
+            yield (idx, *pad_batch(chunk, width, rows=rows))
+
+    return len(mels), batches()
+
+
 # ----------------------------------------------------------------------------- core
 
 

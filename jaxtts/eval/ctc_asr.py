@@ -22,7 +22,6 @@ Axis letters: B batch, T frames, M mel bins, D model width, V vocabulary (charac
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -40,7 +39,8 @@ import optax
 from jaxtts.data.audio import utterance_mels, wav_to_mel
 from jaxtts.data.corpus import resolve_corpus_dir
 from jaxtts.data.manifest import read_split
-from jaxtts.errors import CheckpointError, ConfigError, DataError
+from jaxtts.data.pipeline import inference_mel_batches
+from jaxtts.errors import ConfigError, DataError
 from jaxtts.models import axes
 from jaxtts.models.layers import Attention
 from jaxtts.train.checkpoint import abstract_params
@@ -352,26 +352,9 @@ def mel_stats(mels: Sequence[np.ndarray]) -> tuple[float, float]:
     return round(mean, 4), round(max(float(np.sqrt(var)), 1e-3), 4)
 
 
-def pad_batch(mels: Sequence[np.ndarray], width: int, rows: int | None = None
-              ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """List of [T_i, M] -> (float32 [rows, width, M] zero-padded, int32 [rows] lengths)."""
-    rows = len(mels) if rows is None else rows
-    m = mels[0].shape[1]
-    out = np.zeros((rows, width, m), np.float32)  # [B, T, M]
-    lens = np.zeros((rows,), np.int32)  # [B]
-    for i, x in enumerate(mels):
-        out[i, : x.shape[0]] = x
-        lens[i] = x.shape[0]
-    return out, lens
-
-
 # ------------------------------------------------------------------------------------------
 # Inference
 # ------------------------------------------------------------------------------------------
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
 
 
 class CTCASR:
@@ -400,21 +383,14 @@ class CTCASR:
     @classmethod
     def load(cls, workdir: str | os.PathLike, step: int | None = None, **kw) -> CTCASR:
         """From a training workdir: `config.json` + the latest (or `step`) checkpoint."""
-        from jaxtts.train.checkpoint import Checkpointer
+        from jaxtts.train.checkpoint import Checkpointer, read_run_config
 
-        workdir = Path(workdir)
-        cfg_path = workdir / "config.json"
-        if not cfg_path.is_file():
-            raise CheckpointError(f"{cfg_path}: not found (train with `python -m "
-                                  f"jaxtts.eval.ctc_asr train --workdir {workdir}`)")  # fmt: skip
-        with open(cfg_path) as f:
-            config = json.load(f)
-        if config.get("task") != "ctc_asr":
-            raise CheckpointError(f"{cfg_path}: task={config.get('task')!r}, expected 'ctc_asr'")
+        config = read_run_config(workdir, "ctc_asr", "python train.py --config "
+                                 "configs/ctc_asr.py:small --workdir <dir>")  # fmt: skip
         model = model_from_config(config["model"])
         like = abstract_params(model.init, jnp.zeros((1, 8, model.n_mels)),
                                 jnp.ones((1,), jnp.int32))  # fmt: skip
-        ckpt = Checkpointer(workdir / "checkpoints", read_only=True)
+        ckpt = Checkpointer(Path(workdir) / "checkpoints", read_only=True)
         params, _ = ckpt.restore_params(like, step)
         return cls(config["model"], params, **kw)
 
@@ -426,23 +402,10 @@ class CTCASR:
     def transcribe_mels(self, mels: Sequence[np.ndarray] | np.ndarray,
                         lens: Sequence[int] | np.ndarray | None = None) -> list[str]:  # fmt: skip
         """Transcripts of log-mels: a list of [T_i, M], or a padded [B, T, M] with lens [B]."""
-        if isinstance(mels, np.ndarray) and mels.ndim == 3:
-            lens = np.full(len(mels), mels.shape[1]) if lens is None else np.asarray(lens)
-            mels = [m[: int(n)] for m, n in zip(mels, lens, strict=True)]
-        mels = [np.asarray(m, np.float32) for m in mels]
-        for i, m in enumerate(mels):
-            if m.ndim != 2 or m.shape[1] != self.model.n_mels:
-                raise DataError(f"transcribe_mels: mel {i} has shape {m.shape}, "
-                                f"expected [T, {self.model.n_mels}]")  # fmt: skip
-        mels = [m if m.shape[0] else np.zeros((1, m.shape[1]), np.float32) for m in mels]
-        order = np.argsort([m.shape[0] for m in mels], kind="stable")
-        out: list[str] = [""] * len(mels)
-        for s in range(0, len(order), self.batch_size):
-            idx = order[s : s + self.batch_size]
-            chunk = [mels[i] for i in idx]
-            width = -(-max(m.shape[0] for m in chunk) // self.frame_bucket) * self.frame_bucket
-            rows = min(_next_pow2(len(chunk)), self.batch_size)
-            batch, blens = pad_batch(chunk, width, rows=rows)
+        n, batches = inference_mel_batches(mels, lens, self.model.n_mels, self.batch_size,
+                                           self.frame_bucket, "transcribe_mels")  # fmt: skip
+        out: list[str] = [""] * n
+        for idx, batch, blens in batches:
             best, keep = self._forward(self.params, jnp.asarray(batch), jnp.asarray(blens))
             best, keep = np.asarray(best), np.asarray(keep)
             for j, i in enumerate(idx):

@@ -23,7 +23,6 @@ Axis letters: B batch, T frames, M mel bins, C channels, E embedding, S speakers
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -42,8 +41,9 @@ import numpy as np
 from jaxtts.data.audio import utterance_mels, wav_to_mel
 from jaxtts.data.corpus import resolve_corpus_dir
 from jaxtts.data.manifest import read_split
-from jaxtts.errors import CheckpointError, ConfigError, DataError, MissingDependencyError
-from jaxtts.eval.ctc_asr import _dense, _norm, length_mask, masked_conv1d, mel_stats, pad_batch
+from jaxtts.data.pipeline import inference_mel_batches, pad_batch
+from jaxtts.errors import ConfigError, DataError, MissingDependencyError
+from jaxtts.eval.ctc_asr import _dense, _norm, length_mask, masked_conv1d, mel_stats
 from jaxtts.models import axes
 from jaxtts.train.checkpoint import abstract_params
 
@@ -234,10 +234,6 @@ class CropSource:
         return {"mel": mel[lo:hi], "mel_len": lens[lo:hi], "speaker": self.speakers[idx][lo:hi]}
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
 class JaxSpeakerEncoder:
     """A trained `SpeakerEncoderModel`: `embed(wavs, sr)`, `embed_mels(mels, lens)`.
 
@@ -269,24 +265,12 @@ class JaxSpeakerEncoder:
                    lens: Sequence[int] | np.ndarray | None = None) -> np.ndarray:  # fmt: skip
         """Embeddings of log-mels: a list of [T_i, 80] or a padded [B, T, 80] with lens [B]
         -> float32 [B, E] (unit norm). Batched by length; padding does not change results."""
-        if isinstance(mels, np.ndarray | jax.Array) and np.ndim(mels) == 3:
+        if isinstance(mels, jax.Array):
             mels = np.asarray(mels)
-            lens = np.full(len(mels), mels.shape[1]) if lens is None else np.asarray(lens)
-            mels = [m[: int(n)] for m, n in zip(mels, lens, strict=True)]
-        mels = [np.asarray(m, np.float32) for m in mels]
-        for i, m in enumerate(mels):
-            if m.ndim != 2 or m.shape[1] != self.model.n_mels:
-                raise DataError(f"embed_mels: mel {i} has shape {m.shape}, "
-                                f"expected [T, {self.model.n_mels}]")  # fmt: skip
-        mels = [m if m.shape[0] else np.zeros((1, m.shape[1]), np.float32) for m in mels]
-        out = np.zeros((len(mels), self.embed_dim), np.float32)  # [B, E]
-        order = np.argsort([m.shape[0] for m in mels], kind="stable")
-        for s in range(0, len(order), self.batch_size):
-            idx = order[s : s + self.batch_size]
-            chunk = [mels[i] for i in idx]
-            width = -(-max(m.shape[0] for m in chunk) // self.frame_bucket) * self.frame_bucket
-            rows = min(_next_pow2(len(chunk)), self.batch_size)
-            batch, blens = pad_batch(chunk, width, rows=rows)
+        n, batches = inference_mel_batches(mels, lens, self.model.n_mels, self.batch_size,
+                                           self.frame_bucket, "embed_mels")  # fmt: skip
+        out = np.zeros((n, self.embed_dim), np.float32)  # [B, E]
+        for idx, batch, blens in batches:
             e = np.asarray(self._embed(self.params, jnp.asarray(batch), jnp.asarray(blens)))
             out[idx] = e[: len(idx)]
         return out
@@ -298,24 +282,16 @@ class JaxSpeakerEncoder:
 
 def load_params(workdir: str | os.PathLike, step: int | None = None) -> tuple[dict, Any]:
     """(model config dict, encoder params) from a speaker-encoder training workdir."""
-    from jaxtts.train.checkpoint import Checkpointer
+    from jaxtts.train.checkpoint import Checkpointer, read_run_config
 
-    workdir = Path(workdir)
-    cfg_path = workdir / "config.json"
-    if not cfg_path.is_file():
-        raise CheckpointError(f"{cfg_path}: not found (train it: python -m "
-                              f"jaxtts.eval.speaker_encoders train --workdir {workdir})")
-    with open(cfg_path) as f:
-        config = json.load(f)
-    if config.get("task") != "speaker_encoder":
-        raise CheckpointError(f"{cfg_path}: task={config.get('task')!r}, "
-                              f"expected 'speaker_encoder'")  # fmt: skip
+    config = read_run_config(workdir, "speaker_encoder", "python train.py --config "
+                             "configs/speaker_encoder.py:small --workdir <dir>")  # fmt: skip
     model = model_from_config(config["model"])
     enc = abstract_params(model.init, jnp.zeros((1, 8, model.n_mels)), jnp.ones((1,), jnp.int32))
     num = int(config["model"]["num_speakers"])
     cls = jax.ShapeDtypeStruct((model.embed_dim, num), jnp.float32,
                                sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
-    ckpt = Checkpointer(workdir / "checkpoints", read_only=True)
+    ckpt = Checkpointer(Path(workdir) / "checkpoints", read_only=True)
     params, _ = ckpt.restore_params({"encoder": enc, "classes": cls}, step)
     return config["model"], params["encoder"]
 

@@ -8,6 +8,7 @@ parameters alone for fine-tuning or inference.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -18,6 +19,23 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxtts.errors import CheckpointError
+
+
+def read_run_config(workdir: str | os.PathLike, task: str, how_to_train: str) -> dict:
+    """`<workdir>/config.json` of a training run, checked to be a `task` run.
+
+    Raises CheckpointError naming the file: missing (with `how_to_train`, the command that
+    makes such a folder) or of another task.
+    """
+    path = os.path.join(os.fspath(workdir), "config.json")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: not found; the folder must be a training run of task "
+                              f"{task!r} ({how_to_train})")  # fmt: skip
+    with open(path) as f:
+        config = json.load(f)
+    if config.get("task") != task:
+        raise CheckpointError(f"{path}: task={config.get('task')!r}, expected {task!r}")
+    return config
 
 
 def abstract_params(init_fn, *args) -> Any:
