@@ -17,6 +17,18 @@ import sys
 from pathlib import Path
 
 
+def _lineage(rows: list[dict]) -> list[dict]:
+    """Rows of the run that the final checkpoint descends from: a resumed run logs again from
+    its checkpoint step, so rows of an earlier invocation at or past that step (work lost when
+    it was killed) are dropped."""
+    out: list[dict] = []
+    for r in rows:
+        while out and out[-1]["step"] >= r["step"]:
+            out.pop()
+        out.append(r)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workdir", required=True)
@@ -24,8 +36,8 @@ def main(argv=None) -> int:
     ap.add_argument("--png", default=None)
     a = ap.parse_args(argv)
     rows = [json.loads(line) for line in open(Path(a.workdir) / "metrics.jsonl")]
-    train = [r for r in rows if "train/loss" in r]
-    dev = [r for r in rows if "dev/loss" in r]
+    train = _lineage([r for r in rows if "train/loss" in r])
+    dev = _lineage([r for r in rows if "dev/loss" in r])
     minutes, t = {}, 0.0
     for r in train:
         t += 10.0 / max(r.get("train/steps_per_s", 1e-9), 1e-9) if "train/steps_per_s" in r else 0
