@@ -38,7 +38,7 @@ def main():
     from jaxtts.synthesize import Synthesizer
     from jaxtts.train import losses
     from jaxtts.train.checkpoint import Checkpointer
-    from jaxtts.train.lm_task import LMTask
+    from jaxtts.train.lm_task import LMTask, model_inputs
 
     step = args.step
     if step is None:
@@ -59,8 +59,6 @@ def main():
     @jax.jit
     def head_ce(params, batch):
         # Per-head summed CE and token count, as in losses.mtp_loss but unweighted.
-        from jaxtts.train.lm_task import model_inputs
-
         x, x_len = model_inputs(batch, task.cfg)
         logits, _ = task.model.apply({"params": params}, batch["text"], batch["text_len"], x,
                                      x_len, train=False)  # fmt: skip

@@ -271,14 +271,15 @@ def inference_mel_batches(
 ) -> tuple[int, Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     """Few-shape padded batches of variable-length log-mels for a jitted inference model.
 
-    `mels`: a list of [T_i, n_mels], or a padded [B, T, n_mels] with `lens` [B]. Clips are
-    sorted by length, cut into batches of `batch_size`, padded to a multiple of `frame_bucket`
-    frames and to a power-of-two row count (so few shapes compile); an empty clip becomes one
-    zero frame. Returns (number of clips, iterator of (clip indices [b], mel float32
-    [rows, width, n_mels], lengths int32 [rows])); rows past b are padding.
+    `mels`: a list of [T_i, n_mels], or a padded [B, T, n_mels] (numpy or jax) with `lens`
+    [B]. Clips are sorted by length, cut into batches of `batch_size`, padded to a multiple of
+    `frame_bucket` frames and to a power-of-two row count (so few shapes compile); an empty
+    clip becomes one zero frame. Returns (number of clips, iterator of (clip indices [b],
+    mel float32 [rows, width, n_mels], lengths int32 [rows])); rows past b are padding.
     Raises DataError naming `caller` and the clip for a wrong shape.
     """
-    if isinstance(mels, np.ndarray) and mels.ndim == 3:
+    if getattr(mels, "ndim", None) == 3:  # a padded numpy or jax array
+        mels = np.asarray(mels)
         lens = np.full(len(mels), mels.shape[1]) if lens is None else np.asarray(lens)
         mels = [m[: int(n)] for m, n in zip(mels, lens, strict=True)]
     mels = [np.asarray(m, np.float32) for m in mels]

@@ -265,8 +265,6 @@ class JaxSpeakerEncoder:
                    lens: Sequence[int] | np.ndarray | None = None) -> np.ndarray:  # fmt: skip
         """Embeddings of log-mels: a list of [T_i, 80] or a padded [B, T, 80] with lens [B]
         -> float32 [B, E] (unit norm). Batched by length; padding does not change results."""
-        if isinstance(mels, jax.Array):
-            mels = np.asarray(mels)
         n, batches = inference_mel_batches(mels, lens, self.model.n_mels, self.batch_size,
                                            self.frame_bucket, "embed_mels")  # fmt: skip
         out = np.zeros((n, self.embed_dim), np.float32)  # [B, E]
