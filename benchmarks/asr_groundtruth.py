@@ -3,9 +3,13 @@
     python benchmarks/asr_groundtruth.py --corpus data/builtin --split test [--num 200]
 
 Prints a markdown table per speaker with the WER of each row under three LMs:
-  domain       trigram LM of the TRAINING sentences (the evaluator's default domain LM)
-  domain+gen   the same plus `--lm-generated` fresh generator sentences (dev/test removed)
+  domain       Kneser-Ney trigram of the TRAINING sentences only
+  domain+gen   the same plus `--lm-generated` fresh generator sentences (dev/test removed):
+               the evaluator's default domain LM for the built-in corpus
   default      the bundled generic en-us LM
+each with the stock en-us acoustic model and (suffix `/MAP`) with the model MAP-adapted to the
+training audio (`jaxtts.eval.am_adapt`, what `python -m jaxtts.evaluate` uses; `--no-adapt`
+skips those columns).
 Rows: the corpus audio, and ground-truth mel -> Griffin-Lim if the vocoder exists.
 Per-utterance transcripts go to `<out>/asr_groundtruth.json`.
 """
@@ -44,9 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", default="test")
     p.add_argument("--num", type=int, default=None)
     p.add_argument("--out", default="out/asr_groundtruth")
-    p.add_argument("--lm-generated", type=int, default=150_000)
+    p.add_argument("--lm-generated", type=int, default=None,
+                   help="default: jaxtts.evaluate.AUTO_LM_GENERATED")
     p.add_argument("--no-resynth", action="store_true")
     p.add_argument("--asr-workers", type=int, default=1)
+    p.add_argument("--no-adapt", action="store_true")
     a = p.parse_args(argv)
 
     from jaxtts.data.manifest import read_manifest
@@ -67,12 +73,26 @@ def main(argv: list[str] | None = None) -> int:
     for name, ss in samples.items():
         warn += [f"{name} / {s.id}: {s.error}" for s in ss if s.error]
 
+    if a.lm_generated is None:
+        from jaxtts.evaluate import AUTO_LM_GENERATED
+
+        a.lm_generated = AUTO_LM_GENERATED
     kw = {"num_workers": a.asr_workers}
     asrs = {"domain": PocketSphinxASR.from_corpus(corpus, "domain", **kw)}
     if a.lm_generated > 0:
         asrs["domain+gen"] = PocketSphinxASR.from_corpus(
             corpus, "domain", generated_sentences=a.lm_generated, **kw)
     asrs["default"] = PocketSphinxASR.from_corpus(corpus, "default", **kw)
+    if not a.no_adapt:
+        from jaxtts.eval.asr import corpus_adapted_hmm
+
+        t_adapt = time.time()
+        hmm = corpus_adapted_hmm(corpus, num_workers=a.asr_workers)
+        print(f"adapted acoustic model: {hmm} ({time.time() - t_adapt:.0f} s incl. cache)")
+        for name in list(asrs):
+            gen = {"generated_sentences": a.lm_generated} if name == "domain+gen" else {}
+            lm = "default" if name == "default" else "domain"
+            asrs[f"{name}/MAP"] = PocketSphinxASR.from_corpus(corpus, lm, hmm=hmm, **gen, **kw)
     refs = [u.text for u in utts]
     scores, dump = {}, []
     for name, ss in samples.items():

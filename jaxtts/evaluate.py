@@ -244,24 +244,35 @@ AUTO_LM_GENERATED = 150_000  # generator sentences added to the built-in corpus'
 
 def make_asrs(
     corpus_dir: str | os.PathLike, num_workers: int = 1, progress: bool = True,
-    cache_dir: str | None = None, lm_generated: int | None = None,
+    cache_dir: str | None = None, lm_generated: int | None = None, adapt: bool = True,
 ) -> tuple[dict[str, Any], list[str]]:
     """{'domain': ASR, 'default': ASR} (missing ones left out) and warnings.
 
     `lm_generated=None`: AUTO_LM_GENERATED fresh generator sentences (dev/test removed) join
     the training sentences for the built-in corpus (it has speakers.json), none otherwise.
-    Measured on data/builtin test: domain-LM WER 33% (train only) -> 17% (with them).
+    `adapt`: MAP-adapt the acoustic model to the corpus's training audio (cached; needs
+    SphinxTrain, else a warning and the stock model). Measured on data/builtin test
+    (benchmarks/RESULTS.md section 3): domain-LM WER 13.0% stock -> 1.2% adapted.
     """
     if lm_generated is None:
         lm_generated = AUTO_LM_GENERATED if (Path(corpus_dir) / "speakers.json").exists() else 0
     asrs, warn = {}, []
     try:
-        from jaxtts.eval.asr import PocketSphinxASR
+        from jaxtts.eval.asr import PocketSphinxASR, corpus_adapted_hmm
 
+        hmm = None
+        if adapt:
+            try:
+                hmm = corpus_adapted_hmm(corpus_dir, cache_dir, num_workers=num_workers,
+                                         progress=progress)
+            except (MissingDependencyError, RuntimeError) as e:
+                warn.append(f"ASR acoustic model not adapted to the corpus voices (WER floor "
+                            f"much higher): {e}")
         for lm in ("domain", "default"):
             kw = {"generated_sentences": lm_generated} if lm == "domain" else {}
             asrs[lm] = PocketSphinxASR.from_corpus(corpus_dir, lm=lm, num_workers=num_workers,
-                                                   progress=progress, cache_dir=cache_dir, **kw)
+                                                   progress=progress, cache_dir=cache_dir,
+                                                   hmm=hmm, **kw)
         missing = asrs["domain"].missing_words
         if missing:
             warn.append(f"domain LM: {len(missing)} training words have no pronunciation "
@@ -427,6 +438,7 @@ def evaluate(
     asr_workers: int = 1,
     asr_cache_dir: str | None = None,
     lm_generated: int | None = None,
+    asr_adapt: bool = True,
     plots: bool = True,
     num_saved_wavs: int = 2,
     progress: bool = True,
@@ -462,7 +474,8 @@ def evaluate(
     utts, gt, prompts, w = load_split(all_utts, num)
     warn += w
 
-    asrs, w = make_asrs(corpus_dir, asr_workers, progress, asr_cache_dir, lm_generated)
+    asrs, w = make_asrs(corpus_dir, asr_workers, progress, asr_cache_dir, lm_generated,
+                        asr_adapt)
     warn += w
     encoder = None
     if speaker_encoder is not None:
@@ -535,6 +548,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lm-generated", type=int, default=None,
                    help="add N generator sentences (no dev/test ones) to the domain LM "
                    f"(default: {AUTO_LM_GENERATED} for the built-in corpus, else 0)")
+    p.add_argument("--no-asr-adapt", action="store_true",
+                   help="use the stock PocketSphinx acoustic model (no MAP adaptation to the "
+                   "training audio)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
@@ -551,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
             res = evaluate(a.corpus, a.out, a.split, a.num, rows, workdir=a.workdir,
                            speaker_encoder=enc, spectral=not a.no_spectral,
                            asr_workers=a.asr_workers, lm_generated=a.lm_generated,
-                           plots=not a.no_plots,
+                           asr_adapt=not a.no_asr_adapt, plots=not a.no_plots,
                            progress=not a.no_progress)
     except JaxttsError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything jaxtts needs on a fresh Debian/Ubuntu machine: espeak-ng (system package,
-# used to build the corpus and as phonemizer), libsndfile, and the Python packages (pinned in
+# used to build the corpus and as phonemizer), libsndfile, CMU SphinxTrain + sphinxbase-utils +
+# pocketsphinx tools (MAP adaptation of the evaluation ASR to the corpus voices: bw, map_adapt,
+# sphinx_fe, pocketsphinx_mdef_convert), and the Python packages (pinned in
 # setup.py) including the `test` extra (tensorflow-datasets + tensorflow-cpu). Idempotent: a
 # second run only checks.
 set -euo pipefail
@@ -10,6 +12,9 @@ PY=${PY:-python3}
 need_apt=()
 command -v espeak-ng >/dev/null 2>&1 || need_apt+=(espeak-ng)
 ldconfig -p 2>/dev/null | grep -q libsndfile || need_apt+=(libsndfile1)
+[ -x /usr/lib/sphinxtrain/map_adapt ] || need_apt+=(sphinxtrain)
+command -v sphinx_fe >/dev/null 2>&1 || need_apt+=(sphinxbase-utils)
+command -v pocketsphinx_mdef_convert >/dev/null 2>&1 || need_apt+=(pocketsphinx)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "[setup] installing system packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -107,3 +107,103 @@ def test_lm_cache_and_oov_pronunciations(tmp_path):
     other = build_domain_lm(TRAIN[:4], cache_dir=tmp_path)
     assert other.key != lm.key
     assert len(list(tmp_path.glob("domain-*"))) == 2
+
+
+def test_held_in_generated_sentences_exclude_dev_test_and_are_cached(tmp_path):
+    from jaxtts.data.manifest import Utterance, write_manifest
+    from jaxtts.data.text import normalize_text
+    from jaxtts.data.words import generate_sentences
+    from jaxtts.eval.asr import GENERATED_LM_SEED, held_in_generated_sentences
+
+    raw = generate_sentences(40, seed=GENERATED_LM_SEED)
+    norm = generate_sentences(40, seed=GENERATED_LM_SEED, normalized=True)
+    assert norm == [normalize_text(s) for s in raw]
+    held = {3: "dev", 17: "test"}
+    for i, split in held.items():
+        write_manifest(tmp_path / f"{split}.jsonl",
+                       [Utterance(f"u{i}", "x.wav", raw[i], normalized_text=norm[i])])
+    cache = tmp_path / "cache"
+    out = held_in_generated_sentences(tmp_path, 40, cache)
+    assert out == [s for i, s in enumerate(norm) if i not in held]
+    (cached,) = cache.glob("generated-*.txt")
+    cached.write_text("marker sentence")  # a second call must read the cache, not regenerate
+    assert held_in_generated_sentences(tmp_path, 40, cache) == ["marker sentence"]
+    assert len(held_in_generated_sentences(tmp_path, 41, cache)) == 39  # other n: other key
+
+
+# --- acoustic-model adaptation (SphinxTrain; scripts/setup.sh installs it) --------------------
+
+def _have_sphinxtrain() -> bool:
+    from jaxtts.errors import MissingDependencyError
+    from jaxtts.eval.am_adapt import _tool
+
+    try:
+        for name in ("sphinx_fe", "bw", "map_adapt", "pocketsphinx_mdef_convert"):
+            _tool(name)
+    except MissingDependencyError:
+        return False
+    return True
+
+
+needs_sphinxtrain = pytest.mark.skipif(not _have_sphinxtrain(), reason="no SphinxTrain tools")
+
+
+def test_read_sendump_gives_normalised_weights():
+    import pocketsphinx as ps
+
+    from jaxtts.eval.am_adapt import read_sendump
+
+    w = read_sendump(ps.get_model_path("en-us/en-us/sendump"))
+    assert w.shape == (5126, 3, 128)  # senones x feature streams x codebook densities
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-12)
+    assert w.min() > 0
+
+
+@needs_sphinxtrain
+@needs_espeak
+def test_reconstructed_weights_decode_like_stock_model(domain_asr, clips, tmp_path):
+    from jaxtts.eval.am_adapt import _base_model_dir
+
+    import pocketsphinx as ps
+    _base_model_dir(tmp_path / "hmm", __import__("pathlib").Path(
+        ps.get_model_path("en-us/en-us")))
+    assert not (tmp_path / "hmm" / "sendump").exists()  # float mixture_weights are used
+    rebuilt = PocketSphinxASR("domain", train_sentences=TRAIN, progress=False,
+                              cache_dir=domain_asr.domain.lm_path.parent.parent,
+                              hmm=tmp_path / "hmm")
+    assert rebuilt.transcribe(clips, 22050) == domain_asr.transcribe(clips, 22050)
+
+
+@needs_sphinxtrain
+@needs_espeak
+def test_map_adaptation_builds_caches_and_decodes(domain_asr, clips, tmp_path):
+    from jaxtts.eval.am_adapt import adapt_acoustic_model
+    from jaxtts.eval.asr import prepare_pcm
+
+    train_wavs = []
+    for i, s in enumerate(TRAIN):
+        subprocess.run(["espeak-ng", "-v", "en-us+klatt", "-w", str(tmp_path / f"{i}.wav"), s],
+                       check=True)
+        w, sr = sf.read(tmp_path / f"{i}.wav", dtype="float32")
+        train_wavs.append(prepare_pcm(w, sr, 40.0, 0, 0.25))
+    dict_path = domain_asr.domain.dict_path
+    t0 = time.perf_counter()
+    model = adapt_acoustic_model(train_wavs, TRAIN, dict_path, cache_dir=tmp_path / "c",
+                                 num_workers=2, progress=False)
+    build_s = time.perf_counter() - t0
+    assert model.num_utterances == 8 and model.info["bw_parts"] == 2
+    for name in ("means", "variances", "mixture_weights", "transition_matrices", "mdef"):
+        assert (model.path / name).stat().st_size > 0
+    t0 = time.perf_counter()
+    again = adapt_acoustic_model(train_wavs, TRAIN, dict_path, cache_dir=tmp_path / "c")
+    assert again.path == model.path and time.perf_counter() - t0 < build_s / 2
+    adapted = PocketSphinxASR("domain", train_sentences=TRAIN, progress=False, hmm=model.path,
+                              cache_dir=domain_asr.domain.lm_path.parent.parent)
+    assert "+MAP" in adapted.name
+    w_adapted = wer(TEST, adapted.transcribe(clips, 22050))
+    assert w_adapted <= wer(TEST, domain_asr.transcribe(clips, 22050))
+    with pytest.raises(ConfigError, match=r"transcripts\[1\].*zorblax"):
+        adapt_acoustic_model(train_wavs[:2], [TRAIN[0], "the zorblax"], dict_path,
+                             cache_dir=tmp_path / "c")
+    with pytest.raises(ConfigError, match="hmm="):
+        PocketSphinxASR("default", hmm=tmp_path, progress=False)

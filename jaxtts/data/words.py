@@ -918,8 +918,11 @@ class SentenceGenerator:
                 return text
 
 
-def generate_sentences(n: int, seed: int = 0) -> list[str]:
-    """`n` raw sentences with pairwise-distinct normalised text; deterministic in `seed`."""
+def generate_sentences(n: int, seed: int = 0, normalized: bool = False) -> list[str]:
+    """`n` raw sentences with pairwise-distinct normalised text; deterministic in `seed`.
+
+    `normalized=True` returns the normalised texts (`normalize_text`) of the same sentences.
+    """
     gen = SentenceGenerator(seed)
     seen: set[str] = set()
     out: list[str] = []
@@ -928,7 +931,7 @@ def generate_sentences(n: int, seed: int = 0) -> list[str]:
         key = normalize_text(text)
         if key not in seen:
             seen.add(key)
-            out.append(text)
+            out.append(key if normalized else text)
     return out
 
 

@@ -2,26 +2,27 @@
 
 Two language models, two WER columns:
 
-* ``lm="domain"``: a trigram ARPA LM built with pocketsphinx's own builder
-  (`pocketsphinx.lm.ArpaBoLM`, fixed back-off discount) from the corpus's TRAINING sentences
-  (optionally plus fresh sentences of the built-in corpus's generator, dev/test removed), with
-  a dictionary restricted to that vocabulary. Test sentences must never be passed as
-  `train_sentences`. Measured floor on the built-in test split (random-grammar sentences):
-  33% WER with the 1,700 training sentences, 17% with 150k generated ones added, 1.2% if the
-  test sentences were in the LM (diagnostic only): the floor is set by LM perplexity, the
-  acoustic model is adequate for espeak-ng speech.
+* ``lm="domain"``: an interpolated Kneser-Ney trigram (`jaxtts.eval.ngram.KneserNeyLM`) of the
+  corpus's TRAINING sentences (optionally plus fresh sentences of the built-in corpus's
+  generator, dev/test removed), with a dictionary restricted to that vocabulary. Test sentences
+  must never be passed as `train_sentences`. Measured floor on ground-truth test audio of the
+  built-in corpus: benchmarks/RESULTS.md section 3 (about 11% WER with 600k generated
+  sentences). The floor is set by the generator's perplexity (~58 per word for a trigram: any
+  of ~100 nouns may follow "the") and by the acoustic model hearing espeak-ng's "the" as
+  "a"/"that"; with the test sentences themselves in the LM (diagnostic only) it is ~1%.
 * ``lm="default"``: the bundled generic en-us LM + full CMUdict. Sensitive to small quality
   changes (floor ~40% WER on espeak-ng speech), so report it as a delta to ground truth.
 
 Audio handling: float audio is resampled to 16 kHz, padded with `pad_s` of silence on both
 sides, converted to int16 and given `dither` LSB (std) of seeded Gaussian noise: espeak-ng
-writes exact digital silence, which breaks pocketsphinx's noise/CMN estimates. The noise is
-seeded per utterance, so transcripts do not depend on batch order or worker count.
+writes exact digital silence, which breaks pocketsphinx's noise/CMN estimates (measured domain
+WER 34 / 15 / 13 / 14 / 18 % at 0 / 10 / 40 / 80 / 160 LSB). The noise is seeded per utterance,
+so transcripts do not depend on batch order or worker count.
 
 Words of the training text missing from CMUdict get a pronunciation from espeak-ng
 (IPA mapped to CMU phones, `ipa_to_cmu`); words neither source can pronounce are listed in
 `PocketSphinxASR.missing_words`. Built LMs are cached under `cache_dir` keyed by a hash of
-the (normalised) sentences.
+the sentences, and so are the generated sentences.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from tqdm import tqdm
 from jaxtts.errors import AudioError, ConfigError, MissingDependencyError
 
 ASR_SAMPLE_RATE = 16000
-_LM_VERSION = "ps-arpabo-v1"  # bump when the LM/dictionary recipe changes (invalidates cache)
+_LM_VERSION = "kneser-ney-v2"  # bump when the LM/dictionary recipe changes (invalidates cache)
 
 
 def _import_pocketsphinx():
@@ -180,24 +181,28 @@ def build_domain_lm(
     train_sentences: list[str],
     cache_dir: str | os.PathLike | None = None,
     extra_words: list[str] | None = None,
-    discount_mass: float = 0.5,
+    order: int = 3,
 ) -> DomainLM:
-    """Build (or load from cache) a trigram LM + dictionary from TRAINING sentences only.
+    """Build (or load from cache) an n-gram LM + dictionary from TRAINING sentences only.
 
-    `extra_words` (e.g. the generator's word list) are added as unigrams with count 1.
-    Pass extra in-domain text (never test/dev sentences) as part of `train_sentences`.
+    Interpolated Kneser-Ney of `order` (3 measured best: a 4-gram of the same 600k sentences
+    scored 13.1% vs 11.4% WER). `extra_words` (e.g. the generator's word list) are added as
+    unigrams with count 1. Pass extra in-domain text (never test/dev sentences) as part of
+    `train_sentences`. The cache key hashes the sentences as given, so a cache hit costs no
+    normalisation.
     """
     ps = _import_pocketsphinx()
-    from pocketsphinx.lm import ArpaBoLM
+    from jaxtts.eval.ngram import KneserNeyLM
 
-    sents = _normalize_sentences(list(train_sentences))
-    if not sents:
-        raise ConfigError("train_sentences: no non-empty sentence, expected training text")
-    extra = sorted({w for s in _normalize_sentences(list(extra_words or [])) for w in s.split()})
+    if order < 1:
+        raise ConfigError(f"build_domain_lm: order={order}, expected >= 1")
+    train_sentences = list(train_sentences)
     h = hashlib.sha256()
-    h.update(f"{_LM_VERSION}|{discount_mass}\n".encode())
-    h.update("\n".join(sents).encode())
-    h.update(("\n#extra\n" + " ".join(extra)).encode())
+    h.update(f"{_LM_VERSION}|order={order}\n".encode())
+    for s in train_sentences:
+        h.update(s.encode())
+        h.update(b"\n")
+    h.update(("\n#extra\n" + " ".join(sorted(extra_words or []))).encode())
     key = h.hexdigest()[:20]
     folder = Path(cache_dir or default_cache_dir()) / f"domain-{key}"
     info_path = folder / "info.json"
@@ -207,6 +212,10 @@ def build_domain_lm(
                         info["num_sentences"], info["vocab_size"],
                         tuple(info["espeak_words"]), tuple(info["missing_words"]))
 
+    sents = _normalize_sentences(train_sentences)
+    if not sents:
+        raise ConfigError("train_sentences: no non-empty sentence, expected training text")
+    extra = sorted({w for s in _normalize_sentences(list(extra_words or [])) for w in s.split()})
     vocab = sorted({w for s in sents for w in s.split()} | set(extra))
     cmu = read_cmudict(ps.get_model_path("en-us/cmudict-en-us.dict"))
     oov = [w for w in vocab if w not in cmu]
@@ -214,25 +223,23 @@ def build_domain_lm(
     missing = [w for w in oov if w not in espeak]
     known = [w for w in vocab if w not in missing]
 
-    lm = ArpaBoLM(text="\n".join(sents), add_start=True, discount_mass=discount_mass)
-    for w in extra:
-        if w not in lm.grams_1:
-            lm.grams_1[w] = 1
-    for w in missing:  # an LM word without pronunciation would make pocketsphinx warn/skip
-        lm.grams_1.pop(w, None)
-    lm.compute()
+    lm = KneserNeyLM(sents, order, extra_words=[w for w in extra if w not in missing])
+    if missing:  # an LM word without pronunciation would make pocketsphinx warn/skip it
+        lm.drop_words(set(missing))
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
     with open(tmp / "domain.arpa", "w", encoding="utf-8") as f:
-        lm.write(f)
+        lm.write_arpa(f)
     with open(tmp / "domain.dict", "w", encoding="utf-8") as f:
         for w in known:
             prons = cmu.get(w) or [espeak[w]]
             for i, p in enumerate(prons):
                 f.write(f"{w} {p}\n" if i == 0 else f"{w}({i + 1}) {p}\n")
     info = {"num_sentences": len(sents), "vocab_size": len(known), "espeak_words":
-            sorted(espeak), "missing_words": missing, "key": key, "version": _LM_VERSION}
+            sorted(espeak), "missing_words": missing, "key": key, "version": _LM_VERSION,
+            "order": order, "ngrams": [lm.num_ngrams(n) for n in range(1, order + 1)],
+            "discounts": lm.discounts[1:]}
     (tmp / "info.json").write_text(json.dumps(info, indent=1))
     try:
         os.replace(tmp, folder)  # atomic publish; a concurrent builder may have won the race
@@ -245,19 +252,68 @@ def build_domain_lm(
 GENERATED_LM_SEED = 1_000_003  # differs from any corpus seed: a fresh sample of the grammar
 
 
-def held_in_generated_sentences(corpus_dir: str | os.PathLike, n: int) -> list[str]:
-    """`n` generator sentences (normalised) minus every dev/test sentence of the corpus."""
+def held_in_generated_sentences(
+    corpus_dir: str | os.PathLike, n: int, cache_dir: str | os.PathLike | None = None
+) -> list[str]:
+    """`n` generator sentences (normalised) minus every dev/test sentence of the corpus.
+
+    Cached as `<cache_dir>/generated-<key>.txt`, the key hashing `n`, the seed, the dev/test
+    texts and the source of the generator and normaliser (600k sentences take ~2.5 min to
+    generate, ~1 s to read back).
+    """
+    from jaxtts.data import text as text_mod
+    from jaxtts.data import words as words_mod
     from jaxtts.data.manifest import read_manifest
-    from jaxtts.data.text import normalize_text
-    from jaxtts.data.words import generate_sentences
 
     held_out = set()
     for split in ("dev", "test"):
         path = Path(corpus_dir) / f"{split}.jsonl"
         if path.exists():
             held_out |= {u.normalized_text for u in read_manifest(path, check_files=False)}
-    gen = (normalize_text(s) for s in generate_sentences(n, seed=GENERATED_LM_SEED))
-    return [s for s in gen if s not in held_out]
+    h = hashlib.sha256(f"{_LM_VERSION}|{n}|{GENERATED_LM_SEED}\n".encode())
+    for mod in (words_mod, text_mod):
+        h.update(Path(mod.__file__).read_bytes())
+    h.update("\n".join(sorted(held_out)).encode())
+    path = Path(cache_dir or default_cache_dir()) / f"generated-{h.hexdigest()[:20]}.txt"
+    if path.exists():
+        return path.read_text(encoding="utf-8").splitlines()
+    gen = words_mod.generate_sentences(n, seed=GENERATED_LM_SEED, normalized=True)
+    out = [s for s in gen if s not in held_out]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text("\n".join(out), encoding="utf-8")
+    os.replace(tmp, path)
+    return out
+
+
+def _train_sentences(corpus_dir: str | os.PathLike) -> list[str]:
+    from jaxtts.data.manifest import read_manifest
+
+    utts = read_manifest(Path(corpus_dir) / "train.jsonl", check_files=False)
+    return [u.normalized_text or u.text for u in utts]
+
+
+def corpus_adapted_hmm(
+    corpus_dir: str | os.PathLike,
+    cache_dir: str | os.PathLike | None = None,
+    dither: float = 40.0,
+    seed: int = 0,
+    pad_s: float = 0.25,
+    max_utterances: int = 3000,
+    num_workers: int = 1,
+    progress: bool = True,
+) -> Path:
+    """The en-us acoustic model MAP-adapted to `<corpus_dir>/train.jsonl` audio (cached).
+
+    The dictionary is the domain dictionary of the training text (CMUdict + espeak-ng for
+    the rest). Audio is prepared with the same `dither`/`seed`/`pad_s` as recognition.
+    Raises MissingDependencyError without SphinxTrain (see `jaxtts.eval.am_adapt`).
+    """
+    from jaxtts.eval.am_adapt import adapt_to_corpus
+
+    lexicon = build_domain_lm(_train_sentences(corpus_dir), cache_dir)
+    return adapt_to_corpus(corpus_dir, lexicon.dict_path, dither, seed, pad_s, cache_dir,
+                           max_utterances, num_workers, progress).path
 
 
 # ------------------------------------------------------------------------------------------
@@ -326,10 +382,12 @@ class PocketSphinxASR:
       lm: "domain" (needs `train_sentences`), "default" (bundled en-us LM) or a path to an
         ARPA / .lm.bin file (then `dict_path` may name its dictionary).
       train_sentences: training-split texts for the domain LM (never test texts).
-      dither: std of the Gaussian dither in int16 LSB (0 disables).
+      dither: std of the Gaussian dither in int16 LSB (0 disables; 40 measured best).
       num_workers: >1 decodes in that many spawned processes (pocketsphinx holds the GIL).
       extra_words: words added to the domain LM as unigrams (e.g. the generator vocabulary).
       lw: language-model weight (pocketsphinx default 6.5).
+      hmm: acoustic-model folder (default: the bundled en-us model), e.g. the MAP-adapted
+        model of `jaxtts.eval.am_adapt.adapt_to_corpus`.
     Raises MissingDependencyError when pocketsphinx is not installed.
     """
 
@@ -337,7 +395,7 @@ class PocketSphinxASR:
         self,
         lm: str = "domain",
         train_sentences: list[str] | None = None,
-        dither: float = 10.0,
+        dither: float = 40.0,
         seed: int = 0,
         pad_s: float = 0.25,
         cache_dir: str | os.PathLike | None = None,
@@ -346,6 +404,7 @@ class PocketSphinxASR:
         extra_words: list[str] | None = None,
         dict_path: str | os.PathLike | None = None,
         lw: float | None = None,
+        hmm: str | os.PathLike | None = None,
     ):
         ps = _import_pocketsphinx()
         self.dither, self.seed, self.pad_s = float(dither), int(seed), float(pad_s)
@@ -368,16 +427,22 @@ class PocketSphinxASR:
                               "path to an ARPA/.lm.bin file")
         if lw is not None:
             kwargs["lw"] = float(lw)
-        kwargs["hmm"] = ps.get_model_path("en-us/en-us")
+        if hmm is not None and not (Path(hmm) / "mdef").is_file():
+            raise ConfigError(f"PocketSphinxASR: hmm={hmm}: no mdef file there, expected an "
+                              "acoustic-model folder")
+        kwargs["hmm"] = str(hmm) if hmm is not None else ps.get_model_path("en-us/en-us")
+        self.adapted = hmm is not None
+        self.hmm_path = Path(kwargs["hmm"])
         self.lm_name = lm if lm in ("domain", "default") else Path(lm).name
         self._decoder_kwargs = kwargs
         self._decoder = _make_decoder(kwargs)
 
     @property
     def name(self) -> str:
+        am = "+MAP" if self.adapted else ""
         if self.domain is not None:
-            return f"pocketsphinx-domain({self.domain.num_sentences} sentences)"
-        return f"pocketsphinx-{self.lm_name}"
+            return f"pocketsphinx{am}-domain({self.domain.num_sentences} sentences)"
+        return f"pocketsphinx{am}-{self.lm_name}"
 
     @property
     def missing_words(self) -> tuple[str, ...]:
@@ -385,22 +450,29 @@ class PocketSphinxASR:
 
     @classmethod
     def from_corpus(cls, corpus_dir: str | os.PathLike, lm: str = "domain",
-                    generated_sentences: int = 0, **kw):
+                    generated_sentences: int = 0, adapt: bool = False,
+                    adapt_max_utterances: int = 3000, **kw):
         """Domain LM from `<corpus_dir>/train.jsonl` (normalized_text, else text).
 
         `generated_sentences` > 0 (built-in corpus only) adds that many sentences from the
         corpus generator (`jaxtts.data.words.generate_sentences`, seed GENERATED_LM_SEED, not
         the corpus seed) after removing every dev/test sentence: a lower domain-LM floor
-        (measured 32% -> 18% WER with 150k) without test leakage.
+        without test leakage (benchmarks/RESULTS.md section 3).
+        `adapt=True` MAP-adapts the acoustic model to the training audio first
+        (`jaxtts.eval.am_adapt`; cached), using the domain dictionary of the training text.
         """
         if lm == "domain" and "train_sentences" not in kw:
-            from jaxtts.data.manifest import read_manifest
-
-            utts = read_manifest(Path(corpus_dir) / "train.jsonl", check_files=False)
-            sents = [u.normalized_text or u.text for u in utts]
+            sents = _train_sentences(corpus_dir)
             if generated_sentences > 0:
-                sents += held_in_generated_sentences(corpus_dir, generated_sentences)
+                sents += held_in_generated_sentences(corpus_dir, generated_sentences,
+                                                     kw.get("cache_dir"))
             kw["train_sentences"] = sents
+        if adapt and kw.get("hmm") is None:
+            kw["hmm"] = corpus_adapted_hmm(
+                corpus_dir, cache_dir=kw.get("cache_dir"), dither=kw.get("dither", 40.0),
+                seed=kw.get("seed", 0), pad_s=kw.get("pad_s", 0.25),
+                max_utterances=adapt_max_utterances, num_workers=kw.get("num_workers", 1),
+                progress=kw.get("progress", True))
         return cls(lm=lm, **kw)
 
     def transcribe(self, wavs: list[np.ndarray], sample_rate: int) -> list[str]:
