@@ -3,6 +3,7 @@
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -162,11 +163,11 @@ def test_read_sendump_gives_normalised_weights():
 @needs_sphinxtrain
 @needs_espeak
 def test_reconstructed_weights_decode_like_stock_model(domain_asr, clips, tmp_path):
+    import pocketsphinx as ps
+
     from jaxtts.eval.am_adapt import _base_model_dir
 
-    import pocketsphinx as ps
-    _base_model_dir(tmp_path / "hmm", __import__("pathlib").Path(
-        ps.get_model_path("en-us/en-us")))
+    _base_model_dir(tmp_path / "hmm", Path(ps.get_model_path("en-us/en-us")))
     assert not (tmp_path / "hmm" / "sendump").exists()  # float mixture_weights are used
     rebuilt = PocketSphinxASR("domain", train_sentences=TRAIN, progress=False,
                               cache_dir=domain_asr.domain.lm_path.parent.parent,
