@@ -11,6 +11,7 @@ import soundfile as sf
 
 pytest.importorskip("pocketsphinx")
 from jaxtts.errors import AudioError, ConfigError  # noqa: E402
+from jaxtts.eval.am_adapt import sphinxtrain_available  # noqa: E402
 from jaxtts.eval.asr import PocketSphinxASR, build_domain_lm, ipa_to_cmu  # noqa: E402
 from jaxtts.eval.metrics import wer  # noqa: E402
 
@@ -134,19 +135,7 @@ def test_held_in_generated_sentences_exclude_dev_test_and_are_cached(tmp_path):
 
 # --- acoustic-model adaptation (SphinxTrain; scripts/setup.sh installs it) --------------------
 
-def _have_sphinxtrain() -> bool:
-    from jaxtts.errors import MissingDependencyError
-    from jaxtts.eval.am_adapt import _tool
-
-    try:
-        for name in ("sphinx_fe", "bw", "map_adapt", "pocketsphinx_mdef_convert"):
-            _tool(name)
-    except MissingDependencyError:
-        return False
-    return True
-
-
-needs_sphinxtrain = pytest.mark.skipif(not _have_sphinxtrain(), reason="no SphinxTrain tools")
+needs_sphinxtrain = pytest.mark.skipif(not sphinxtrain_available(), reason="no SphinxTrain")
 
 
 def test_read_sendump_gives_normalised_weights():

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="no es
 
 from jaxtts.data.manifest import Utterance, write_manifest  # noqa: E402
 from jaxtts.errors import TextError  # noqa: E402
+from jaxtts.eval.am_adapt import sphinxtrain_available  # noqa: E402
 from jaxtts.evaluate import evaluate, main, prompt_ids, select_utterances  # noqa: E402
 
 TRAIN = [
@@ -168,10 +169,15 @@ def test_cli_on_tiny_corpus(tiny_corpus, tmp_path, capsys):
     res = json.loads((tmp_path / "results.json").read_text())
     (row,) = res["rows"]
     assert row["num_utts"] == 4 and row["failed"] == 0
-    # the acoustic model was MAP-adapted to the 34 training clips (SphinxTrain from setup.sh)
-    assert res["asr"]["domain"] == "pocketsphinx+MAP-domain(34 sentences)"
-    # measured 0.81 / 0.031 (stock model: 0.875 / 0.34): a 34-sentence domain LM misses most
-    # test words, the generic LM does not (the real corpus uses 2,040 training sentences and
-    # 150k generated ones, see benchmarks/RESULTS.md section 3)
-    assert 0.5 < row["wer_domain"] <= 1.0 and row["wer_default"] < 0.15
+    # measured 0.81 / 0.031 adapted (stock model: 0.875 / 0.34): a 34-sentence domain LM misses
+    # most test words, the generic LM does not (the real corpus uses 2,040 training sentences
+    # and 150k generated ones, see benchmarks/RESULTS.md section 3)
+    assert 0.5 < row["wer_domain"] <= 1.0
+    if sphinxtrain_available():  # MAP-adapted to the 34 training clips (SphinxTrain, setup.sh)
+        assert res["asr"]["domain"] == "pocketsphinx+MAP-domain(34 sentences)"
+        assert row["wer_default"] < 0.15
+    else:  # stock model, with a warning naming the missing tool
+        assert res["asr"]["domain"] == "pocketsphinx-domain(34 sentences)"
+        assert 0.1 < row["wer_default"] < 0.7
+        assert any("not adapted" in w for w in res["warnings"])
     assert "| ground truth | 4 |" in capsys.readouterr().out

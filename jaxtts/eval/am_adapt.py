@@ -48,11 +48,13 @@ __all__ = [
     "adapt_to_corpus",
     "read_sendump",
     "sendump_to_mixw",
+    "sphinxtrain_available",
 ]
 
 _ADAPT_VERSION = "map-v1"
 SPHINXTRAIN_DIR = os.environ.get("JAXTTS_SPHINXTRAIN_DIR", "/usr/lib/sphinxtrain")
 _MODEL_FILES = ("means", "variances", "transition_matrices", "noisedict", "feat.params")
+_TOOLS = ("sphinx_fe", "bw", "map_adapt", "pocketsphinx_mdef_convert")
 
 
 def _tool(name: str) -> str:
@@ -65,6 +67,16 @@ def _tool(name: str) -> str:
             "needs apt packages sphinxtrain, sphinxbase-utils and pocketsphinx "
             "(bash scripts/setup.sh installs them)")
     return path
+
+
+def sphinxtrain_available() -> bool:
+    """True when every tool `adapt_acoustic_model` runs is installed."""
+    try:
+        for name in _TOOLS:
+            _tool(name)
+    except MissingDependencyError:
+        return False
+    return True
 
 
 def _run(cmd: list[str], log: Path) -> None:
@@ -220,7 +232,7 @@ def _build(folder: Path, pcms: list[np.ndarray], transcripts: list[str], dict_pa
            base: Path, num_workers: int, progress: bool) -> AdaptedModel:  # fmt: skip
     from jaxtts.eval.asr import ASR_SAMPLE_RATE
 
-    tools = {n: _tool(n) for n in ("sphinx_fe", "bw", "map_adapt", "pocketsphinx_mdef_convert")}
+    tools = {n: _tool(n) for n in _TOOLS}
     import soundfile as sf
     from tqdm import tqdm
 
