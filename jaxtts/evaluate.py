@@ -265,7 +265,7 @@ def make_asrs(
             try:
                 hmm = corpus_adapted_hmm(corpus_dir, cache_dir, num_workers=num_workers,
                                          progress=progress)
-            except (MissingDependencyError, RuntimeError) as e:
+            except (JaxttsError, OSError, RuntimeError) as e:  # incl. missing tools
                 warn.append(f"ASR acoustic model not adapted to the corpus voices (WER floor "
                             f"much higher): {e}")
         for lm in ("domain", "default"):

@@ -181,3 +181,22 @@ def test_cli_on_tiny_corpus(tiny_corpus, tmp_path, capsys):
         assert 0.1 < row["wer_default"] < 0.7
         assert any("not adapted" in w for w in res["warnings"])
     assert "| ground truth | 4 |" in capsys.readouterr().out
+
+
+def test_failed_adaptation_falls_back_to_stock_model(tiny_corpus, tmp_path, monkeypatch):
+    from jaxtts.errors import AudioError
+    from jaxtts.eval import asr as asr_mod
+    from jaxtts.evaluate import make_asrs
+
+    def broken(*a, **k):
+        raise AudioError("train/x.wav: audio file not found")
+
+    monkeypatch.setattr(asr_mod, "corpus_adapted_hmm", broken)
+    asrs, warn = make_asrs(tiny_corpus, progress=False, cache_dir=str(tmp_path),
+                           lm_generated=0)
+    assert set(asrs) == {"domain", "default"}
+    assert not asrs["domain"].adapted and not asrs["default"].adapted
+    assert any("not adapted" in w and "x.wav" in w for w in warn)
+    asrs, warn = make_asrs(tiny_corpus, progress=False, cache_dir=str(tmp_path),
+                           lm_generated=0, adapt=False)
+    assert not asrs["domain"].adapted and not any("not adapted" in w for w in warn)

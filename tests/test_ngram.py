@@ -40,7 +40,7 @@ def test_distributions_sum_to_one(order):
     contexts = [(), (BOS,), ("the",), ("sat", "on"), (BOS, "the", "dog"), ("zebra", "the"),
                 ("on", "the", "mat")]
     for h in contexts:
-        h = h[len(h) - (order - 1):] if order > 1 else ()
+        h = h[max(0, len(h) - (order - 1)):] if order > 1 else ()
         total = sum(10 ** lm.logprob((*h, w)) for w in vocab)
         assert total == pytest.approx(1.0, abs=1e-9), h
 

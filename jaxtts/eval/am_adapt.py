@@ -63,9 +63,9 @@ def _tool(name: str) -> str:
     path = local if os.access(local, os.X_OK) else shutil.which(name)
     if path is None:
         raise MissingDependencyError(
-            f"{name}: not found on PATH or in {SPHINXTRAIN_DIR}; acoustic-model adaptation "
-            "needs apt packages sphinxtrain, sphinxbase-utils and pocketsphinx "
-            "(bash scripts/setup.sh installs them)")
+            f"{name}: not found in {SPHINXTRAIN_DIR} (set JAXTTS_SPHINXTRAIN_DIR) or on PATH; "
+            "acoustic-model adaptation needs the apt packages sphinxtrain, sphinxbase-utils "
+            "and pocketsphinx (bash scripts/setup.sh installs them)")
     return path
 
 
@@ -82,10 +82,10 @@ def sphinxtrain_available() -> bool:
 def _run(cmd: list[str], log: Path) -> None:
     with open(log, "w") as f:
         proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=False)
-    if proc.returncode != 0:
-        tail = "".join(log.read_text(errors="replace").splitlines(True)[-5:])
-        raise RuntimeError(f"{Path(cmd[0]).name} failed (exit {proc.returncode}); log {log}:\n"
-                           f"{tail}")
+    if proc.returncode != 0:  # the work folder is removed afterwards: quote the log's tail
+        tail = "".join(log.read_text(errors="replace").splitlines(True)[-20:])
+        raise RuntimeError(f"{Path(cmd[0]).name} failed (exit {proc.returncode}), last lines of "
+                           f"its log:\n{tail}")
 
 
 # ------------------------------------------------------------------------------------------
@@ -171,6 +171,28 @@ class AdaptedModel:
         return f"AdaptedModel({self.path}, {self.num_utterances} utterances)"
 
 
+def _recipe_key(base: Path) -> str:
+    """What an adapted model depends on besides its data: recipe version, the base model's
+    files (size, mtime), the audio preparation code and the tools' location."""
+    from jaxtts.eval import asr
+
+    files = sorted(p for p in base.iterdir() if p.is_file())
+    stats = ",".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
+    prep = hashlib.sha256(Path(asr.__file__).read_bytes()).hexdigest()[:16]
+    return f"{_ADAPT_VERSION}|{base}|{stats}|{asr.ASR_SAMPLE_RATE}|{prep}|{SPHINXTRAIN_DIR}\n"
+
+
+def _remove_stale_work_dirs(root: Path, max_age_s: float = 86400.0) -> None:
+    """Work folders of killed builds (`.adapt-*` older than a day) are deleted."""
+    now = time.time()
+    for d in root.glob(".adapt-*"):
+        try:
+            if now - d.stat().st_mtime > max_age_s:
+                shutil.rmtree(d, ignore_errors=True)
+        except OSError:
+            pass
+
+
 def _feat_params(hmm: Path) -> list[str]:
     args = []
     for line in (hmm / "feat.params").read_text().splitlines():
@@ -206,6 +228,10 @@ def adapt_acoustic_model(
                           "transcripts")
     if not pcms:
         raise ConfigError("adapt_acoustic_model: no training clips, expected >= 1")
+    for i, pcm in enumerate(pcms):
+        if np.asarray(pcm).dtype != np.int16:
+            raise ConfigError(f"pcms[{i}]: dtype {np.asarray(pcm).dtype}, expected int16 PCM "
+                              "from asr.prepare_pcm")
     ps = _import_pocketsphinx()
     base = Path(base_hmm or ps.get_model_path("en-us/en-us"))
     dict_text = Path(dict_path).read_text(encoding="utf-8")
@@ -217,7 +243,7 @@ def adapt_acoustic_model(
                               f"{' '.join(unknown[:5])} not in {dict_path}; expected "
                               "dictionary words")
 
-    h = hashlib.sha256(f"{_ADAPT_VERSION}|{base}\n".encode())
+    h = hashlib.sha256(_recipe_key(base).encode())
     h.update(dict_text.encode())
     for pcm, t in zip(pcms, transcripts, strict=True):
         h.update(t.encode() + b"\n")
@@ -237,6 +263,7 @@ def _build(folder: Path, pcms: list[np.ndarray], transcripts: list[str], dict_pa
     from tqdm import tqdm
 
     folder.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_work_dirs(folder.parent)
     t0 = time.time()
     stages = tqdm(total=4, desc="adapting ASR acoustic model", disable=not progress, leave=False)
     with tempfile.TemporaryDirectory(prefix=".adapt-", dir=folder.parent) as work_s:
@@ -261,6 +288,9 @@ def _build(folder: Path, pcms: list[np.ndarray], transcripts: list[str], dict_pa
              work / "fe.log")
         stages.update(1)
         fp = dict(zip(*[iter(_feat_params(prior))] * 2, strict=True))
+        if fp.get("-model", "ptm") != "ptm":
+            raise ConfigError(f"{base}/feat.params: -model {fp['-model']}, expected ptm (the "
+                              "adaptation recipe uses the phonetically-tied mixture layout)")
         nparts = max(1, min(int(num_workers), len(ids)))
         accs = [work / f"acc{p}" for p in range(nparts)]
 
@@ -298,8 +328,10 @@ def _build(folder: Path, pcms: list[np.ndarray], transcripts: list[str], dict_pa
         (out / "info.json").write_text(json.dumps(info, indent=1))
         try:
             os.replace(out, folder)  # atomic publish; a concurrent builder may have won
-        except OSError:
-            pass
+        except OSError as e:
+            if not (folder / "info.json").exists():
+                raise RuntimeError(f"{folder}: could not publish the adapted model ({e}); "
+                                   "remove that folder if it is a leftover") from None
     stages.close()
     return AdaptedModel(folder, json.loads((folder / "info.json").read_text()))
 
@@ -343,7 +375,7 @@ def adapt_to_corpus(
             keep.append((u, text))
     if not keep:
         raise ConfigError(f"{manifest}: no training utterance has all its words in {dict_path}")
-    h = hashlib.sha256(f"{_ADAPT_VERSION}|{base}|{dither}|{seed}|{pad_s}\n".encode())
+    h = hashlib.sha256(f"{_recipe_key(base)}|{dither}|{seed}|{pad_s}\n".encode())
     h.update(dict_text.encode())
     for u, text in keep:
         st = os.stat(u.path)

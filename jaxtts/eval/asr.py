@@ -199,8 +199,11 @@ def build_domain_lm(
     if order < 1:
         raise ConfigError(f"build_domain_lm: order={order}, expected >= 1")
     train_sentences = list(train_sentences)
+    from jaxtts.eval import metrics  # normalize_for_wer: its code is part of the key
+
     h = hashlib.sha256()
     h.update(f"{_LM_VERSION}|order={order}\n".encode())
+    h.update(Path(metrics.__file__).read_bytes())
     for s in train_sentences:
         h.update(s.encode())
         h.update(b"\n")
