@@ -193,6 +193,11 @@ def _remove_stale_work_dirs(root: Path, max_age_s: float = 86400.0) -> None:
             pass
 
 
+def _lexicon(dict_text: str) -> set[str]:
+    """Words of a pocketsphinx dictionary ("word(2)" alternates folded into "word")."""
+    return {ln.split(None, 1)[0].split("(", 1)[0] for ln in dict_text.splitlines() if ln.strip()}
+
+
 def _feat_params(hmm: Path) -> list[str]:
     args = []
     for line in (hmm / "feat.params").read_text().splitlines():
@@ -235,7 +240,7 @@ def adapt_acoustic_model(
     ps = _import_pocketsphinx()
     base = Path(base_hmm or ps.get_model_path("en-us/en-us"))
     dict_text = Path(dict_path).read_text(encoding="utf-8")
-    lexicon = {ln.split(None, 1)[0].split("(", 1)[0] for ln in dict_text.splitlines() if ln}
+    lexicon = _lexicon(dict_text)
     for i, t in enumerate(transcripts):
         unknown = [w for w in t.split() if w not in lexicon]
         if unknown or not t.strip():
@@ -367,7 +372,7 @@ def adapt_to_corpus(
     step = max(1, -(-len(utts) // max(1, int(max_utterances))))
     utts = utts[::step]
     dict_text = Path(dict_path).read_text(encoding="utf-8")
-    lexicon = {ln.split(None, 1)[0].split("(", 1)[0] for ln in dict_text.splitlines() if ln}
+    lexicon = _lexicon(dict_text)
     keep = []
     for u in utts:
         text = normalize_for_wer(u.normalized_text or u.text)
@@ -383,10 +388,10 @@ def adapt_to_corpus(
     folder = Path(cache_dir or default_cache_dir()) / f"am-{h.hexdigest()[:20]}"
     if (folder / "info.json").exists():
         return AdaptedModel(folder, json.loads((folder / "info.json").read_text()))
+    import soundfile as sf
+
     pcms = []
     for u, _ in keep:
-        import soundfile as sf
-
         sr = sf.info(str(u.path)).samplerate  # prepare_pcm resamples like recognition does
         wav = load_audio(u.path, sample_rate=None)
         pcms.append(prepare_pcm(wav, sr, dither, seed, pad_s, str(u.path)))

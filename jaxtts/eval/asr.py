@@ -194,12 +194,12 @@ def build_domain_lm(
     normalisation.
     """
     ps = _import_pocketsphinx()
+    from jaxtts.eval import metrics  # normalize_for_wer: its code is part of the cache key
     from jaxtts.eval.ngram import KneserNeyLM
 
     if order < 1:
         raise ConfigError(f"build_domain_lm: order={order}, expected >= 1")
     train_sentences = list(train_sentences)
-    from jaxtts.eval import metrics  # normalize_for_wer: its code is part of the key
 
     h = hashlib.sha256()
     h.update(f"{_LM_VERSION}|order={order}\n".encode())
