@@ -193,6 +193,11 @@ def _remove_stale_work_dirs(root: Path, max_age_s: float = 86400.0) -> None:
             pass
 
 
+def _cached(folder: Path) -> AdaptedModel | None:
+    info = folder / "info.json"
+    return AdaptedModel(folder, json.loads(info.read_text())) if info.exists() else None
+
+
 def _lexicon(dict_text: str) -> set[str]:
     """Words of a pocketsphinx dictionary ("word(2)" alternates folded into "word")."""
     return {ln.split(None, 1)[0].split("(", 1)[0] for ln in dict_text.splitlines() if ln.strip()}
@@ -242,11 +247,12 @@ def adapt_acoustic_model(
     dict_text = Path(dict_path).read_text(encoding="utf-8")
     lexicon = _lexicon(dict_text)
     for i, t in enumerate(transcripts):
+        if not t.strip():
+            raise ConfigError(f"transcripts[{i}]: empty, expected the words of clip {i}")
         unknown = [w for w in t.split() if w not in lexicon]
-        if unknown or not t.strip():
-            raise ConfigError(f"transcripts[{i}]: {'empty' if not t.strip() else 'words '}"
-                              f"{' '.join(unknown[:5])} not in {dict_path}; expected "
-                              "dictionary words")
+        if unknown:
+            raise ConfigError(f"transcripts[{i}]: words {' '.join(unknown[:5])} not in "
+                              f"{dict_path}; expected dictionary words")
 
     h = hashlib.sha256(_recipe_key(base).encode())
     h.update(dict_text.encode())
@@ -254,8 +260,8 @@ def adapt_acoustic_model(
         h.update(t.encode() + b"\n")
         h.update(np.ascontiguousarray(pcm, np.int16).tobytes())
     folder = Path(cache_dir or default_cache_dir()) / f"am-{h.hexdigest()[:20]}"
-    if (folder / "info.json").exists():
-        return AdaptedModel(folder, json.loads((folder / "info.json").read_text()))
+    if (cached := _cached(folder)) is not None:
+        return cached
     return _build(folder, pcms, transcripts, Path(dict_path), base, num_workers, progress)
 
 
@@ -338,7 +344,7 @@ def _build(folder: Path, pcms: list[np.ndarray], transcripts: list[str], dict_pa
                 raise RuntimeError(f"{folder}: could not publish the adapted model ({e}); "
                                    "remove that folder if it is a leftover") from None
     stages.close()
-    return AdaptedModel(folder, json.loads((folder / "info.json").read_text()))
+    return _cached(folder)
 
 
 def adapt_to_corpus(
@@ -386,8 +392,8 @@ def adapt_to_corpus(
         st = os.stat(u.path)
         h.update(f"{u.id}|{text}|{st.st_size}|{st.st_mtime_ns}\n".encode())
     folder = Path(cache_dir or default_cache_dir()) / f"am-{h.hexdigest()[:20]}"
-    if (folder / "info.json").exists():
-        return AdaptedModel(folder, json.loads((folder / "info.json").read_text()))
+    if (cached := _cached(folder)) is not None:
+        return cached
     import soundfile as sf
 
     pcms = []
