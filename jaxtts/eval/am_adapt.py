@@ -40,7 +40,12 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxtts.data.audio import load_audio
+from jaxtts.data.manifest import read_manifest
 from jaxtts.errors import ConfigError, MissingDependencyError
+from jaxtts.eval import sphinx
+from jaxtts.eval.metrics import normalize_for_wer
+from jaxtts.eval.sphinx import ASR_SAMPLE_RATE, default_cache_dir, import_pocketsphinx, prepare_pcm
 
 __all__ = [
     "AdaptedModel",
@@ -173,13 +178,12 @@ class AdaptedModel:
 
 def _recipe_key(base: Path) -> str:
     """What an adapted model depends on besides its data: recipe version, the base model's
-    files (size, mtime), the audio preparation code and the tools' location."""
-    from jaxtts.eval import asr
-
+    files (size, mtime), the audio preparation code (`jaxtts.eval.sphinx`, which holds
+    `prepare_pcm` and ASR_SAMPLE_RATE) and the tools' location."""
     files = sorted(p for p in base.iterdir() if p.is_file())
     stats = ",".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
-    prep = hashlib.sha256(Path(asr.__file__).read_bytes()).hexdigest()[:16]
-    return f"{_ADAPT_VERSION}|{base}|{stats}|{asr.ASR_SAMPLE_RATE}|{prep}|{SPHINXTRAIN_DIR}\n"
+    prep = hashlib.sha256(Path(sphinx.__file__).read_bytes()).hexdigest()[:16]
+    return f"{_ADAPT_VERSION}|{base}|{stats}|{ASR_SAMPLE_RATE}|{prep}|{SPHINXTRAIN_DIR}\n"
 
 
 def _remove_stale_work_dirs(root: Path, max_age_s: float = 86400.0) -> None:
@@ -231,8 +235,6 @@ def adapt_acoustic_model(
       num_workers: parallel `bw` processes (each takes a share of the utterances).
     Returns the cached or freshly built model folder.
     """
-    from jaxtts.eval.asr import _import_pocketsphinx, default_cache_dir
-
     if len(pcms) != len(transcripts):
         raise ConfigError(f"adapt_acoustic_model: {len(pcms)} clips but {len(transcripts)} "
                           "transcripts")
@@ -242,7 +244,7 @@ def adapt_acoustic_model(
         if np.asarray(pcm).dtype != np.int16:
             raise ConfigError(f"pcms[{i}]: dtype {np.asarray(pcm).dtype}, expected int16 PCM "
                               "from asr.prepare_pcm")
-    ps = _import_pocketsphinx()
+    ps = import_pocketsphinx()
     base = Path(base_hmm or ps.get_model_path("en-us/en-us"))
     dict_text = Path(dict_path).read_text(encoding="utf-8")
     lexicon = _lexicon(dict_text)
@@ -267,8 +269,6 @@ def adapt_acoustic_model(
 
 def _build(folder: Path, pcms: list[np.ndarray], transcripts: list[str], dict_path: Path,
            base: Path, num_workers: int, progress: bool) -> AdaptedModel:  # fmt: skip
-    from jaxtts.eval.asr import ASR_SAMPLE_RATE
-
     tools = {n: _tool(n) for n in _TOOLS}
     import soundfile as sf
     from tqdm import tqdm
@@ -364,12 +364,7 @@ def adapt_to_corpus(
     manifest, the audio files' sizes and mtimes, the dictionary and the audio preparation, so
     a cache hit reads no audio.
     """
-    from jaxtts.data.audio import load_audio
-    from jaxtts.data.manifest import read_manifest
-    from jaxtts.eval.asr import _import_pocketsphinx, default_cache_dir, prepare_pcm
-    from jaxtts.eval.metrics import normalize_for_wer
-
-    ps = _import_pocketsphinx()
+    ps = import_pocketsphinx()
     base = Path(ps.get_model_path("en-us/en-us"))
     manifest = Path(corpus_dir) / "train.jsonl"
     utts = read_manifest(manifest)

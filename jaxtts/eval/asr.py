@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -43,28 +42,16 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from jaxtts.errors import AudioError, ConfigError, MissingDependencyError
+from jaxtts.errors import ConfigError
+from jaxtts.eval.am_adapt import adapt_to_corpus
+from jaxtts.eval.sphinx import (  # also importable from here (tests use prepare_pcm)
+    ASR_SAMPLE_RATE,
+    default_cache_dir,
+    import_pocketsphinx,
+    prepare_pcm,
+)
 
-ASR_SAMPLE_RATE = 16000
 _LM_VERSION = "kneser-ney-v2"  # bump when the LM/dictionary recipe changes (invalidates cache)
-
-
-def _import_pocketsphinx():
-    try:
-        import pocketsphinx
-    except ImportError as e:  # pragma: no cover - exercised only without the package
-        raise MissingDependencyError(
-            f"pocketsphinx: not importable ({e}); pip install pocketsphinx to get WER columns"
-        ) from None
-    return pocketsphinx
-
-
-def default_cache_dir() -> Path:
-    """`$JAXTTS_CACHE_DIR/asr` or `~/.cache/jaxtts/asr`."""
-    root = os.environ.get("JAXTTS_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "jaxtts"
-    )
-    return Path(root) / "asr"
 
 
 # ------------------------------------------------------------------------------------------
@@ -193,7 +180,7 @@ def build_domain_lm(
     `train_sentences`. The cache key hashes the sentences as given, so a cache hit costs no
     normalisation.
     """
-    ps = _import_pocketsphinx()
+    ps = import_pocketsphinx()
     from jaxtts.eval import metrics  # normalize_for_wer: its code is part of the cache key
     from jaxtts.eval.ngram import KneserNeyLM
 
@@ -314,8 +301,6 @@ def corpus_adapted_hmm(
     the rest). Audio is prepared with the same `dither`/`seed`/`pad_s` as recognition.
     Raises MissingDependencyError without SphinxTrain (see `jaxtts.eval.am_adapt`).
     """
-    from jaxtts.eval.am_adapt import adapt_to_corpus
-
     lexicon = build_domain_lm(_train_sentences(corpus_dir), cache_dir)
     return adapt_to_corpus(corpus_dir, lexicon.dict_path, dither, seed, pad_s, cache_dir,
                            max_utterances, num_workers, progress).path
@@ -326,35 +311,8 @@ def corpus_adapted_hmm(
 # ------------------------------------------------------------------------------------------
 
 
-def prepare_pcm(
-    wav: np.ndarray, sample_rate: int, dither: float, seed: int, pad_s: float, name: str = "wav"
-) -> np.ndarray:
-    """float audio -> int16 PCM at 16 kHz with silence padding and seeded dither. -> int16[N]."""
-    from scipy.signal import resample_poly
-
-    x = np.asarray(wav)
-    if x.ndim != 1:
-        raise AudioError(f"{name}: audio of shape {x.shape}, expected mono float32[N]")
-    x = x.astype(np.float64)
-    if not np.all(np.isfinite(x)):
-        raise AudioError(f"{name}: audio has NaN/inf samples, expected finite values")
-    if sample_rate <= 0:
-        raise AudioError(f"{name}: sample rate {sample_rate} Hz, expected > 0")
-    if sample_rate != ASR_SAMPLE_RATE and x.size:
-        g = math.gcd(int(sample_rate), ASR_SAMPLE_RATE)
-        x = resample_poly(x, ASR_SAMPLE_RATE // g, int(sample_rate) // g)
-    pad = int(round(pad_s * ASR_SAMPLE_RATE))
-    x = np.pad(np.clip(x, -1.0, 1.0) * 32767.0, (pad, pad))
-    min_len = ASR_SAMPLE_RATE // 2  # pocketsphinx needs a few frames; pad very short input
-    if x.size < min_len:
-        x = np.pad(x, (0, min_len - x.size))
-    if dither > 0:
-        x = x + np.random.default_rng(seed).normal(0.0, dither, x.shape)
-    return np.clip(np.round(x), -32768, 32767).astype(np.int16)
-
-
 def _make_decoder(decoder_kwargs: dict):
-    ps = _import_pocketsphinx()
+    ps = import_pocketsphinx()
     return ps.Decoder(**decoder_kwargs)
 
 
@@ -411,7 +369,7 @@ class PocketSphinxASR:
         lw: float | None = None,
         hmm: str | os.PathLike | None = None,
     ):
-        ps = _import_pocketsphinx()
+        ps = import_pocketsphinx()
         self.dither, self.seed, self.pad_s = float(dither), int(seed), float(pad_s)
         self.num_workers, self.progress = max(1, int(num_workers)), progress
         self.domain: DomainLM | None = None
