@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from jaxtts.data.audio import MelConfig, load_audio, wav_to_mel
-    from jaxtts.eval.ctc_asr import CTCASR, error_rates, evaluate_split
+    from jaxtts.methods.ctc_asr import CTCASR, error_rates, evaluate_split
 
     asr = CTCASR.load(a.workdir, batch_size=a.batch_size)
     out_dir = Path(a.out)

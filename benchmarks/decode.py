@@ -30,13 +30,13 @@ def _load(args):
     import jax
     import numpy as np
 
-    from jaxtts.models.lm import TTSLM, LMConfig
+    from jaxtts.methods.lm.model import TTSLM, LMConfig
 
     if args.workdir:
         from jaxtts.synthesize import Synthesizer
 
         synth = Synthesizer.from_workdir(args.workdir)
-        cfg, params = synth.cfg, synth.params
+        cfg, params = synth.engine.cfg, synth.engine.params
         source = args.workdir
     else:
         import importlib.util
@@ -75,7 +75,9 @@ def main(argv=None) -> int:
     import numpy as np
 
     from jaxtts.decode import registry
-    from jaxtts.decode.base import PromptBatch, SamplingConfig, row_keys
+    from jaxtts.decode.driver import PromptBatch, decode
+    from jaxtts.decode.sampling import SamplingConfig, row_keys
+    from jaxtts.methods.lm.model import TTSLM
 
     cfg, params, source = _load(args)
     strategies = [s for s in args.strategies.split(",") if s] or (
@@ -89,7 +91,8 @@ def main(argv=None) -> int:
           f"model {source}: L={cfg.num_layers} D={cfg.d_model} K={cfg.num_mtp_heads} "
           f"V={cfg.out_vocab}; {args.tokens} tokens/row, text {args.text_len}, prompt "
           f"{args.prompt_len}", flush=True)  # fmt: skip
-    per_pos = 2 * cfg.num_layers * cfg.num_heads * cfg.head_dim * np.dtype(cfg.dtype).itemsize
+    per_pos = cfg.kv_bytes_per_token()
+    models = {"target": TTSLM(cfg)}
     for b in [int(x) for x in args.batch.split(",")]:
         text = rng.integers(2, cfg.num_text_symbols, (b, args.text_len)).astype(np.int32)
         prompt = rng.integers(0, cfg.num_speech_tokens, (b, args.prompt_len)).astype(np.int32)
@@ -100,8 +103,8 @@ def main(argv=None) -> int:
             strat = registry.get(spec)
 
             def run(strat=strat, batch=batch, keys=keys):
-                out = strat(params, batch, keys, cfg=cfg, max_new_tokens=args.tokens,
-                            sampling=sampling)  # fmt: skip
+                out = decode(strat, models, {"target": params}, batch, keys,
+                             max_new_tokens=args.tokens, sampling=sampling)  # fmt: skip
                 return jax.block_until_ready(out)
 
             t0 = time.perf_counter()

@@ -33,7 +33,7 @@ def heldout_stats(emb, speakers, held: set[str]) -> dict[str, float]:
     """Same pairs within held-out speakers; different pairs held-out x seen."""
     import numpy as np
 
-    from jaxtts.eval.speaker_encoders import equal_error_rate, nearest_centroid
+    from jaxtts.methods.speaker_encoder import equal_error_rate, nearest_centroid
 
     spk = np.asarray(speakers)
     e = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from jaxtts.data.corpus import default_corpus_dir
     from jaxtts.data.manifest import read_manifest
     from jaxtts.errors import JaxttsError
-    from jaxtts.eval.speaker_encoders import (
+    from jaxtts.methods.speaker_encoder import (
         JaxSpeakerEncoder,
         ResemblyzerEncoder,
         separation_stats,

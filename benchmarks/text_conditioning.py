@@ -35,10 +35,11 @@ def main():
     from jaxtts.data import tokenizers as tok_lib
     from jaxtts.data.manifest import read_split
     from jaxtts.data.pipeline import LMLoader, make_lm_records
+    from jaxtts.methods.lm.model import with_bos
+    from jaxtts.methods.lm.task import LMTask
     from jaxtts.synthesize import Synthesizer
     from jaxtts.train import losses
     from jaxtts.train.checkpoint import Checkpointer
-    from jaxtts.train.lm_task import LMTask, model_inputs
 
     step = args.step
     if step is None:
@@ -49,17 +50,17 @@ def main():
     corpus = data_info["corpus_dir"]
     utts = read_split(corpus, args.split)
     tokens = tok_lib.load_tokens(corpus, data_info["tokenizer"], [u.id for u in utts])
-    records = make_lm_records(utts, tokens, synth.frontend)
+    records = make_lm_records(utts, tokens, synth.engine.frontend)
     loader = LMLoader.from_config(records, config.data, frame_rate=data_info["frame_rate"],
                                   shuffle=False, drop_remainder=False, num_epochs=1,
                                   sort_window=1_000_000)  # fmt: skip
-    task = LMTask(synth.cfg)
-    k = synth.cfg.num_mtp_heads
+    task = LMTask(synth.engine.cfg)
+    k = synth.engine.cfg.num_mtp_heads
 
     @jax.jit
     def head_ce(params, batch):
         # Per-head summed CE and token count, as in losses.mtp_loss but unweighted.
-        x, x_len = model_inputs(batch, task.cfg)
+        x, x_len = with_bos(batch["speech"], batch["speech_len"], task.cfg)
         logits, _ = task.model.apply({"params": params}, batch["text"], batch["text_len"], x,
                                      x_len, train=False)  # fmt: skip
         targets, valid = losses.mtp_targets(batch["speech"], batch["speech_len"],
@@ -74,7 +75,7 @@ def main():
     count = np.zeros(k)
     for s in range(len(loader)):
         b = {name: jnp.asarray(v) for name, v in loader.get_batch(s).items()}
-        ce, n, per_row = head_ce(synth.params, b)
+        ce, n, per_row = head_ce(synth.engine.params, b)
         real = np.asarray(per_row) > 0
         if real.sum() < 2:
             continue  # rolling needs two real rows
@@ -85,7 +86,7 @@ def main():
         r = idx[real]
         idx[r] = np.roll(r, 1)
         rolled = dict(b, text=b["text"][idx], text_len=b["text_len"][idx])
-        ce2, n2, _ = head_ce(synth.params, rolled)
+        ce2, n2, _ = head_ce(synth.engine.params, rolled)
         if not np.array_equal(np.asarray(n2), np.asarray(n)):
             raise RuntimeError("token counts changed under the text roll")
         sums["other"] += np.asarray(ce2)

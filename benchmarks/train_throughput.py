@@ -62,9 +62,9 @@ def main(argv=None) -> int:
     import jax
     import numpy as np
 
-    from jaxtts.models.lm import LMConfig
+    from jaxtts.methods.lm.model import LMConfig
+    from jaxtts.methods.lm.task import LMTask
     from jaxtts.train import loop
-    from jaxtts.train.lm_task import LMTask
 
     config = _config(a.config)
     config.model.num_text_symbols = 64

@@ -40,10 +40,8 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             num_speech_tokens=-1,
             mlp="swiglu",
             mtp_blocks=4,  # residual SiLU blocks per additional head
-            max_len=2048,
             dropout=0.1 if v == "paper" else 0.0,  # short CPU runs learn faster without
             dtype="float32",  # compute dtype; 'bfloat16' keeps fp32 master weights
-            param_dtype="float32",
             rope_theta=10_000.0,
             lora_rank=0,
             lora_alpha=0.0,

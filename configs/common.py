@@ -2,6 +2,8 @@
 
 import ml_collections as mlc
 
+from jaxtts.nn import axes
+
 
 def parse_arg(arg: str | None, **defaults) -> mlc.ConfigDict:
     """'tiny' or 'small,steps=100' -> ConfigDict(variant='tiny', steps=100, ...).
@@ -27,17 +29,10 @@ def mesh_config(shape=None) -> mlc.ConfigDict:
     return mlc.ConfigDict(
         dict(
             shape=shape or dict(data=-1, fsdp=1, tensor=1),
-            # [logical axis, mesh axis or axes]; see jaxtts/models/axes.py for the names.
-            rules=[
-                ["batch", ["data", "fsdp"]],
-                ["length", None],
-                ["embed", "fsdp"],
-                ["mlp", "tensor"],
-                ["heads", "tensor"],
-                ["kv", None],
-                ["vocab", "tensor"],
-                ["layers", None],
-            ],
+            # [logical axis, mesh axis or axes]: jaxtts/nn/axes.py DEFAULT_RULES, the one
+            # definition (override here per experiment).
+            rules=[[name, list(m) if isinstance(m, tuple) else m]
+                   for name, m in axes.DEFAULT_RULES],
         )
     )
 
@@ -56,6 +51,9 @@ def train_config(**overrides) -> mlc.ConfigDict:
             weight_decay=0.01,
             grad_clip=1.0,
             microbatches=1,
+            # what trains: 'all', 'lora', 'prefix:<path>,...' (jaxtts/train/state.py)
+            trainable="all",
+            init_from="",  # a run folder whose parameters initialise matching paths
             seed=0,
             log_every=10,
             eval_every=500,

@@ -1,12 +1,12 @@
-"""Fast CTC reward ASR (log-mel -> characters), the DCPO reward model (jaxtts/eval/ctc_asr.py).
+"""Fast CTC reward ASR (log-mel -> characters), the DCPO reward model (jaxtts/methods/ctc_asr.py).
 
 Variants (`--config configs/ctc_asr.py:<variant>`):
   tiny   tests and smoke runs (seconds on CPU)
   small  ~10-15 min on 2 CPU cores on the built-in corpus; d=144, 4 conformer blocks
 
-  python -m jaxtts.eval.ctc_asr train --config configs/ctc_asr.py:small --workdir runs/ctc_asr
+  python -m jaxtts.methods.ctc_asr train --config configs/ctc_asr.py:small --workdir runs/ctc_asr
   python train.py --config configs/ctc_asr.py:small --workdir runs/ctc_asr   # same thing
-  python -m jaxtts.eval.ctc_asr eval --workdir runs/ctc_asr --split test
+  python -m jaxtts.methods.ctc_asr eval --workdir runs/ctc_asr --split test
 """
 
 import ml_collections as mlc

@@ -1,11 +1,11 @@
 """JAX speaker encoder (TDNN + attentive statistics pooling, AAM softmax over speaker ids):
-fallback SIM evaluator and TLDR's speaker conditioning (jaxtts/eval/speaker_encoders.py).
+fallback SIM evaluator and TLDR's speaker conditioning (jaxtts/methods/speaker_encoder.py).
 
 Variants (`--config configs/speaker_encoder.py:<variant>`):
   tiny   tests and smoke runs (seconds on CPU)
   small  a few minutes on 2 CPU cores on the built-in corpus; 192 channels, 192-d embedding
 
-  python -m jaxtts.eval.speaker_encoders train --config configs/speaker_encoder.py:small \
+  python -m jaxtts.methods.speaker_encoder train --config configs/speaker_encoder.py:small \
       --workdir runs/speaker_encoder
   python train.py --config configs/speaker_encoder.py:small --workdir runs/speaker_encoder
   python benchmarks/sim_separation.py --jax-workdir runs/speaker_encoder

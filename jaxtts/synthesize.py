@@ -1,6 +1,6 @@
-"""Batched synthesis with a trained TTS LM: text (+ speaker prompt) -> tokens -> mel -> audio.
+"""Batched synthesis with any model family: text (+ speaker prompt) -> units -> mel -> audio.
 
-    synth = Synthesizer.from_workdir("runs/car")
+    synth = Synthesizer.from_workdir("runs/car")     # any family's run folder (an `Engine`)
     results = synth.synthesize(["Hello there.", ...], prompt, strategy="car:3", batch_size=16)
     synth.write(results, "out/")          # 0000.wav ... + results.jsonl
 
@@ -10,14 +10,16 @@ What happens to a batch of lines:
    boundaries; its pieces are synthesised as separate rows and their audio joined with
    `join_silence_s` of silence (never truncated). Empty / unpronounceable lines are skipped and
    reported (`SynthResult.skipped`), they do not stop the batch.
-2. The prompt (a `Prompt`: wav + transcript of the target speaker) is cut as in training: its
-   first `data.prompt_seconds` of speech tokens and the proportional share of its transcript.
+2. The prompt (a `Prompt`: wav + transcript of the target speaker) is cut as in training by the
+   engine (`Engine.encode_prompt`): its first `data.prompt_seconds` of speech units and the
+   proportional share of its transcript.
 3. Rows are sorted by length and cut into batches of `batch_size` (padded to a few bucket
    widths, the last batch filled with copies) so a long file runs at full batch throughput
    with few compilations; every row has its own PRNG key from (seed, line index, piece index),
    so a line's output does not depend on its batch or batch size.
-4. The decoding strategy (`jaxtts.decode.registry`) generates tokens; the tokenizer decodes
-   them to log-mels and the vocoder to audio.
+4. The engine (`jaxtts.engine.Engine`, e.g. the token LM's with a strategy from
+   `jaxtts.decode.registry`) generates units (tokens or mel frames); the engine turns them into
+   log-mels and the vocoder into audio. Nothing here knows which family it drives.
 
 Timing (`SynthResult.info`): `lm_s` and `vocoder_s` are the row's batch times divided by the
 number of rows in the batch (exact per-utterance times at batch 1); `rtf` = (lm_s + vocoder_s)
@@ -29,25 +31,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import jax
-import ml_collections as mlc
 import numpy as np
 
-from jaxtts.data.audio import MelConfig, load_audio, log_mel, save_audio
-from jaxtts.data.text import TextFrontend
-from jaxtts.data.tokenizers import SpeechTokenizer, load_tokenizer
-from jaxtts.decode import registry
-from jaxtts.decode.base import PromptBatch, SamplingConfig, row_keys
+from jaxtts.data.audio import load_audio, save_audio
+from jaxtts.decode.driver import PromptBatch
+from jaxtts.decode.options import DecodeOptions
+from jaxtts.decode.sampling import row_keys
+from jaxtts.engine import Engine, load_engine
 from jaxtts.errors import CheckpointError, ConfigError, DataError, TextError
-from jaxtts.models.lm import TTSLM, LMConfig
+from jaxtts.run_folder import CHECKPOINTS, RunFolder
 
 __all__ = [
     "Prompt",
@@ -156,89 +154,24 @@ def _bucket(n: int, step: int) -> int:
 
 
 class Synthesizer:
-    """A trained LM + text front-end + tokenizer + vocoder (see module docstring)."""
+    """An engine (any model family) + the vocoder (see module docstring)."""
 
-    def __init__(self, config: mlc.ConfigDict, params: Any, frontend: TextFrontend,
-                 tokenizer: SpeechTokenizer, vocoder: str = "griffin_lim",
-                 max_text_symbols: int | None = None):  # fmt: skip
+    def __init__(self, engine: Engine, vocoder: str = "griffin_lim"):
         from jaxtts.data.vocoder import make_vocoder
 
-        self.config = config
-        self.cfg = LMConfig.from_config(config.model)
-        if frontend.vocab_size != self.cfg.num_text_symbols:
-            raise CheckpointError(
-                f"text front-end has {frontend.vocab_size} symbols but "
-                f"model.num_text_symbols={self.cfg.num_text_symbols}")
-        if tokenizer.vocab_size != self.cfg.num_speech_tokens:
-            raise CheckpointError(f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} "
-                                  f"tokens but model.num_speech_tokens="
-                                  f"{self.cfg.num_speech_tokens}")  # fmt: skip
-        self.params = params
-        self.frontend = frontend
-        self.tokenizer = tokenizer
-        self.mel_cfg: MelConfig = tokenizer.mel_cfg
-        self.vocoder = make_vocoder(vocoder, self.mel_cfg)
+        self.engine = engine
+        self.vocoder = make_vocoder(vocoder, engine.mel_cfg)
         self.sample_rate = int(self.vocoder.sample_rate)
-        self.max_text_symbols = int(max_text_symbols or config.data.max_text_len)
         self.join_silence_s = 0.15
-        n_prompt = int(round(float(config.data.prompt_seconds) * tokenizer.frame_rate))
+        n_prompt = int(round(engine.prompt_seconds * engine.frame_rate))
         self._prompt_bucket = max(16, n_prompt)  # full-length prompts: one width
         self._compiled: set = set()
-
-    # -- construction
-    @classmethod
-    def from_params(cls, config, params, frontend, tokenizer, vocoder="griffin_lim", **kw):
-        return cls(config, params, frontend, tokenizer, vocoder, **kw)
 
     @classmethod
     def from_workdir(cls, workdir: str | Path, step: int | None = None,
                      vocoder: str = "griffin_lim") -> Synthesizer:  # fmt: skip
-        """Loads `config.json`, `text_frontend/`, `tokenizer/` and the parameters of the
-        latest (or `step`) checkpoint of a training run folder."""
-        from jaxtts.train.checkpoint import Checkpointer, abstract_params, read_run_config
-        from jaxtts.train.lm_task import TEXT_FRONTEND_DIR, TOKENIZER_DIR
-
-        workdir = Path(workdir)
-        config = mlc.ConfigDict(read_run_config(
-            workdir, "lm", "python train.py --config configs/car.py:small --workdir <dir>"))
-        frontend = TextFrontend.load(workdir / TEXT_FRONTEND_DIR)
-        tokenizer = load_tokenizer(workdir / TOKENIZER_DIR)
-        cfg = LMConfig.from_config(config.model)
-        model = TTSLM(cfg)
-        one = np.ones((1, 4), np.int32)
-        like = abstract_params(model.init, one, np.array([4]), one, np.array([4]))
-        ckpt = Checkpointer(workdir / "checkpoints", read_only=True)
-        params, _ = ckpt.restore_params(like, step)
-        max_text = None
-        data_json = workdir / "data.json"
-        if data_json.is_file():
-            max_text = json.loads(data_json.read_text()).get("max_target_text")
-        return cls(config, params, frontend, tokenizer, vocoder, max_text_symbols=max_text)
-
-    # -- inputs
-    def encode_prompt(self, prompt: Prompt | None) -> tuple[np.ndarray, np.ndarray]:
-        """(prompt transcript ids [Lp], prompt speech tokens [P]) cut as in training."""
-        if prompt is None:
-            return np.zeros((0,), np.int32), np.zeros((0,), np.int32)
-        wav = np.asarray(prompt.wav, np.float32)
-        if prompt.sample_rate != self.mel_cfg.sample_rate:
-            from jaxtts.data.audio import resample
-
-            wav = resample(wav, prompt.sample_rate, self.mel_cfg.sample_rate)
-        if wav.size == 0 or not np.any(wav):
-            raise DataError(f"prompt {prompt.id or prompt.audio_path!r}: audio is empty or silent")
-        tokens = np.asarray(self.tokenizer.encode(log_mel(wav, self.mel_cfg)), np.int32)
-        n_prompt = int(round(float(self.config.data.prompt_seconds) * self.tokenizer.frame_rate))
-        used = min(n_prompt, tokens.shape[0])
-        ids = self.frontend.encode(prompt.text)
-        if self.config.data.get("prompt_text", "proportional") == "proportional":
-            ids = ids[: int(np.rint(len(ids) * used / max(tokens.shape[0], 1)))]
-        return ids.astype(np.int32), tokens[:used]
-
-    def sampling(self, **overrides) -> SamplingConfig:
-        d = dict(self.config.decode)
-        d.update({k: v for k, v in overrides.items() if v is not None})
-        return SamplingConfig.from_config(d)
+        """The engine of a training run folder of any family (latest or `step` checkpoint)."""
+        return cls(load_engine(workdir, step), vocoder)
 
     # -- synthesis
     def synthesize(self, texts: Sequence[str], prompts: Prompt | Sequence[Prompt | None] | None,
@@ -248,11 +181,10 @@ class Synthesizer:
         """Synthesize every text (one `SynthResult` per text, in order)."""
         from tqdm.auto import tqdm
 
-        strat = registry.get(strategy or self.config.decode.strategy)
-        strat.check(self.cfg)
-        sampling = self.sampling(**sampling_overrides)
-        max_s = float(max_seconds or self.config.decode.max_seconds)
-        max_new = max(1, int(math.ceil(max_s * self.tokenizer.frame_rate)))
+        engine = self.engine
+        options = engine.options(strategy=strategy, max_seconds=max_seconds or None,
+                                 **sampling_overrides)  # fmt: skip
+        name = engine.check_strategy(options.strategy)
         if batch_size < 1:
             raise ConfigError(f"batch_size={batch_size}: expected >= 1")
         if isinstance(prompts, Prompt) or prompts is None:
@@ -269,28 +201,28 @@ class Synthesizer:
                 continue
             key = id(prompt)
             if key not in cache:
-                cache[key] = self.encode_prompt(prompt)
-            p_ids, p_tok = cache[key]
-            limit = max(8, self.max_text_symbols)
+                cache[key] = engine.encode_prompt(prompt)
+            p_ids, p_units = cache[key]
+            limit = max(8, engine.max_text_symbols)
+            frontend = engine.frontend
             try:
-                pieces = split_text(text, lambda s, n=limit: len(self.frontend.encode(s)) <= n)
-                encoded = [self.frontend.encode(p) for p in pieces]
+                pieces = split_text(text, lambda s, n=limit, f=frontend: len(f.encode(s)) <= n)
+                encoded = [frontend.encode(p) for p in pieces]
             except TextError as e:
                 results[i] = self._skipped(i, text, str(e))
                 continue
             pieces_of[i] = len(pieces)
             for j, ids in enumerate(encoded):
-                rows.append((i, j, np.concatenate([p_ids, ids]).astype(np.int32), p_tok))
+                rows.append((i, j, np.concatenate([p_ids, ids]).astype(np.int32), p_units))
 
         # 2. batches of similar length
-        order = sorted(range(len(rows)), key=lambda r: (rows[r][2].size, rows[r][3].size))
+        order = sorted(range(len(rows)), key=lambda r: (rows[r][2].size, len(rows[r][3])))
         outputs: dict[tuple[int, int], dict] = {}
-        bar = tqdm(total=len(rows), desc=f"synthesize {strat.name}", disable=not progress,
+        bar = tqdm(total=len(rows), desc=f"synthesize {name}", disable=not progress,
                    leave=False)  # fmt: skip
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            outputs.update(self._run_batch([rows[r] for r in idx], strat, sampling, max_new,
-                                           seed, batch_size))  # fmt: skip
+            outputs.update(self._run_batch([rows[r] for r in idx], options, seed, batch_size))
             bar.update(len(idx))
         bar.close()
 
@@ -312,7 +244,7 @@ class Synthesizer:
                 "vocoder_s": float(sum(p["vocoder_s"] for p in parts)),
                 "kv_cache_bytes": int(max(p["kv_cache_bytes"] for p in parts)),
                 "compile_s": float(sum(p["compile_s"] for p in parts)),
-                "pieces": n, "strategy": strat.name, "duration": audio_s,
+                "pieces": n, "strategy": name, "duration": audio_s,
             }  # fmt: skip
             info["wall_s"] = info["lm_s"] + info["vocoder_s"]
             info["rtf"] = info["wall_s"] / audio_s if audio_s > 0 else None
@@ -325,52 +257,48 @@ class Synthesizer:
         return SynthResult(i, text, np.zeros((0,), np.float32), np.zeros((0,), np.int32),
                            {"sample_rate": self.sample_rate}, skipped=reason)  # fmt: skip
 
-    def _run_batch(self, rows, strat, sampling, max_new, seed, batch_size):
+    def _run_batch(self, rows, options: DecodeOptions, seed: int, batch_size: int):
+        engine = self.engine
         n = len(rows)
         b = max(n, batch_size)  # the last batch is filled up: one compiled shape
         x = _bucket(max(r[2].size for r in rows), 64)
-        p = _bucket(max(r[3].size for r in rows), self._prompt_bucket)
+        p = _bucket(max(len(r[3]) for r in rows), self._prompt_bucket)
+        units = rows[0][3]
         text = np.zeros((b, x), np.int32)
         text_len = np.zeros((b,), np.int32)
-        prompt = np.zeros((b, p), np.int32)
+        prompt = np.zeros((b, p, *units.shape[1:]), units.dtype)  # [B, P] or [B, P, M]
         prompt_len = np.zeros((b,), np.int32)
         for k in range(b):
-            _, _, ids, tok = rows[min(k, n - 1)]
+            _, _, ids, unit = rows[min(k, n - 1)]
             text[k, : ids.size], text_len[k] = ids, ids.size
-            prompt[k, : tok.size], prompt_len[k] = tok, tok.size
+            prompt[k, : len(unit)], prompt_len[k] = unit, len(unit)
         # a row's key depends only on (seed, line index, piece index): not on its batch
         ids = [line * _MAX_PIECES + piece for line, piece, _, _ in rows]
         keys = row_keys(seed, ids + [0] * (b - n))
         batch = PromptBatch(text, text_len, prompt, prompt_len)
 
-        def decode():
-            return jax.device_get(strat(self.params, batch, keys, cfg=self.cfg,
-                                        max_new_tokens=max_new, sampling=sampling))  # fmt: skip
-
-        shape = (strat.name, b, x, p, max_new, sampling)
+        shape = (options, b, x, p)
         compile_s = 0.0
         if shape not in self._compiled:  # first call of a shape compiles: keep it out of RTF
             t0 = time.perf_counter()
-            decode()
+            engine.generate(batch, keys, options)
             compile_s = time.perf_counter() - t0
             self._compiled.add(shape)
         t0 = time.perf_counter()
-        out = decode()
+        out = engine.generate(batch, keys, options)
         lm_s = (time.perf_counter() - t0) / n
-        per_pos = 2 * self.cfg.num_layers * self.cfg.num_heads * self.cfg.head_dim * \
-            np.dtype(self.cfg.dtype).itemsize  # fmt: skip
         res = {}
         t1 = time.perf_counter()
         for k in range(n):
-            line, piece, ids, tok = rows[k]
+            line, piece, ids, unit = rows[k]
             length = int(out.length[k])
-            toks = np.asarray(out.tokens[k, :length], np.int32)
-            mel = self.tokenizer.decode(toks) if length else np.zeros((0, self.mel_cfg.n_mels))
+            gen = np.asarray(out.units[k, :length])
+            mel = engine.units_to_mel(gen) if length else np.zeros((0, engine.mel_cfg.n_mels))
             wav = self.vocoder.mel_to_audio(mel) if length else np.zeros((0,), np.float32)
             res[(line, piece)] = {
-                "wav": wav, "tokens": toks, "num_tokens": length, "steps": int(out.steps[k]),
+                "wav": wav, "tokens": gen, "num_tokens": length, "steps": int(out.steps[k]),
                 "hit_max": bool(out.hit_max[k]), "lm_s": lm_s, "compile_s": compile_s,
-                "kv_cache_bytes": per_pos * (ids.size + 1 + tok.size + length),
+                "kv_cache_bytes": engine.memory_bytes(ids.size, len(unit), length),
             }  # fmt: skip
         voc_s = (time.perf_counter() - t1) / n
         for v in res.values():
@@ -416,11 +344,12 @@ def resolve_prompt(workdir: str | Path, speaker: str | None = None,
         return None
     from jaxtts.data.manifest import read_split
 
-    data_json = Path(workdir) / "data.json"
-    if not data_json.is_file():
-        raise DataError(f"{data_json}: not found; --speaker needs the run's corpus (or use "
+    run = RunFolder(workdir)
+    corpus_dir = run.read_data_info().get("corpus_dir")
+    if not corpus_dir:
+        raise DataError(f"{run.data_path}: not found; --speaker needs the run's corpus (or use "
                         "--speaker_wav/--speaker_text)")  # fmt: skip
-    corpus = Path(json.loads(data_json.read_text())["corpus_dir"])
+    corpus = Path(corpus_dir)
     splits = [read_split(corpus, s) for s in ("test", "dev", "train")
               if (corpus / f"{s}.jsonl").is_file()]  # fmt: skip
     for utts in splits:
@@ -439,8 +368,7 @@ def resolve_prompt(workdir: str | Path, speaker: str | None = None,
 def make_synthesizer(workdir: str, strategy: str):
     """`jaxtts.evaluate` model rows: a `synth(texts, prompts)` callable for one strategy."""
     synth = Synthesizer.from_workdir(workdir)
-    strat = registry.get(strategy)
-    strat.check(synth.cfg)
+    synth.engine.check_strategy(strategy)
 
     def run(texts, prompts):
         res = synth.synthesize(texts, prompts, strategy=strategy, batch_size=len(texts),
@@ -460,7 +388,7 @@ def run_infer(
     step = None
     if checkpoint:
         ck = Path(checkpoint)
-        if not ck.name.isdigit() or ck.parent.name != "checkpoints":
+        if not ck.name.isdigit() or ck.parent.name != CHECKPOINTS:
             raise CheckpointError(f"--checkpoint {checkpoint}: expected <workdir>/checkpoints/"
                                   "<step>")  # fmt: skip
         if not ck.is_dir():

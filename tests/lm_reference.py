@@ -11,10 +11,17 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from jaxtts.models.lm import TTSLM, LMConfig
+from jaxtts.decode.driver import decode
+from jaxtts.methods.lm.model import TTSLM, LMConfig
 
 TINY = LMConfig(num_text_symbols=24, num_speech_tokens=16, d_model=32, num_layers=2, num_heads=2,
                 head_dim=16, d_ff=64, num_mtp_heads=4)  # fmt: skip
+
+
+def run(strategy, params, batch, keys, *, max_new_tokens, sampling, cfg=TINY):
+    """Decode with `strategy` on the target model `TTSLM(cfg)` through the generic driver."""
+    return decode(strategy, {"target": TTSLM(cfg)}, {"target": params}, batch, keys,
+                  max_new_tokens=max_new_tokens, sampling=sampling)
 
 
 def random_rows(n, seed=0, cfg=TINY, max_text=9, max_prompt=6):

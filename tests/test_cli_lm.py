@@ -107,9 +107,62 @@ def test_synthesizer_batch_invariance_and_long_text_split(trained, tiny_corpus):
     for a, b in zip(batched, single, strict=True):
         np.testing.assert_array_equal(a.tokens, b.tokens)
         np.testing.assert_array_equal(a.wav, b.wav)
-    synth.max_text_symbols = 20  # force splitting of a long line
+    synth.engine.max_text_symbols = 20  # force splitting of a long line
     long = "The cat sat on the mat. The dog ran to the park, and the bird sang all day long."
     (res,) = synth.synthesize([long], prompt, batch_size=4, **kw)
     assert res.info["pieces"] >= 3
     gap = int(synth.join_silence_s * synth.sample_rate)
     assert res.wav.size >= (res.info["pieces"] - 1) * gap
+
+
+def test_export_to_one_params_file_synthesizes_the_same(trained, tiny_corpus, tmp_path):
+    """A shipped-format run (one params.msgpack, no checkpoints/) loads through the same engine
+    and gives the same audio; a truncated or mismatched parameter file is a one-line error."""
+    from jaxtts.data.manifest import read_split
+    from jaxtts.errors import CheckpointError
+    from jaxtts.run_folder import RunFolder
+    from jaxtts.synthesize import Prompt, Synthesizer
+
+    wd, _, _ = trained
+    proc = _run(["-m", "jaxtts.run_folder", "export", str(wd), str(tmp_path / "ship")])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "MiB of parameters in params.msgpack" in proc.stdout
+    ship = RunFolder(tmp_path / "ship")
+    assert not ship.checkpoints_dir.exists() and ship.params_file.is_file()
+    prompt = Prompt.from_utterance(read_split(tiny_corpus, "dev")[0])
+    kw = dict(strategy="car:2", max_seconds=0.4, progress=False, seed=1)
+    a = Synthesizer.from_workdir(wd).synthesize(["Hello."], prompt, **kw)[0]
+    b = Synthesizer.from_workdir(ship.path).synthesize(["Hello."], prompt, **kw)[0]
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_array_equal(a.wav, b.wav)
+    data = ship.params_file.read_bytes()
+    ship.params_file.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=r"params.msgpack: unreadable parameter file"):
+        Synthesizer.from_workdir(ship.path)
+    bad = _run(["infer.py", "--workdir", str(ship.path), "--text", "Hello.", "--out_dir",
+                str(tmp_path / "o")])  # fmt: skip
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "params.msgpack: unreadable parameter file" in bad.stderr
+
+
+def test_run_folder_from_before_the_refactor_loads(trained, tmp_path):
+    """Older run folders carry the never-read model.max_len / model.param_dtype: they load for
+    inference, and resuming training rewrites config.json without them."""
+    import shutil
+
+    from jaxtts.methods.lm.task import _drop_retired_keys
+    from jaxtts.run_folder import RunFolder
+    from jaxtts.synthesize import Synthesizer
+
+    wd, _, _ = trained
+    old = tmp_path / "old"
+    shutil.copytree(wd, old)
+    cfg = json.loads((old / "config.json").read_text())
+    cfg["model"].update(max_len=2048, param_dtype="float32")
+    (old / "config.json").write_text(json.dumps(cfg))
+    synth = Synthesizer.from_workdir(old)
+    assert synth.engine.cfg.num_speech_tokens == 64
+    _drop_retired_keys(RunFolder(old))
+    model = json.loads((old / "config.json").read_text())["model"]
+    assert "max_len" not in model and "param_dtype" not in model and model["d_model"] == 32

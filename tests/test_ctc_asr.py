@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxtts.data.pipeline import pad_batch
-from jaxtts.eval import ctc_asr as C
+from jaxtts.methods import ctc_asr as C
 from jaxtts.train import loop
 from jaxtts.train import mesh as mesh_lib
 

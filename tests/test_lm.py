@@ -9,17 +9,13 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from lm_reference import TINY, init_params, random_rows, reference_decode  # noqa: E402
+from lm_reference import TINY, init_params, random_rows, reference_decode, run  # noqa: E402
 
 from jaxtts.decode import registry  # noqa: E402
-from jaxtts.decode.base import (  # noqa: E402
-    PromptBatch,
-    SamplingConfig,
-    filter_logits,
-    row_keys,
-)
+from jaxtts.decode.driver import PromptBatch  # noqa: E402
+from jaxtts.decode.sampling import SamplingConfig, filter_logits, row_keys  # noqa: E402
 from jaxtts.errors import ConfigError  # noqa: E402
-from jaxtts.models.lm import TTSLM  # noqa: E402
+from jaxtts.methods.lm.model import TTSLM  # noqa: E402
 from jaxtts.train import losses  # noqa: E402
 
 GREEDY = SamplingConfig(greedy=True)
@@ -92,7 +88,7 @@ def test_cache_rollback_then_extend_equals_direct(params):
 def test_while_loop_equals_python_reference(params, spec):
     strat = registry.get(spec)
     rows = random_rows(5, seed=1)
-    out = strat(params, batch_of(rows), row_keys(0, range(5)), cfg=TINY, max_new_tokens=24,
+    out = run(strat, params, batch_of(rows), row_keys(0, range(5)), max_new_tokens=24,
                 sampling=GREEDY)  # fmt: skip
     lengths = []
     for i, (t, p) in enumerate(rows):
@@ -115,10 +111,10 @@ def test_batch_n_equals_batch_1(params, spec, sampling, seed):
     """Mixed text/prompt lengths, the batch padded wider than any row; per-row keys."""
     rows = random_rows(5, seed=seed)
     strat = registry.get(spec)
-    big = strat(params, batch_of(rows, 16, 8), row_keys(5, range(5)), cfg=TINY,
+    big = run(strat, params, batch_of(rows, 16, 8), row_keys(5, range(5)),
                 max_new_tokens=20, sampling=sampling)  # fmt: skip
     for i, row in enumerate(rows):
-        one = strat(params, batch_of([row]), row_keys(5, [i]), cfg=TINY, max_new_tokens=20,
+        one = run(strat, params, batch_of([row]), row_keys(5, [i]), max_new_tokens=20,
                     sampling=sampling)  # fmt: skip
         n = int(one.length[0])
         assert int(big.length[i]) == n
@@ -127,9 +123,9 @@ def test_batch_n_equals_batch_1(params, spec, sampling, seed):
 
 def test_car_c1_equals_far(params):
     rows = random_rows(4, seed=4)
-    a = registry.get("far")(params, batch_of(rows), row_keys(0, range(4)), cfg=TINY,
+    a = run(registry.get("far"), params, batch_of(rows), row_keys(0, range(4)),
                             max_new_tokens=20, sampling=GREEDY)  # fmt: skip
-    b = registry.get("car:1")(params, batch_of(rows), row_keys(0, range(4)), cfg=TINY,
+    b = run(registry.get("car:1"), params, batch_of(rows), row_keys(0, range(4)),
                               max_new_tokens=20, sampling=GREEDY)  # fmt: skip
     np.testing.assert_array_equal(a.tokens, b.tokens)
     np.testing.assert_array_equal(a.steps, b.steps)
@@ -148,7 +144,7 @@ def test_eos_in_chunk_stops_row_at_first_eos():
     params["base_head"]["bias"] = params["base_head"]["bias"].at[eos].set(-100.0)
     rows = random_rows(3, seed=6)
     batch = batch_of(rows)
-    out = registry.get("car:3")(params, batch, row_keys(0, range(3)), cfg=TINY,
+    out = run(registry.get("car:3"), params, batch, row_keys(0, range(3)),
                                 max_new_tokens=10, sampling=GREEDY)  # fmt: skip
     np.testing.assert_array_equal(out.length, [1, 1, 1])
     np.testing.assert_array_equal(out.steps, [1, 1, 1])
@@ -156,7 +152,7 @@ def test_eos_in_chunk_stops_row_at_first_eos():
     assert np.all(np.asarray(out.tokens[:, 1:]) == -1)
     for i, (t, p) in enumerate(rows):
         assert reference_decode(params, t, p, 3, 10) == [int(out.tokens[i, 0])]
-    far = registry.get("far")(params, batch, row_keys(0, range(3)), cfg=TINY,
+    far = run(registry.get("far"), params, batch, row_keys(0, range(3)),
                               max_new_tokens=10, sampling=GREEDY)  # the base head never stops
     np.testing.assert_array_equal(far.length, [10, 10, 10])
     assert np.all(np.asarray(far.hit_max)) and int(far.num_forwards) == 10
@@ -168,7 +164,7 @@ def test_strategy_registry_errors():
     with pytest.raises(ConfigError, match="expected car:<chunk size>"):
         registry.get("car:abc")
     with pytest.raises(ConfigError, match="needs 7 prediction heads, the model has 4"):
-        registry.get("car:7").check(TINY)
+        registry.get("car:7").check({"target": TTSLM(TINY)})
 
 
 def test_filter_logits_top_k_top_p():
@@ -205,7 +201,7 @@ def test_mtp_targets_and_loss_hand_computed():
 
 
 def test_lm_task_loss_ignores_padding_rows_and_prompt():
-    from jaxtts.train.lm_task import LMTask
+    from jaxtts.methods.lm.task import LMTask
 
     task = LMTask(TINY)
     batch = {
@@ -231,10 +227,10 @@ def test_lm_task_loss_ignores_padding_rows_and_prompt():
 def test_min_tokens_suppresses_early_eos(params):
     rows = random_rows(4, seed=7)
     strat = registry.get("car:2")
-    free = strat(params, batch_of(rows), row_keys(0, range(4)), cfg=TINY, max_new_tokens=30,
+    free = run(strat, params, batch_of(rows), row_keys(0, range(4)), max_new_tokens=30,
                  sampling=GREEDY)  # fmt: skip
     assert int(np.min(free.length)) < 6  # some rows stop early without the constraint
-    out = strat(params, batch_of(rows), row_keys(0, range(4)), cfg=TINY, max_new_tokens=30,
+    out = run(strat, params, batch_of(rows), row_keys(0, range(4)), max_new_tokens=30,
                 sampling=SamplingConfig(greedy=True, min_tokens=6))  # fmt: skip
     assert int(np.min(out.length)) >= 6
     with pytest.raises(ConfigError, match="min_tokens=-1"):
@@ -261,7 +257,7 @@ def test_lora_starts_at_base_model_and_only_adapters_train(params):
     import ml_collections as mlc
     import optax
 
-    from jaxtts.models.layers import lora_only
+    from jaxtts.nn.layers import lora_only
     from jaxtts.train.optim import make_optimizer
 
     cfg = dataclasses.replace(TINY, lora_rank=4, lora_alpha=8.0)

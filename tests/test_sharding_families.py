@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from toy_train_main import config as base_config  # noqa: E402
 
-from jaxtts.eval import ctc_asr as C  # noqa: E402
-from jaxtts.eval import speaker_encoders as S  # noqa: E402
+from jaxtts.methods import ctc_asr as C  # noqa: E402
+from jaxtts.methods import speaker_encoder as S  # noqa: E402
 from jaxtts.train import loop  # noqa: E402
 from jaxtts.train import mesh as mesh_lib  # noqa: E402
 

@@ -12,9 +12,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from lm_reference import TINY  # noqa: E402
 from toy_train_main import config as base_config  # noqa: E402
 
+from jaxtts.methods.lm.task import LMTask  # noqa: E402
 from jaxtts.train import loop  # noqa: E402
 from jaxtts.train import mesh as mesh_lib  # noqa: E402
-from jaxtts.train.lm_task import LMTask  # noqa: E402
 
 P = jax.sharding.PartitionSpec
 

@@ -13,8 +13,8 @@ import pytest
 
 from jaxtts.data.pipeline import pad_batch
 from jaxtts.errors import MissingDependencyError
-from jaxtts.eval import speaker_encoders as S
 from jaxtts.eval.speaker import SpeakerEncoder, cosine_similarity
+from jaxtts.methods import speaker_encoder as S
 from jaxtts.train import loop
 from jaxtts.train import mesh as mesh_lib
 

@@ -225,12 +225,100 @@ def test_killed_run_resumes_to_same_final_loss(tmp_path, uninterrupted, sig):
     assert final == pytest.approx(_final_losses(full_wd)[30], rel=1e-6)
 
 
-def test_read_run_config_names_the_file_and_the_task(tmp_path):
+def test_run_folder_read_config_names_the_file_and_the_task(tmp_path):
+    from jaxtts.run_folder import RunFolder
+
     with pytest.raises(CheckpointError, match=r"run/config.json: not found; the folder must be "
-                                               r"a training run of task 'lm' \(make one\)"):
-        ckpt_lib.read_run_config(tmp_path / "run", "lm", "make one")
+                                               r"a training run of task 'lm' \(python train.py "
+                                               r"--config configs/car.py:small"):
+        RunFolder(tmp_path / "run").read_config("lm")
     (tmp_path / "config.json").write_text(json.dumps({"task": "ctc_asr", "model": {"d": 1}}))
     with pytest.raises(CheckpointError, match=r"config.json: task='ctc_asr', expected 'lm'"):
-        ckpt_lib.read_run_config(tmp_path, "lm", "make one")
-    assert ckpt_lib.read_run_config(tmp_path, "ctc_asr", "x") == {"task": "ctc_asr",
-                                                                   "model": {"d": 1}}
+        RunFolder(tmp_path).read_config("lm")
+    assert RunFolder(tmp_path).read_config("ctc_asr").to_dict() == {"task": "ctc_asr",
+                                                                     "model": {"d": 1}}
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match=r"config.json: not valid JSON"):
+        RunFolder(tmp_path).read_config()
+
+
+def test_frozen_tree_init_from_and_resume(tmp_path):
+    """A run initialised from another run (`train.init_from`) that trains only `w2`
+    (`train.trainable`): w1/b1 are frozen bit for bit, live in the `frozen` tree (sharded,
+    checkpointed), the optimizer state covers w2 only, and a resumed run matches."""
+    src_wd = str(tmp_path / "src")
+    src = loop.train_and_evaluate(toy_config(steps=4), src_wd, ToyTask(), ToySource(),
+                                  progress=False)  # fmt: skip
+    base = _host(src.state.params)
+
+    def cfg(steps):
+        c = toy_config(steps=steps, checkpoint_every=2, mesh={"data": 2, "fsdp": 2, "tensor": 2})
+        c.train.trainable = "prefix:w2"
+        c.train.init_from = src_wd
+        return c
+
+    full = loop.train_and_evaluate(cfg(6), str(tmp_path / "ft"), ToyTask(), ToySource(seed=1),
+                                   progress=False)  # fmt: skip
+    st = _host(full.state)
+    assert set(st.params) == {"w2"} and set(st.frozen) == {"w1", "b1"}
+    np.testing.assert_array_equal(st.frozen["w1"], base["w1"])
+    np.testing.assert_array_equal(st.frozen["b1"], base["b1"])
+    assert not np.array_equal(st.params["w2"], base["w2"])  # trained from the source's w2
+    assert tuple(full.state.frozen["w1"].sharding.spec) == ("fsdp", "tensor")  # embed, mlp
+    n_opt = sum(x.size for x in jax.tree.leaves(st.opt_state))
+    assert 2 * st.params["w2"].size <= n_opt <= 2 * st.params["w2"].size + 4  # mu, nu + counters
+    # interrupted at 4 and resumed: same final parameters
+    wd = str(tmp_path / "ft2")
+    loop.train_and_evaluate(cfg(6), wd, ToyTask(), ToySource(seed=1), progress=False, stop_at=4)
+    res = loop.train_and_evaluate(cfg(6), wd, ToyTask(), ToySource(seed=1), progress=False)
+    assert ckpt_lib.tree_equal(res.state.params, full.state.params)
+    assert ckpt_lib.tree_equal(res.state.frozen, full.state.frozen)
+    # inference restores the merged tree
+    ck = ckpt_lib.Checkpointer(os.path.join(wd, "checkpoints"), read_only=True)
+    like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), base)
+    merged, _ = ck.restore_inference_params(like)
+    assert sorted(merged) == ["b1", "w1", "w2"]
+    np.testing.assert_array_equal(merged["w1"], base["w1"])
+    np.testing.assert_array_equal(merged["w2"], st.params["w2"])
+
+
+def test_trainable_and_init_from_errors(tmp_path):
+    c = toy_config(steps=2)
+    c.train.trainable = "prefix:nothing"
+    with pytest.raises(ConfigError, match=r"train.trainable='prefix:nothing': selects no"):
+        loop.train_and_evaluate(c, str(tmp_path / "a"), ToyTask(), ToySource(), progress=False)
+    c.train.trainable = "some"
+    with pytest.raises(ConfigError, match=r"train.trainable='some': expected 'all', 'lora'"):
+        loop.train_and_evaluate(c, str(tmp_path / "b"), ToyTask(), ToySource(), progress=False)
+    c.train.trainable = "all"
+    c.train.init_from = str(tmp_path / "missing")
+    with pytest.raises(ConfigError, match=r"train.init_from=.*missing: no such run folder"):
+        loop.train_and_evaluate(c, str(tmp_path / "c"), ToyTask(), ToySource(), progress=False)
+
+
+class OnPolicy(ToySource):
+    """Batch s depends on the current parameters: targets = the model's own prediction + 1."""
+
+    on_policy = True
+
+    def __init__(self):
+        super().__init__()
+        self.seen_steps = []
+
+    def get_batch(self, step, state):
+        batch = super().get_batch(step)
+        if state is not None:  # the trainer's first call (shapes for init) has no state yet
+            self.seen_steps.append(int(state.step))
+            pred = ToyTask().model.apply({"params": state.full_params}, batch["x"])[:, 0]
+            batch["y"] = np.asarray(pred) + 1.0
+        return batch
+
+
+def test_on_policy_source_reads_the_current_state(tmp_path):
+    src = OnPolicy()
+    res = loop.train_and_evaluate(toy_config(steps=5), str(tmp_path / "rl"), ToyTask(), src,
+                                  progress=False)  # fmt: skip
+    assert src.seen_steps == [0, 1, 2, 3, 4]  # asked after each step, with that state
+    losses = [h["train/loss"] for h in res.history if "train/loss" in h]
+    # the target always sits 1 above the current prediction: MSE is exactly 1 at every step
+    np.testing.assert_allclose(losses, 1.0, rtol=1e-5)

@@ -4,7 +4,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from jaxtts.models import axes
+from jaxtts.nn import axes
 
 
 class ToyMLP(nn.Module):

@@ -30,6 +30,7 @@ from jaxtts.errors import AudioError, DataError
 __all__ = [
     "MelConfig",
     "MelStats",
+    "global_mel_stats",
     "istft",
     "load_audio",
     "log_mel",
@@ -308,3 +309,14 @@ class MelStats:
         if not path.is_file():
             raise DataError(f"{path}: mel statistics file not found")
         return cls.from_dict(json.loads(path.read_text()))
+
+
+def global_mel_stats(mels: Iterable[np.ndarray]) -> tuple[float, float]:
+    """Global scalar mean / std of all frames and bins (rounded, so config.json is stable);
+    the conformer ASR and the speaker encoder normalise their input with it."""
+    mels = list(mels)
+    total = sum(float(m.sum(dtype=np.float64)) for m in mels)
+    count = sum(m.size for m in mels)
+    mean = total / count
+    var = sum(float(np.square(m - mean, dtype=np.float64).sum()) for m in mels) / count
+    return round(mean, 4), round(max(float(np.sqrt(var)), 1e-3), 4)

@@ -1,25 +1,29 @@
 """Decoding strategies by name: `get('far')`, `get('car:3')`.
 
-A strategy is a callable `(params, batch: PromptBatch, keys [B], *, cfg: LMConfig,
-max_new_tokens: int, sampling: SamplingConfig) -> DecodeOutput` with a `name` and a
-`check(cfg)` that rejects models it cannot run on. New strategies (one file each) register a
-factory `spec argument (str | None) -> strategy` with `register`.
+Each entry maps a name to `"module:factory"`; the module is imported only when that strategy
+is asked for, so one method's code (and its dependencies) never loads for another. A factory
+takes the spec's argument (the text after ':' or None) and returns a `Strategy`
+(`jaxtts.decode.driver`). A method adds its strategies with `register` or an entry below.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
 
-from jaxtts.decode.chunked import ChunkedAR
 from jaxtts.errors import ConfigError
 
-_FACTORIES: dict[str, Callable[[str | None], object]] = {}
+_FACTORIES: dict[str, str] = {
+    "far": "jaxtts.methods.lm.strategies:far",
+    "car": "jaxtts.methods.lm.strategies:car",
+}
+_EXAMPLES = "e.g. far, car:3"
 
 
-def register(name: str, factory: Callable[[str | None], object]) -> None:
+def register(name: str, target: str) -> None:
+    """Register `name` -> `"module:factory"`."""
     if name in _FACTORIES:
         raise ValueError(f"decoding strategy {name!r} registered twice")
-    _FACTORIES[name] = factory
+    _FACTORIES[name] = target
 
 
 def names() -> list[str]:
@@ -31,23 +35,6 @@ def get(spec: str):
     name, _, arg = spec.strip().partition(":")
     if name not in _FACTORIES:
         raise ConfigError(f"--strategy {spec!r}: unknown strategy {name!r}, expected one of "
-                          f"{names()} (e.g. far, car:3)")  # fmt: skip
-    return _FACTORIES[name](arg or None)
-
-
-def _far(arg):
-    if arg is not None:
-        raise ConfigError(f"--strategy far:{arg}: 'far' takes no argument")
-    return ChunkedAR(1)
-
-
-def _car(arg):
-    try:
-        c = int(arg)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--strategy car:{arg}: expected car:<chunk size>, e.g. car:3") from None
-    return ChunkedAR(c)
-
-
-register("far", _far)
-register("car", _car)
+                          f"{names()} ({_EXAMPLES})")  # fmt: skip
+    module, fn = _FACTORIES[name].split(":")
+    return getattr(importlib.import_module(module), fn)(arg or None)

@@ -1,40 +1,24 @@
-"""What every decoding strategy shares: inputs, outputs, sampling, and the prefill step.
+"""Sampling, shared by every decoding strategy.
 
-- `PromptBatch`: B rows of text ids and speech-prompt tokens, each with its own length.
 - `SamplingConfig`: greedy or temperature / top-k / top-p (static under jit).
-- `sample_tokens`: per-row PRNG keys (int [B] key array), so a row's samples do not depend on
+- `filter_logits`: the filtered distribution (speculative decoding applies it to the draft
+  and the target alike).
+- `sample_tokens`: per-row PRNG keys (key array [B]), so a row's samples do not depend on
   which other rows share its batch (batch-N == batch-1 also when sampling).
-- `DecodeOutput`: generated tokens [B, N] (-1 past each row's length), lengths, per-row decoding
-  steps (model forwards after prefill), and whether a row hit the length cap without EOS.
-- `prefill`: text + BOS + prompt in one forward into a fixed-size KV cache; returns each row's
-  last hidden state.
+- `row_keys` / `step_keys`: one key per row from (seed, row id), folded with the step.
 
-Axis letters: B batch, X text, P prompt, N generated tokens, C chunk, V vocabulary, D width.
+Axis letters: B batch, C tokens per step, V vocabulary.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxtts.errors import ConfigError
-from jaxtts.models.lm import TTSLM, KVCache, LMConfig
-
-
-@flax.struct.dataclass
-class PromptBatch:
-    text: jax.Array  # int32 [B, X] prompt transcript + target text ids, 0-padded
-    text_len: jax.Array  # int32 [B]
-    prompt: jax.Array  # int32 [B, P] speech-prompt tokens (raw ids), padded
-    prompt_len: jax.Array  # int32 [B] (0 = no prompt)
-
-    @property
-    def batch_size(self) -> int:
-        return self.text.shape[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,48 +97,3 @@ def row_keys(seed: int, row_ids: np.ndarray | list[int]) -> jax.Array:
     """One PRNG key per row from (seed, row id): independent of batch composition."""
     base = jax.random.key(seed)
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(row_ids, jnp.uint32))
-
-
-@flax.struct.dataclass
-class DecodeOutput:
-    tokens: jax.Array  # int32 [B, N] generated speech tokens, -1 past `length`
-    length: jax.Array  # int32 [B]
-    steps: jax.Array  # int32 [B] decoding steps (model forwards after prefill) of the row
-    hit_max: jax.Array  # bool [B] stopped by the length cap, not by EOS
-    num_forwards: jax.Array  # int32 [] loop iterations of the batch (forwards after prefill)
-
-
-def speech_input(prompt: jax.Array, prompt_len: jax.Array, cfg: LMConfig) -> jax.Array:
-    """[BOS, prompt tokens, PAD...]: int32 [B, P + 1]."""
-    b, p = prompt.shape
-    x = jnp.concatenate([jnp.full((b, 1), cfg.bos, jnp.int32), prompt.astype(jnp.int32)], 1)
-    return jnp.where(jnp.arange(p + 1)[None] <= prompt_len[:, None], x, cfg.pad)
-
-
-def prefill(model: TTSLM, params, batch: PromptBatch, speech_slots: int
-            ) -> tuple[jax.Array, KVCache]:  # fmt: skip
-    """Fills a cache with text + BOS + prompt; returns (last hidden [B, D], cache)."""
-    b, x = batch.text.shape
-    cache = model.apply({"params": params}, b, x, speech_slots, method="init_cache")
-    speech = speech_input(batch.prompt, batch.prompt_len, model.cfg)
-    h, cache = model.apply({"params": params}, batch.text, batch.text_len, speech,
-                           batch.prompt_len + 1, cache, method="prefill")  # fmt: skip
-    last = jnp.take_along_axis(h, batch.prompt_len[:, None, None], axis=1)[:, 0]  # [B, D]
-    return last, cache
-
-
-def write_tokens(buf: jax.Array, new: jax.Array, start: jax.Array, active: jax.Array) -> jax.Array:
-    """buf [B, N] with new [B, C] written at start[b] for rows where `active`."""
-
-    def one(b, n, s):
-        return jax.lax.dynamic_update_slice_in_dim(b, n, s, axis=0)
-
-    written = jax.vmap(one)(buf, new.astype(buf.dtype), start)
-    return jnp.where(active[:, None], written, buf)
-
-
-def first_eos(tokens: jax.Array, eos: int) -> tuple[jax.Array, jax.Array]:
-    """tokens [B, C] -> (index of the first EOS or C, bool any EOS) per row."""
-    is_eos = tokens == eos
-    has = is_eos.any(axis=1)
-    return jnp.where(has, jnp.argmax(is_eos, axis=1), tokens.shape[1]).astype(jnp.int32), has

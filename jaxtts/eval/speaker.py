@@ -16,8 +16,8 @@ from jaxtts.errors import ConfigError, MissingDependencyError
 # Short names -> "module:factory". Factories take no required arguments and return a
 # SpeakerEncoder; import errors surface as MissingDependencyError.
 KNOWN_ENCODERS: dict[str, str] = {
-    "resemblyzer": "jaxtts.eval.speaker_encoders:ResemblyzerEncoder",  # the DCAR paper's
-    "jax": "jaxtts.eval.speaker_encoders:JaxSpeakerEncoder",  # trained in runs/speaker_encoder
+    "resemblyzer": "jaxtts.methods.speaker_encoder:ResemblyzerEncoder",  # the DCAR paper's
+    "jax": "jaxtts.methods.speaker_encoder:JaxSpeakerEncoder",  # trained in runs/speaker_encoder
 }
 
 

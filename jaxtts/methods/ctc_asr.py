@@ -16,8 +16,8 @@ Decoding: greedy (argmax per frame, collapse repeats, drop blanks).
 
 Axis letters: B batch, T frames, M mel bins, D model width, V vocabulary (characters).
 
-  python -m jaxtts.eval.ctc_asr train --config configs/ctc_asr.py:small --workdir runs/ctc_asr
-  python -m jaxtts.eval.ctc_asr eval --workdir runs/ctc_asr --split test
+  python -m jaxtts.methods.ctc_asr train --config configs/ctc_asr.py:small --workdir runs/ctc_asr
+  python -m jaxtts.methods.ctc_asr eval --workdir runs/ctc_asr --split test
 """
 
 from __future__ import annotations
@@ -36,13 +36,18 @@ import ml_collections as mlc
 import numpy as np
 import optax
 
-from jaxtts.data.audio import utterance_mels, wav_to_mel
+from jaxtts.data.audio import global_mel_stats, utterance_mels, wav_to_mel
 from jaxtts.data.corpus import resolve_corpus_dir
 from jaxtts.data.manifest import read_split
 from jaxtts.data.pipeline import inference_mel_batches
 from jaxtts.errors import ConfigError, DataError
-from jaxtts.models import axes
-from jaxtts.models.layers import Attention
+from jaxtts.nn import axes
+from jaxtts.nn.attention import Attention
+from jaxtts.nn.conv import dense as _dense
+from jaxtts.nn.conv import layer_norm as _norm
+from jaxtts.nn.conv import masked_conv1d
+from jaxtts.nn.masks import length_mask, padding_mask
+from jaxtts.run_folder import RunFolder
 from jaxtts.train.checkpoint import abstract_params
 
 log = logging.getLogger("jaxtts.ctc_asr")
@@ -124,54 +129,6 @@ def error_rates(refs: Sequence[str], hyps: Sequence[str]) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------
 
 
-_LECUN = nn.initializers.lecun_normal()
-
-
-def _init(names: tuple, init=_LECUN):
-    return nn.with_logical_partitioning(init, names)
-
-
-def _norm(name: str | None = None) -> nn.LayerNorm:
-    return nn.LayerNorm(
-        scale_init=_init((axes.EMBED,), nn.initializers.ones),
-        bias_init=_init((axes.EMBED,), nn.initializers.zeros),
-        name=name,
-    )
-
-
-def masked_conv1d(x: jax.Array, mask: jax.Array, features: int, kernel: int, *,
-                  stride: int = 1, dilation: int = 1, groups: int = 1,
-                  names: tuple = (None, axes.EMBED, axes.MLP), name: str | None = None
-                  ) -> jax.Array:  # fmt: skip
-    """Conv over time of x [B, T, C] with padded frames (mask [B, T] False) zeroed first and
-    symmetric explicit padding, so valid outputs do not depend on the padding."""
-    pad = dilation * (kernel - 1) // 2
-    x = x * mask[..., None].astype(x.dtype)
-    return nn.Conv(
-        features,
-        (kernel,),
-        strides=(stride,),
-        padding=[(pad, dilation * (kernel - 1) - pad)],
-        kernel_dilation=(dilation,),
-        feature_group_count=groups,
-        kernel_init=_init(names),
-        bias_init=_init((names[-1],), nn.initializers.zeros),
-        name=name,
-    )(x)
-
-
-def _dense(features: int, names: tuple, name: str | None = None) -> nn.Dense:
-    return nn.Dense(
-        features, kernel_init=_init(names), bias_init=_init((names[-1],), nn.initializers.zeros),
-        name=name,
-    )  # fmt: skip
-
-
-def length_mask(lengths: jax.Array, t: int) -> jax.Array:
-    """[B] lengths -> bool [B, t] (True on valid frames)."""
-    return jnp.arange(t)[None, :] < lengths[:, None]
-
-
 class FeedForward(nn.Module):
     d_model: int
     d_ff: int
@@ -201,7 +158,7 @@ class ConformerBlock(nn.Module):
         x = x + 0.5 * drop(FeedForward(d, self.d_ff, self.dropout, name="ff1")(
             _norm("ff1_norm")(x), train=train))  # fmt: skip
         h = _norm("attn_norm")(x)  # [B, T, D]
-        keys = jnp.broadcast_to(mask[:, None, :], mask.shape + mask.shape[-1:])  # [B, T, T]
+        keys = padding_mask(mask)  # [B, T, T]
         h, _ = Attention(self.num_heads, d // self.num_heads, rope_theta=0.0, name="attn")(
             h, jnp.zeros(mask.shape, jnp.int32), keys)  # bidirectional, no positions  # fmt: skip
         x = x + drop(h)
@@ -339,20 +296,6 @@ class CTCTask:
 
 
 # ------------------------------------------------------------------------------------------
-# Features
-# ------------------------------------------------------------------------------------------
-
-
-def mel_stats(mels: Sequence[np.ndarray]) -> tuple[float, float]:
-    """Global scalar mean / std of all frames and bins (rounded, so config.json is stable)."""
-    total = sum(float(m.sum(dtype=np.float64)) for m in mels)
-    count = sum(m.size for m in mels)
-    mean = total / count
-    var = sum(float(np.square(m - mean, dtype=np.float64).sum()) for m in mels) / count
-    return round(mean, 4), round(max(float(np.sqrt(var)), 1e-3), 4)
-
-
-# ------------------------------------------------------------------------------------------
 # Inference
 # ------------------------------------------------------------------------------------------
 
@@ -383,16 +326,12 @@ class CTCASR:
     @classmethod
     def load(cls, workdir: str | os.PathLike, step: int | None = None, **kw) -> CTCASR:
         """From a training workdir: `config.json` + the latest (or `step`) checkpoint."""
-        from jaxtts.train.checkpoint import Checkpointer, read_run_config
-
-        config = read_run_config(workdir, "ctc_asr", "python train.py --config "
-                                 "configs/ctc_asr.py:small --workdir <dir>")  # fmt: skip
-        model = model_from_config(config["model"])
+        config = RunFolder(workdir).read_config("ctc_asr")
+        model = model_from_config(config.model)
         like = abstract_params(model.init, jnp.zeros((1, 8, model.n_mels)),
                                 jnp.ones((1,), jnp.int32))  # fmt: skip
-        ckpt = Checkpointer(Path(workdir) / "checkpoints", read_only=True)
-        params, _ = ckpt.restore_params(like, step)
-        return cls(config["model"], params, **kw)
+        params, _ = RunFolder(workdir).load_params(like, step)
+        return cls(config.model, params, **kw)
 
     def logits(self, mels: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Raw forward: mels [B, T, M], lens [B] -> (logits [B, T', V], lengths [B])."""
@@ -469,7 +408,7 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     log.info("features of %d + %d utterances in %.1fs", len(tr_mels), len(dev_mels),
              time.perf_counter() - t0)  # fmt: skip
     if config.model.get("mel_mean") is None or config.model.get("mel_std") is None:
-        config.model.mel_mean, config.model.mel_std = mel_stats(tr_mels)
+        config.model.mel_mean, config.model.mel_std = global_mel_stats(tr_mels)
 
     model = model_from_config(config.model)
     task = CTCTask(model, config.get("specaug"))
@@ -529,7 +468,7 @@ def main() -> None:
 
     def run(argv):
         if len(argv) != 2 or argv[1] not in ("train", "eval"):
-            raise app.UsageError("usage: python -m jaxtts.eval.ctc_asr {train,eval} [flags]")
+            raise app.UsageError("usage: python -m jaxtts.methods.ctc_asr {train,eval} [flags]")
         if argv[1] == "train":
             if config_flag.value is None:
                 raise app.UsageError("train needs --config, e.g. configs/ctc_asr.py:small")

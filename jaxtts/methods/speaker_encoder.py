@@ -17,7 +17,7 @@ crops of 1-3 s of train utterances (a pure function of (seed, step)).
 
 Axis letters: B batch, T frames, M mel bins, C channels, E embedding, S speakers.
 
-  python -m jaxtts.eval.speaker_encoders train --config configs/speaker_encoder.py:small \
+  python -m jaxtts.methods.speaker_encoder train --config configs/speaker_encoder.py:small \
       --workdir runs/speaker_encoder
 """
 
@@ -29,7 +29,6 @@ import os
 import time
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import flax.linen as nn
@@ -38,13 +37,17 @@ import jax.numpy as jnp
 import ml_collections as mlc
 import numpy as np
 
-from jaxtts.data.audio import utterance_mels, wav_to_mel
+from jaxtts.data.audio import global_mel_stats, utterance_mels, wav_to_mel
 from jaxtts.data.corpus import resolve_corpus_dir
 from jaxtts.data.manifest import read_split
 from jaxtts.data.pipeline import inference_mel_batches, pad_batch
 from jaxtts.errors import ConfigError, DataError, MissingDependencyError
-from jaxtts.eval.ctc_asr import _dense, _norm, length_mask, masked_conv1d, mel_stats
-from jaxtts.models import axes
+from jaxtts.nn import axes
+from jaxtts.nn.conv import dense as _dense
+from jaxtts.nn.conv import layer_norm as _norm
+from jaxtts.nn.conv import masked_conv1d
+from jaxtts.nn.masks import length_mask
+from jaxtts.run_folder import RunFolder
 from jaxtts.train.checkpoint import abstract_params
 
 log = logging.getLogger("jaxtts.speaker_encoders")
@@ -280,17 +283,14 @@ class JaxSpeakerEncoder:
 
 def load_params(workdir: str | os.PathLike, step: int | None = None) -> tuple[dict, Any]:
     """(model config dict, encoder params) from a speaker-encoder training workdir."""
-    from jaxtts.train.checkpoint import Checkpointer, read_run_config
-
-    config = read_run_config(workdir, "speaker_encoder", "python train.py --config "
-                             "configs/speaker_encoder.py:small --workdir <dir>")  # fmt: skip
+    run = RunFolder(workdir)
+    config = run.read_config("speaker_encoder").to_dict()
     model = model_from_config(config["model"])
     enc = abstract_params(model.init, jnp.zeros((1, 8, model.n_mels)), jnp.ones((1,), jnp.int32))
     num = int(config["model"]["num_speakers"])
     cls = jax.ShapeDtypeStruct((model.embed_dim, num), jnp.float32,
                                sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
-    ckpt = Checkpointer(Path(workdir) / "checkpoints", read_only=True)
-    params, _ = ckpt.restore_params({"encoder": enc, "classes": cls}, step)
+    params, _ = run.load_params({"encoder": enc, "classes": cls}, step)
     return config["model"], params["encoder"]
 
 
@@ -385,7 +385,7 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     log.info("features of %d + %d utterances in %.1fs", len(tr_mels), len(dev_mels),
              time.perf_counter() - t0)  # fmt: skip
     if config.model.get("mel_mean") is None or config.model.get("mel_std") is None:
-        config.model.mel_mean, config.model.mel_std = mel_stats(tr_mels)
+        config.model.mel_mean, config.model.mel_std = global_mel_stats(tr_mels)
     if int(config.model.get("num_speakers") or 0) <= 0:
         config.model.num_speakers = len(names)
     if int(config.model.num_speakers) != len(names):
@@ -428,7 +428,7 @@ def main() -> None:
 
     def run(argv):
         if len(argv) != 2 or argv[1] != "train" or config_flag.value is None:
-            raise app.UsageError("usage: python -m jaxtts.eval.speaker_encoders train "
+            raise app.UsageError("usage: python -m jaxtts.methods.speaker_encoder train "
                                  "--config configs/speaker_encoder.py:small --workdir DIR")
         logging.basicConfig(level=logging.INFO)
         train(config_flag.value, workdir.value)

@@ -1,14 +1,16 @@
 """Orbax checkpoints of sharded train state: async save, keep-N, restore onto any mesh.
 
-A checkpoint step holds three items: `params`, `opt_state` (both sharded pytrees, restored
-with the shardings of the *current* mesh, so a run saved as fsdp=8 restores on 2 devices or as
-data=4,tensor=2) and `meta` (JSON: step, config fingerprint). `restore_params` restores the
-parameters alone for fine-tuning or inference.
+A checkpoint step holds `params` (the trained tree), `opt_state` (both sharded pytrees,
+restored with the shardings of the *current* mesh, so a run saved as fsdp=8 restores on 2
+devices or as data=4,tensor=2), `frozen` (the frozen parameters of a LoRA / draft / policy run,
+only when there are any) and `meta` (JSON: step, config fingerprint). `restore_params`
+restores the trained parameters alone; `restore_inference_params` the full model (trained and
+frozen merged) for inference. `write_params_file` / `read_params_file`: a whole parameter tree
+in one compact msgpack file (the shipped models in `pretrained/`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping
@@ -19,23 +21,6 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxtts.errors import CheckpointError
-
-
-def read_run_config(workdir: str | os.PathLike, task: str, how_to_train: str) -> dict:
-    """`<workdir>/config.json` of a training run, checked to be a `task` run.
-
-    Raises CheckpointError naming the file: missing (with `how_to_train`, the command that
-    makes such a folder) or of another task.
-    """
-    path = os.path.join(os.fspath(workdir), "config.json")
-    if not os.path.isfile(path):
-        raise CheckpointError(f"{path}: not found; the folder must be a training run of task "
-                              f"{task!r} ({how_to_train})")  # fmt: skip
-    with open(path) as f:
-        config = json.load(f)
-    if config.get("task") != task:
-        raise CheckpointError(f"{path}: task={config.get('task')!r}, expected {task!r}")
-    return config
 
 
 def abstract_params(init_fn, *args) -> Any:
@@ -77,6 +62,7 @@ class Checkpointer:
         handlers = {
             "params": ocp.StandardCheckpointHandler(),
             "opt_state": ocp.StandardCheckpointHandler(),
+            "frozen": ocp.StandardCheckpointHandler(),
             "meta": ocp.JsonCheckpointHandler(),
         }
         quiet = logging.getLogger("absl")  # orbax warns that read-only managers cannot save
@@ -106,14 +92,17 @@ class Checkpointer:
 
     # -- save ------------------------------------------------------------------------------
     def save(
-        self, step: int, params: Any, opt_state: Any, meta: Mapping[str, Any], force: bool = False
+        self, step: int, params: Any, opt_state: Any, meta: Mapping[str, Any], force: bool = False,
+        frozen: Any = None,
     ) -> bool:
-        args = ocp.args.Composite(
+        items = dict(
             params=ocp.args.StandardSave(params),
             opt_state=ocp.args.StandardSave(opt_state),
             meta=ocp.args.JsonSave(dict(meta, step=int(step))),
         )
-        return self.manager.save(int(step), args=args, force=force)
+        if jax.tree.leaves(frozen):
+            items["frozen"] = ocp.args.StandardSave(frozen)
+        return self.manager.save(int(step), args=ocp.args.Composite(**items), force=force)
 
     def wait(self) -> None:
         self.manager.wait_until_finished()
@@ -180,6 +169,48 @@ class Checkpointer:
         )
         return out["params"], out["opt_state"], dict(out["meta"])
 
+    def has_frozen(self, step: int | None = None) -> bool:
+        step = self._step_or_latest(step)
+        return os.path.isdir(os.path.join(self.directory, str(step), "frozen"))
+
+    def restore_frozen(self, frozen_like: Any, step: int | None = None) -> Any:
+        """The frozen tree of a step, in the layout of `frozen_like`."""
+        step = self._step_or_latest(step)
+        target = _abstract(frozen_like)
+        self._check_shapes(step, "frozen", target)
+        out = self.manager.restore(step, args=ocp.args.Composite(
+            frozen=ocp.args.StandardRestore(target)))  # fmt: skip
+        return out["frozen"]
+
+    def restore_as_saved(self, item: str, step: int | None = None) -> Any:
+        """An item's tree as saved (shapes from its metadata), on the first device."""
+        step = self._step_or_latest(step)
+        try:
+            saved = self.manager.item_metadata(step)[item]
+        except Exception as e:  # noqa: BLE001 - orbax raises several types here
+            raise CheckpointError(f"{self.directory}/{step}/{item}: unreadable ({e})") from None
+        saved = getattr(saved, "tree", saved)
+        dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype,
+                                                             sharding=dev), saved)  # fmt: skip
+        out = self.manager.restore(step, args=ocp.args.Composite(
+            **{item: ocp.args.StandardRestore(target)}))  # fmt: skip
+        return out[item]
+
+    def restore_inference_params(self, params_like: Any, step: int | None = None):
+        """The full parameter tree (trained + frozen merged) in the layout of `params_like`,
+        for inference. Returns (params, meta)."""
+        step = self._step_or_latest(step)
+        if not self.has_frozen(step):
+            return self.restore_params(params_like, step)
+        from jaxtts.train.state import merge_trees
+
+        full = merge_trees(self.restore_as_saved("params", step),
+                           self.restore_as_saved("frozen", step))  # fmt: skip
+        check_tree_matches(full, params_like, f"{self.directory}/{step}")
+        meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        return _place_like(full, params_like), dict(meta["meta"])
+
     def restore_params(self, params_like: Any, step: int | None = None):
         """Parameters only (fine-tuning / inference), in the layout of `params_like`."""
         step = self._step_or_latest(step)
@@ -192,6 +223,67 @@ class Checkpointer:
             ),
         )
         return out["params"], dict(out["meta"])
+
+
+def _path_name(path) -> str:
+    return "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+
+
+def check_tree_matches(tree: Any, like: Any, where: str) -> None:
+    """One-line CheckpointError naming the first parameter missing, extra or of another shape."""
+    have = {_path_name(p): v for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    want = {_path_name(p): v for p, v in jax.tree_util.tree_flatten_with_path(like)[0]}
+    missing, extra = sorted(set(want) - set(have)), sorted(set(have) - set(want))
+    if missing or extra:
+        raise CheckpointError(f"{where}: parameter tree differs from the config (missing: "
+                              f"{missing[:3]}, unexpected: {extra[:3]})")  # fmt: skip
+    for key, w in want.items():
+        if tuple(np.shape(have[key])) != tuple(w.shape):
+            raise CheckpointError(f"{where}: '{key}' has shape {tuple(np.shape(have[key]))} "
+                                  f"in the file but {tuple(w.shape)} in the config")  # fmt: skip
+
+
+def _place_like(tree: Any, like: Any) -> Any:
+    """`tree`'s arrays as `like`'s dtypes on `like`'s shardings (default device if none)."""
+    from jaxtts.train.state import tree_from_flat, tree_to_flat
+
+    flat, like_flat = tree_to_flat(tree), tree_to_flat(like)
+    out = {}
+    for k, w in like_flat.items():
+        x = np.asarray(flat[k]).astype(w.dtype)
+        sharding = getattr(w, "sharding", None)
+        out[k] = jax.device_put(x, sharding) if sharding is not None else jax.numpy.asarray(x)
+    return tree_from_flat(out)
+
+
+def write_params_file(path: str | os.PathLike, params: Any) -> int:
+    """The whole parameter tree as one msgpack file (float32 kept); returns its size in bytes."""
+    from flax import serialization
+
+    host = jax.tree.map(lambda x: np.asarray(jax.device_get(x)), params)
+    data = serialization.msgpack_serialize(host)
+    tmp = os.fspath(path) + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return len(data)
+
+
+def read_params_file(path: str | os.PathLike, like: Any) -> Any:
+    """A `write_params_file` file restored into the layout of `like` (names and shapes checked:
+    a truncated or mismatched file is a one-line CheckpointError naming it)."""
+    from flax import serialization
+
+    try:
+        with open(path, "rb") as f:
+            tree = serialization.msgpack_restore(f.read())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: not found") from None
+    except Exception as e:  # noqa: BLE001 - msgpack raises several types on truncation
+        raise CheckpointError(f"{path}: unreadable parameter file ({type(e).__name__}); "
+                              "truncated or not a jaxtts params.msgpack") from None
+    check_tree_matches(tree, like, os.fspath(path))
+    return _place_like(tree, like)
 
 
 def tree_equal(a: Any, b: Any) -> bool:

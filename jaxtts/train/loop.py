@@ -1,11 +1,14 @@
 """The generic sharded trainer every model family uses.
 
 A model family plugs in as a `Task` (init + loss); the data as a `BatchSource` whose batch for
-step s is a pure function of (seed, s). The trainer owns everything else once: the mesh,
-sharded init (`jax.eval_shape` -> logical shardings -> jitted init with `out_shardings`), the
-jitted train step with donated state and gradient accumulation (`lax.scan` over microbatches),
-evaluation, logging (console progress bar, TensorBoard, `metrics.jsonl`), orbax checkpoints and
-resumption (including after SIGKILL) and preemption (SIGTERM/SIGINT -> final checkpoint).
+step s is a pure function of (seed, s), or an `OnPolicySource` whose batch also reads the
+current train state (RL rollouts, e.g. DCPO: `jaxtts.train.rl`). The trainer owns everything
+else once: the mesh, sharded init (`jax.eval_shape` -> logical shardings -> jitted init with
+`out_shardings`), trained vs frozen parameters (`jaxtts.train.state`: `train.trainable`,
+`train.init_from`), the jitted train step with donated state and gradient accumulation
+(`lax.scan` over microbatches), and around a short loop body the hooks: logging (console
+progress bar, TensorBoard, `metrics.jsonl`), evaluation, orbax checkpoints, resumption
+(including after SIGKILL) and preemption (SIGTERM/SIGINT -> final checkpoint).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -30,6 +32,13 @@ from jaxtts.errors import CheckpointError, ConfigError
 from jaxtts.train import checkpoint as ckpt_lib
 from jaxtts.train import mesh as mesh_lib
 from jaxtts.train import optim
+from jaxtts.train.state import (
+    TrainState,
+    merge_trees,
+    overlay,
+    split_tree,
+    trainable_predicate,
+)
 
 log = logging.getLogger("jaxtts.train")
 
@@ -56,11 +65,13 @@ class BatchSource(Protocol):
         """Host-local batch for `step`; a pure function of (seed, step, host)."""
 
 
-@flax.struct.dataclass
-class TrainState:
-    step: jax.Array  # [] int32
-    params: Any
-    opt_state: Any
+class OnPolicySource(Protocol):
+    """A source whose batches depend on the current model (`on_policy = True`): the trainer
+    calls `get_batch(step, state)` after step-1 finished, with the state to sample from."""
+
+    on_policy: bool
+
+    def get_batch(self, step: int, state: TrainState) -> Batch: ...
 
 
 def _trainable_fn(task: Task) -> Callable[[Any], Any] | None:
@@ -84,20 +95,60 @@ class Trainer:
         if self.microbatches < 1:
             raise ConfigError(f"train.microbatches={self.microbatches}: expected >= 1")
         self.tx = optim.make_optimizer(config.train, _trainable_fn(task))
+        self.trainable_spec = str(config.train.get("trainable", "all") or "all")
+        self.trainable = trainable_predicate(self.trainable_spec)
+        self.init_from = str(config.train.get("init_from", "") or "")
+        self._init_source = None  # parameters of train.init_from, loaded once
         self.batch_sharding = mesh_lib.batch_sharding(self.mesh)
         self.state_shardings = None
         self._train_step = None
         self._eval_step = None
 
     # -- init --------------------------------------------------------------------------------
-    def _boxed_state(self, rng, batch):
+    def init_source(self) -> Any:
+        """The parameters of `train.init_from` (a run folder), or None."""
+        if not self.init_from:
+            return None
+        if self._init_source is None:
+            from jaxtts.run_folder import RunFolder
+
+            run = RunFolder(self.init_from)
+            if not run.path.is_dir():
+                raise ConfigError(f"train.init_from={self.init_from}: no such run folder")
+            if run.params_file.is_file() and not run.checkpoints_dir.is_dir():
+                from flax import serialization
+
+                self._init_source = serialization.msgpack_restore(run.params_file.read_bytes())
+            else:
+                ck = run.checkpointer(read_only=True)
+                src = ck.restore_as_saved("params")
+                if ck.has_frozen():
+                    src = merge_trees(src, ck.restore_as_saved("frozen"))
+                self._init_source = src
+            # host copies: the init jit places them on the mesh itself
+            self._init_source = jax.tree.map(lambda x: np.asarray(jax.device_get(x)),
+                                             self._init_source)  # fmt: skip
+        return self._init_source
+
+    def _boxed_state(self, rng, batch, source=None):
         params = self.task.init(rng, batch)
+        if source is not None:
+            params, n = overlay(params, source, self.init_from)
+            if n == 0:
+                raise ConfigError(f"train.init_from={self.init_from}: no parameter path in "
+                                  "common with this model")  # fmt: skip
+        frozen = {}
+        if self.trainable_spec != "all":
+            params, frozen = split_tree(params, self.trainable)
+            if not jax.tree.leaves(params):
+                raise ConfigError(f"train.trainable={self.trainable_spec!r}: selects no "
+                                  "parameter of this model")  # fmt: skip
         return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                          opt_state=self.tx.init(params))
+                          opt_state=self.tx.init(params), frozen=frozen)
 
     def abstract_state(self, rng: jax.Array, batch: Batch) -> TrainState:
         """ShapeDtypeStructs of the (unboxed) state, carrying the mesh shardings."""
-        boxed = jax.eval_shape(self._boxed_state, rng, batch)
+        boxed = jax.eval_shape(self._boxed_state, rng, batch, self.init_source())
         self.state_shardings = mesh_lib.logical_shardings(boxed, self.mesh, self.rules)
         abstract = nn.unbox(boxed)
         return jax.tree.map(
@@ -111,18 +162,25 @@ class Trainer:
         self.abstract_state(rng, batch)
         batch = {k: jnp.asarray(v) for k, v in batch.items()}
         init = jax.jit(
-            lambda r, b: nn.unbox(self._boxed_state(r, b)), out_shardings=self.state_shardings
+            lambda r, b, src: nn.unbox(self._boxed_state(r, b, src)),
+            out_shardings=self.state_shardings,
         )
         with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
-            return init(rng, batch)
+            return init(rng, batch, self.init_source())
+
+    @property
+    def full_param_shardings(self):
+        return merge_trees(self.state_shardings.params, self.state_shardings.frozen)
 
     # -- steps -------------------------------------------------------------------------------
-    def _grads(self, params, batch, rng):
-        """(weighted loss sum, weight sum, grads sum, weighted metric sums) over microbatches."""
+    def _grads(self, params, frozen, batch, rng):
+        """(weighted loss sum, weight sum, grads sum, weighted metric sums) over microbatches;
+        gradients of the trained `params` only, the loss sees them merged with `frozen`."""
 
         def one(mb, r):
             def f(p):
-                loss, metrics = self.task.loss(p, mb, r, train=True)
+                full = merge_trees(p, frozen) if jax.tree.leaves(frozen) else p
+                loss, metrics = self.task.loss(full, mb, r, train=True)
                 weight, metrics = _weighted_metrics(metrics)
                 return loss * weight, (weight, metrics)
 
@@ -154,7 +212,7 @@ class Trainer:
 
     def _train_step_fn(self, state: TrainState, batch, rng):
         rng = jax.random.fold_in(rng, state.step)
-        lw, w, grads, msum = self._grads(state.params, batch, rng)
+        lw, w, grads, msum = self._grads(state.params, state.frozen, batch, rng)
         grads = jax.tree.map(lambda g: g / w, grads)
         updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
         params = jax.tree.map(jnp.add, state.params, updates)
@@ -162,22 +220,23 @@ class Trainer:
         metrics["loss"] = lw / w
         metrics["grad_norm"] = _global_norm(grads)
         metrics["param_norm"] = _global_norm(state.params)
-        return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+        return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
     def loss_and_grads(self, state: TrainState, batch: Batch, rng: jax.Array):
         """(loss, grads) of one step as the train step computes them (for equivalence tests)."""
 
-        def fn(params, b, r):
-            lw, w, g, _ = self._grads(params, b, jax.random.fold_in(r, state.step))
+        def fn(params, frozen, b, r):
+            lw, w, g, _ = self._grads(params, frozen, b, jax.random.fold_in(r, state.step))
             return lw / w, jax.tree.map(lambda x: x / w, g)
 
+        sh = self.state_shardings
         f = jax.jit(
             fn,
-            in_shardings=(self.state_shardings.params, self.batch_sharding, None),
-            out_shardings=(None, self.state_shardings.params),
+            in_shardings=(sh.params, sh.frozen, self.batch_sharding, None),
+            out_shardings=(None, sh.params),
         )
         with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
-            return f(state.params, self.put_batch(batch), rng)
+            return f(state.params, state.frozen, self.put_batch(batch), rng)
 
     def train_step(self, state: TrainState, batch: Mapping[str, jax.Array], rng: jax.Array):
         if self._train_step is None:
@@ -191,6 +250,7 @@ class Trainer:
             return self._train_step(state, batch, rng)
 
     def eval_step(self, params, batch: Mapping[str, jax.Array]) -> tuple[jax.Array, Metrics]:
+        """Weighted metric sums of a batch; `params` is the full tree (`state.full_params`)."""
         if self._eval_step is None:
 
             def fn(p, b):
@@ -200,7 +260,7 @@ class Trainer:
                 return weight, jax.tree.map(lambda x: x * weight, metrics)
 
             self._eval_step = jax.jit(
-                fn, in_shardings=(self.state_shardings.params, self.batch_sharding)
+                fn, in_shardings=(self.full_param_shardings, self.batch_sharding)
             )
         with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
             return self._eval_step(params, batch)
@@ -324,11 +384,115 @@ class TrainResult:
     preempted: bool
 
 
+class Hook(Protocol):
+    """Runs after every train step (`done` = steps completed); `close` at the end."""
+
+    def after_step(self, done: int, state: TrainState, metrics: Metrics) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LogHook:
+    """Train metrics every `every` steps -> writer, history, progress bar."""
+
+    def __init__(self, writer: MetricWriter, history: list, every: int, steps: int, pbar=None):
+        self.writer, self.history, self.every, self.steps, self.pbar = (
+            writer, history, max(1, every), steps, pbar)  # fmt: skip
+        self._t0, self._seen = time.perf_counter(), 0
+
+    def after_step(self, done, state, metrics):
+        self._seen += 1
+        if done % self.every == 0 or done == self.steps:
+            scalars = {f"train/{k}": float(v) for k, v in metrics.items()}
+            scalars["train/steps_per_s"] = self._seen / max(time.perf_counter() - self._t0, 1e-9)
+            self._t0, self._seen = time.perf_counter(), 0
+            self.writer.write(done, scalars)
+            self.history.append({"step": done, **scalars})
+            if self.pbar is not None:
+                self.pbar.set_postfix(loss=f"{scalars['train/loss']:.3f}")
+        if self.pbar is not None:
+            self.pbar.update(1)
+
+    def close(self):
+        if self.pbar is not None:
+            self.pbar.close()
+        self.writer.close()
+
+
+class EvalHook:
+    """Dev metrics (+ the task's `on_eval` extras, e.g. samples and their WER) every `every`
+    steps and at the last step."""
+
+    def __init__(self, trainer: Trainer, batches, every: int, steps: int, writer: MetricWriter,
+                 history: list, on_eval=None):  # fmt: skip
+        self.trainer, self.batches, self.every, self.steps = trainer, batches, every, steps
+        self.writer, self.history, self.on_eval = writer, history, on_eval
+
+    def after_step(self, done, state, metrics):
+        if not self.every or (done % self.every and done != self.steps):
+            return
+        dev = {f"dev/{k}": v for k, v in
+               self.trainer.evaluate(state.full_params, self.batches()).items()}  # fmt: skip
+        if self.on_eval is not None:
+            dev.update(self.on_eval(done, state) or {})
+        self.writer.write(done, dev)
+        self.history.append({"step": done, **dev})
+        log.info("step %d %s", done, " ".join(f"{k}={v:.4f}" for k, v in dev.items()))
+
+    def close(self):
+        pass
+
+
+class CheckpointHook:
+    """An orbax checkpoint every `every` steps (async); `save(done, state, force)` for the
+    final / preemption checkpoint."""
+
+    def __init__(self, ckpt: ckpt_lib.Checkpointer, every: int, meta: dict):
+        self.ckpt, self.every, self.meta = ckpt, every, meta
+        self.last_saved: int | None = None
+
+    def save(self, done: int, state: TrainState, force: bool = False) -> None:
+        if done == self.last_saved:  # e.g. a preemption right after a periodic save
+            return
+        self.ckpt.save(done, state.params, state.opt_state, self.meta, force=force,
+                       frozen=state.frozen)  # fmt: skip
+        self.last_saved = done
+
+    def after_step(self, done, state, metrics):
+        if self.every and done % self.every == 0:
+            self.save(done, state)
+
+    def close(self):
+        self.ckpt.close()
+
+
+class _Feeder:
+    """Batches on the mesh. Supervised sources are prefetched (the host builds batch s+1 while
+    the device runs step s); on-policy sources are asked after the previous step, with the
+    state."""
+
+    def __init__(self, trainer: Trainer, source, steps: int):
+        self.trainer, self.source, self.steps = trainer, source, steps
+        self.on_policy = bool(getattr(source, "on_policy", False))
+        self._pending: tuple[int, Any] | None = None
+
+    def get(self, step: int, state: TrainState):
+        if self.on_policy:
+            return self.trainer.put_batch(self.source.get_batch(step, state))
+        if self._pending is None or self._pending[0] != step:
+            self.prefetch(step)
+        return self._pending[1]
+
+    def prefetch(self, step: int) -> None:
+        if not self.on_policy and step < self.steps:
+            self._pending = (step, self.trainer.put_batch(self.source.get_batch(step)))
+
+
 def train_and_evaluate(
     config,
     workdir: str,
     task: Task,
-    train_source: BatchSource,
+    train_source: BatchSource | OnPolicySource,
     eval_batches: Callable[[], Iterable[Batch]] | None = None,
     *,
     mesh: Mesh | None = None,
@@ -341,94 +505,71 @@ def train_and_evaluate(
     `stop_at` ends this invocation after that step with a checkpoint, as a preemption would
     (the schedule still spans `config.train.steps`; a later call continues).
 
-    Writes `config.json`, `metrics.jsonl`, TensorBoard events and `checkpoints/` in `workdir`.
+    Writes `config.json`, `metrics.jsonl`, TensorBoard events and `checkpoints/` in `workdir`
+    (`jaxtts.run_folder.RunFolder` owns the layout).
     """
+    from jaxtts.run_folder import RunFolder
+
     tcfg = config.train
+    run = RunFolder(workdir)
     os.makedirs(workdir, exist_ok=True)
     check_config_matches(workdir, config)
     if jax.process_index() == 0:
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=2))
+        run.write_config(config)
 
     trainer = Trainer(task, config, mesh=mesh)
     rng = jax.random.key(int(tcfg.get("seed", 0)))
     init_rng, step_rng = jax.random.split(rng)
-    state = trainer.init_state(init_rng, train_source.get_batch(0))
+    feeder = _Feeder(trainer, train_source, int(tcfg.steps))
+    first = (train_source.get_batch(0, None) if feeder.on_policy
+             else train_source.get_batch(0))  # fmt: skip
+    state = trainer.init_state(init_rng, first)
 
-    ckpt = ckpt_lib.Checkpointer(
-        os.path.join(workdir, "checkpoints"),
-        max_to_keep=int(tcfg.get("keep_checkpoints", 3)),
-        async_save=bool(tcfg.get("async_checkpoint", True)),
-    )
+    ckpt = run.checkpointer(read_only=False, max_to_keep=int(tcfg.get("keep_checkpoints", 3)),
+                            async_save=bool(tcfg.get("async_checkpoint", True)))  # fmt: skip
     start = 0
     if ckpt.latest_step() is not None:
         params, opt_state, meta = ckpt.restore(state.params, state.opt_state)
+        frozen = ckpt.restore_frozen(state.frozen) if jax.tree.leaves(state.frozen) else {}
         start = int(meta["step"])
-        state = TrainState(step=jnp.asarray(start, jnp.int32), params=params, opt_state=opt_state)
+        state = TrainState(step=jnp.asarray(start, jnp.int32), params=params,
+                           opt_state=opt_state, frozen=frozen)  # fmt: skip
         state = jax.device_put(state, trainer.state_shardings)
         log.info("resumed from %s at step %d", ckpt.directory, start)
 
     steps = int(tcfg.steps)
-    log_every = max(1, int(tcfg.get("log_every", 10)))
-    eval_every = int(tcfg.get("eval_every", 0))
-    ckpt_every = int(tcfg.get("checkpoint_every", 0))
-    writer = MetricWriter(workdir, tensorboard=bool(tcfg.get("tensorboard", True)))
     history: list[dict] = []
-    meta = {"config": _config_json(config)}
-
-    def save(step, force=False):
-        ckpt.save(step, state.params, state.opt_state, meta, force=force)
-
-    preempted = False
+    writer = MetricWriter(workdir, tensorboard=bool(tcfg.get("tensorboard", True)))
     pbar = None
     if progress and jax.process_index() == 0 and start < steps:
         from tqdm.auto import tqdm
 
         pbar = tqdm(total=steps, initial=start, desc="train", dynamic_ncols=True)
+    checkpoints = CheckpointHook(ckpt, int(tcfg.get("checkpoint_every", 0)),
+                                 {"config": _config_json(config)})  # fmt: skip
+    hooks: list[Hook] = [LogHook(writer, history, int(tcfg.get("log_every", 10)), steps, pbar)]
+    if eval_batches is not None:
+        hooks.append(EvalHook(trainer, eval_batches, int(tcfg.get("eval_every", 0)), steps,
+                              writer, history, on_eval))  # fmt: skip
+    hooks.append(checkpoints)
+
+    preempted = False
     try:
         with _Preemption() as preempt:
-            # Prefetch: the host builds batch s+1 while the device runs step s.
-            pending = trainer.put_batch(train_source.get_batch(start)) if start < steps else None
-            t0, seen = time.perf_counter(), 0
             for step in range(start, steps):
-                batch = pending
+                batch = feeder.get(step, state)
                 state, metrics = trainer.train_step(state, batch, step_rng)
-                if step + 1 < steps:
-                    pending = trainer.put_batch(train_source.get_batch(step + 1))
-                seen += 1
+                feeder.prefetch(step + 1)
                 done = step + 1
-                if done % log_every == 0 or done == steps:
-                    scalars = {f"train/{k}": float(v) for k, v in metrics.items()}
-                    dt = time.perf_counter() - t0
-                    scalars["train/steps_per_s"] = seen / max(dt, 1e-9)
-                    t0, seen = time.perf_counter(), 0
-                    writer.write(done, scalars)
-                    history.append({"step": done, **scalars})
-                    if pbar is not None:
-                        pbar.set_postfix(loss=f"{scalars['train/loss']:.3f}")
-                if eval_batches is not None and eval_every and (
-                    done % eval_every == 0 or done == steps
-                ):
-                    dev_metrics = trainer.evaluate(state.params, eval_batches())
-                    dev = {f"dev/{k}": v for k, v in dev_metrics.items()}
-                    if on_eval is not None:
-                        dev.update(on_eval(done, state) or {})
-                    writer.write(done, dev)
-                    history.append({"step": done, **dev})
-                    log.info("step %d %s", done, " ".join(f"{k}={v:.4f}" for k, v in dev.items()))
-                if ckpt_every and done % ckpt_every == 0:
-                    save(done)
-                if pbar is not None:
-                    pbar.update(1)
+                for hook in hooks:
+                    hook.after_step(done, state, metrics)
                 if preempt.requested or (stop_at is not None and done >= stop_at):
                     preempted = True
-                    save(done, force=True)
+                    checkpoints.save(done, state, force=True)
                     break
         if not preempted and start < steps and ckpt.latest_step() != steps:
-            save(steps, force=True)
+            checkpoints.save(steps, state, force=True)
     finally:
-        if pbar is not None:
-            pbar.close()
-        ckpt.close()
-        writer.close()
+        for hook in hooks:
+            hook.close()
     return TrainResult(state=state, history=history, preempted=preempted)

@@ -1,6 +1,6 @@
 """The one mesh abstraction of jaxtts: a (data, fsdp, tensor) device mesh and logical-axis rules.
 
-Layers annotate parameters with the logical names of `jaxtts.models.axes`; configs map those
+Layers annotate parameters with the logical names of `jaxtts.nn.axes`; configs map those
 names to mesh axes (`config.mesh.rules`); this module turns the mapping into `NamedSharding`s.
 We use `jax.jit` over the mesh with explicit in/out shardings (no `pmap`, which is in
 maintenance mode) and `AxisType.Auto` axes on purpose: shardings are given at the jit boundary
@@ -22,7 +22,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxtts.errors import ConfigError
-from jaxtts.models import axes
+from jaxtts.nn import axes
 
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")

@@ -1,22 +1,13 @@
-"""Dispatch from `config.task` to the model family's training function (a registry)."""
+"""Dispatch from `config.task` to the model family's training function (`jaxtts.families`)."""
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 
 import jax
 
-from jaxtts.errors import ConfigError
-
-# task name -> "module:function(config, workdir)"; imported lazily so one family's
-# dependencies never load for another.
-TRAINERS = {
-    "lm": "jaxtts.train.lm_task:train",
-    "ctc_asr": "jaxtts.eval.ctc_asr:train",
-    "speaker_encoder": "jaxtts.eval.speaker_encoders:train",
-}
+from jaxtts.families import family, resolve
 
 
 def maybe_initialize_distributed(flag: bool | None = None) -> None:
@@ -35,8 +26,4 @@ def maybe_initialize_distributed(flag: bool | None = None) -> None:
 
 
 def train(config, workdir: str):
-    task = config.get("task", "lm")
-    if task not in TRAINERS:
-        raise ConfigError(f"config.task='{task}': expected one of {sorted(TRAINERS)}")
-    module, fn = TRAINERS[task].split(":")
-    return getattr(importlib.import_module(module), fn)(config, workdir)
+    return resolve(family(config.get("task", "lm")).train)(config, workdir)

@@ -21,18 +21,26 @@ K-1 additional heads is `mtp_blocks` residual blocks `h <- h + SiLU(W h + b)` th
 linear layer, predicting y_{t+k}. `apply(..., method='heads')` maps hidden states [.., D] to
 logits [.., K, V].
 
-Decoding API (used by `jaxtts.decode`): `prefill` runs text + BOS + speech prompt in one forward
-and fills a fixed-size `KVCache`; `extend` appends C tokens per row at the row's own offset.
-`KVCache.speech_len` is per row, so a row can be rolled back (speculative decoding) by
-lowering it: entries past it are masked and later overwritten.
+Pieces callable apart (`apply(..., method=...)`): `embed_text`, `embed_speech` (token ids ->
+vectors), `heads` (hidden -> logits of every head), and the stack over any input vectors, so
+TLDR can feed patch vectors and a DCAR policy can read hidden states.
+
+Decoding API (used by the strategies in `jaxtts.methods.lm.strategies`): `prefill` runs text +
+BOS + speech prompt in one forward and fills a fixed-size `KVCache`; `extend` appends C tokens
+per row at the row's own offset (`extend_embedded` appends C vectors). `KVCache.speech_len` is
+per row, so a row is rolled back (speculative decoding, per-row dynamic chunks) by lowering it:
+entries past it are masked and later overwritten. Every decoding method takes `layers` (a
+subset of the stack's layer indices, same parameters): an SSD draft made of the target's own
+layers is `layers=(0, 1, L-6, ..., L-1)` with a cache of that many layers.
 
 Axis letters: B batch, T speech positions, X text positions, S cache slots, D width, K heads,
-V output vocabulary.
+V output vocabulary, C appended tokens.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -41,13 +49,20 @@ import jax
 import jax.numpy as jnp
 
 from jaxtts.errors import ConfigError
-from jaxtts.models import axes
-from jaxtts.models.layers import Dense, LayerCache, TransformerStack, param_with_axes
+from jaxtts.nn import axes
+from jaxtts.nn.attention import LayerCache
+from jaxtts.nn.layers import Dense, param_with_axes
+from jaxtts.nn.masks import prefix_lm_mask
+from jaxtts.nn.transformer import StackConfig, TransformerStack
+
+# Keys that older run folders' config.json still carry but no code ever read; ignored when a
+# saved run loads, rejected in new configs (they are gone from configs/car.py).
+RETIRED_MODEL_KEYS = frozenset({"max_len", "param_dtype"})
 
 
 @dataclasses.dataclass(frozen=True)
 class LMConfig:
-    """Static model hyper-parameters (from `config.model`)."""
+    """Static model hyper-parameters (from `config.model`; every key is a field)."""
 
     num_text_symbols: int
     num_speech_tokens: int  # K_tok: tokenizer vocabulary (without EOS/BOS/PAD)
@@ -82,14 +97,33 @@ class LMConfig:
     def out_vocab(self) -> int:
         return self.num_speech_tokens + 1
 
+    @property
+    def stack(self) -> StackConfig:
+        return StackConfig(num_layers=self.num_layers, num_heads=self.num_heads,
+                           head_dim=self.head_dim, d_ff=self.d_ff, mlp=self.mlp,
+                           dropout=self.dropout, dtype=self.dtype, rope_theta=self.rope_theta,
+                           lora_rank=self.lora_rank, lora_alpha=self.lora_alpha)  # fmt: skip
+
     def padded(self, n: int) -> int:
         m = max(1, self.vocab_multiple)
         return -(-n // m) * m
 
+    def kv_bytes_per_token(self, num_layers: int | None = None) -> int:
+        """Bytes of K and V stored per sequence position (all layers, or `num_layers`)."""
+        per_layer = 2 * self.num_heads * self.head_dim * jnp.dtype(self.dtype).itemsize
+        return per_layer * (self.num_layers if num_layers is None else num_layers)
+
     @classmethod
-    def from_config(cls, model_cfg) -> LMConfig:
+    def from_config(cls, model_cfg, *, saved: bool = False) -> LMConfig:
+        """From `config.model`. An unknown key is a ConfigError naming it; `saved=True` (a run
+        folder's config.json) also accepts the retired keys older runs carry."""
         fields = {f.name for f in dataclasses.fields(cls)}
-        d = {k: v for k, v in dict(model_cfg).items() if k in fields}
+        d = dict(model_cfg)
+        unknown = sorted(set(d) - fields - (RETIRED_MODEL_KEYS if saved else set()))
+        if unknown:
+            raise ConfigError(f"model.{unknown[0]}: unknown key, expected one of "
+                              f"{sorted(fields)}")  # fmt: skip
+        d = {k: v for k, v in d.items() if k in fields}
         for key in ("num_text_symbols", "num_speech_tokens"):
             if int(d.get(key, -1)) < 1:
                 raise ConfigError(f"model.{key}={d.get(key)}: expected a positive size (filled "
@@ -104,7 +138,8 @@ class KVCache:
     """Per-layer key/value buffers plus the per-row lengths that say which slots are valid.
 
     layers[l].k / .v [B, X + S, N, H]: slots 0..X-1 hold the text (valid < text_len), slots
-    X + j speech position j (valid j < speech_len).
+    X + j speech position j (valid j < speech_len). One entry per layer *run* (all layers, or
+    the subset a draft runs).
     """
 
     layers: tuple[LayerCache, ...]
@@ -124,21 +159,27 @@ class KVCache:
         """Per-row rollback: keep only the first `speech_len[b]` speech slots of row b."""
         return self.replace(speech_len=jnp.minimum(self.speech_len, speech_len))
 
-    def nbytes_per_token(self) -> int:
-        """Bytes of K and V stored per sequence position (all layers)."""
-        layer = self.layers[0]
-        per = layer.k.shape[2] * layer.k.shape[3] * layer.k.dtype.itemsize
-        return 2 * len(self.layers) * per
+    def key_segments(self, speech_len: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """(is_speech, index in segment, valid) of every cache slot [B, S], with `speech_len`
+        [B] valid speech slots: the key side of `prefix_lm_mask` for prefill and extend."""
+        n, x_len = self.num_slots, self.text_slots
+        b = speech_len.shape[0]
+        slot = jnp.arange(n)[None]  # [1, S]
+        k_speech = slot >= x_len
+        k_idx = jnp.where(k_speech, slot - x_len, slot)
+        k_valid = jnp.where(k_speech, k_idx < speech_len[:, None], k_idx < self.text_len[:, None])
+        return k_speech.repeat(b, 0), k_idx.repeat(b, 0), k_valid
 
 
-def prefix_lm_mask(q_speech: jax.Array, q_idx: jax.Array, k_speech: jax.Array, k_idx: jax.Array,
-                   k_valid: jax.Array) -> jax.Array:  # fmt: skip
-    """Visibility [B, T, S]: key valid and (key is text, or both speech and k_idx <= q_idx).
-
-    q_speech/q_idx [B, T], k_speech/k_idx/k_valid [B, S] (segment flag and index in segment).
-    """
-    causal = k_speech[:, None, :] & q_speech[:, :, None] & (k_idx[:, None, :] <= q_idx[:, :, None])
-    return k_valid[:, None, :] & (~k_speech[:, None, :] | causal)
+def with_bos(speech: jax.Array, speech_len: jax.Array, cfg: LMConfig) -> tuple[jax.Array,
+                                                                                jax.Array]:
+    """The model's speech input `[BOS, tokens..., PAD...]` int32 [B, T + 1] and its length
+    speech_len + 1 [B], from raw tokens speech [B, T] (a prompt or a training target)."""
+    speech, speech_len = jnp.asarray(speech), jnp.asarray(speech_len)
+    b, t = speech.shape
+    x = jnp.concatenate([jnp.full((b, 1), cfg.bos, jnp.int32), speech.astype(jnp.int32)], 1)
+    x = jnp.where(jnp.arange(t + 1)[None] <= speech_len[:, None], x, cfg.pad)
+    return x, (speech_len + 1).astype(jnp.int32)
 
 
 class MTPHead(nn.Module):
@@ -159,8 +200,8 @@ class MTPHead(nn.Module):
 
 
 class TTSLM(nn.Module):
-    """The TTS LM. Methods: `__call__` (training forward), `prefill`, `extend`, `heads`,
-    `init_cache`. See the module docstring for the sequence layout."""
+    """The TTS LM. Methods: `__call__` (training forward), `embed_text`, `embed_speech`,
+    `heads`, `init_cache`, `prefill`, `extend`, `extend_embedded`. See the module docstring."""
 
     cfg: LMConfig
 
@@ -173,9 +214,7 @@ class TTSLM(nn.Module):
         self.speech_embed = param_with_axes(self, "speech_embed", emb_init,
                                             (c.padded(c.num_speech_tokens + 3), c.d_model),
                                             (axes.VOCAB, axes.EMBED))  # fmt: skip
-        self.stack = TransformerStack(c.num_layers, c.num_heads, c.head_dim, c.d_ff, c.mlp,
-                                      c.dropout, jnp.dtype(c.dtype), c.rope_theta, c.lora_rank,
-                                      c.lora_alpha)  # fmt: skip
+        self.stack = TransformerStack(c.stack)
         v = c.padded(c.out_vocab)
         self.base_head = Dense(v, (axes.EMBED, axes.VOCAB), use_bias=True,
                                dtype=jnp.dtype(c.dtype))  # fmt: skip
@@ -183,10 +222,13 @@ class TTSLM(nn.Module):
                           for k in range(2, c.num_mtp_heads + 1)]  # fmt: skip
 
     # -- pieces
-    def _embed(self, text: jax.Array, speech: jax.Array) -> jax.Array:
-        t = jnp.take(self.text_embed, text, axis=0)  # [B, X, D]
-        s = jnp.take(self.speech_embed, speech, axis=0)  # [B, T, D]
-        return jnp.concatenate([t, s], axis=1)  # [B, X+T, D]
+    def embed_text(self, text: jax.Array) -> jax.Array:
+        """text ids [B, X] -> [B, X, D]."""
+        return jnp.take(self.text_embed, text, axis=0)
+
+    def embed_speech(self, speech: jax.Array) -> jax.Array:
+        """speech input ids [B, T] (tokens, EOS, BOS, PAD) -> [B, T, D]."""
+        return jnp.take(self.speech_embed, speech, axis=0)
 
     def heads(self, hidden: jax.Array) -> jax.Array:
         """hidden [..., D] -> logits float32 [..., K, V] (head k predicts k tokens ahead)."""
@@ -216,52 +258,55 @@ class TTSLM(nn.Module):
         x_len, t_len = text.shape[1], speech.shape[1]
         is_speech, idx, valid, pos = self._segments(text_len, speech_len, x_len, t_len)
         mask = prefix_lm_mask(is_speech, idx, is_speech, idx, valid)  # [B, X+T, X+T]
-        h, _ = self.stack(self._embed(text, speech), pos, mask, train=train)
+        emb = jnp.concatenate([self.embed_text(text), self.embed_speech(speech)], axis=1)
+        h, _ = self.stack(emb, pos, mask, train=train)
         hidden = h[:, x_len:]  # [B, T, D]
         return self.heads(hidden), hidden
 
     # -- decoding
-    def init_cache(self, batch: int, text_slots: int, speech_slots: int,
-                   dtype: Any = None) -> KVCache:  # fmt: skip
+    def init_cache(self, batch: int, text_slots: int, speech_slots: int, dtype: Any = None,
+                   layers: Sequence[int] | None = None) -> KVCache:  # fmt: skip
+        """Zero buffers for every layer (or one per index of `layers`)."""
         c = self.cfg
         shape = (batch, text_slots + speech_slots, c.num_heads, c.head_dim)
         dt = jnp.dtype(dtype or c.dtype)
-        layers = tuple(LayerCache(jnp.zeros(shape, dt), jnp.zeros(shape, dt))
-                       for _ in range(c.num_layers))  # fmt: skip
+        n = len(c.stack.check_layers(layers))
         zeros = jnp.zeros((batch,), jnp.int32)
-        return KVCache(layers, zeros, zeros, text_slots)
+        return KVCache(tuple(LayerCache(jnp.zeros(shape, dt), jnp.zeros(shape, dt))
+                             for _ in range(n)), zeros, zeros, text_slots)  # fmt: skip
 
     def prefill(self, text: jax.Array, text_len: jax.Array, speech: jax.Array,
-                speech_len: jax.Array, cache: KVCache) -> tuple[jax.Array, KVCache]:  # fmt: skip
+                speech_len: jax.Array, cache: KVCache, layers: Sequence[int] | None = None
+                ) -> tuple[jax.Array, KVCache]:  # fmt: skip
         """One forward over text [B, X] + speech [B, P] ([BOS, prompt]); X must equal
         cache.text_slots. Returns (hidden [B, P, D], cache with text_len / speech_len set)."""
         x_len, p_len = text.shape[1], speech.shape[1]
         if x_len != cache.text_slots:
             raise ValueError(f"prefill: text width {x_len} != cache.text_slots {cache.text_slots}")
-        is_speech, idx, valid, pos = self._segments(text_len, speech_len, x_len, p_len)
-        n = cache.num_slots
-        k_speech = jnp.arange(n)[None] >= x_len  # [1, S]
-        k_idx = jnp.where(k_speech, jnp.arange(n)[None] - x_len, jnp.arange(n)[None])
-        k_valid = jnp.where(k_speech, k_idx < speech_len[:, None], k_idx < text_len[:, None])
-        b = text.shape[0]
-        mask = prefix_lm_mask(is_speech, idx, k_speech.repeat(b, 0), k_idx.repeat(b, 0), k_valid)
-        start = jnp.zeros((b,), jnp.int32)
-        h, layers = self.stack(self._embed(text, speech), pos, mask, cache.layers, start)
-        cache = KVCache(layers, text_len.astype(jnp.int32), speech_len.astype(jnp.int32), x_len)
+        is_speech, idx, _, pos = self._segments(text_len, speech_len, x_len, p_len)
+        cache = cache.replace(text_len=text_len.astype(jnp.int32))
+        mask = prefix_lm_mask(is_speech, idx, *cache.key_segments(speech_len))  # [B, X+P, S]
+        emb = jnp.concatenate([self.embed_text(text), self.embed_speech(speech)], axis=1)
+        start = jnp.zeros((text.shape[0],), jnp.int32)
+        h, caches = self.stack(emb, pos, mask, cache.layers, start, layers=layers)
+        cache = cache.replace(layers=caches, speech_len=speech_len.astype(jnp.int32))
         return h[:, x_len:], cache
 
-    def extend(self, tokens: jax.Array, cache: KVCache) -> tuple[jax.Array, KVCache]:
+    def extend(self, tokens: jax.Array, cache: KVCache, layers: Sequence[int] | None = None
+               ) -> tuple[jax.Array, KVCache]:  # fmt: skip
         """Append tokens [B, C] at each row's speech_len; -> (hidden [B, C, D], cache)."""
-        b, c = tokens.shape
-        n, x_len = cache.num_slots, cache.text_slots
+        return self.extend_embedded(self.embed_speech(tokens), cache, layers)
+
+    def extend_embedded(self, emb: jax.Array, cache: KVCache,
+                        layers: Sequence[int] | None = None) -> tuple[jax.Array, KVCache]:
+        """Append input vectors emb [B, C, D] at each row's speech_len (a token's embedding,
+        or any other vector in its place); -> (hidden [B, C, D], cache)."""
+        b, c = emb.shape[:2]
         q_idx = cache.speech_len[:, None] + jnp.arange(c)[None]  # [B, C]
         pos = cache.text_len[:, None] + q_idx
-        k_speech = jnp.arange(n)[None] >= x_len
-        k_idx = jnp.where(k_speech, jnp.arange(n)[None] - x_len, jnp.arange(n)[None])
         new_len = cache.speech_len + c
-        k_valid = jnp.where(k_speech, k_idx < new_len[:, None], k_idx < cache.text_len[:, None])
-        mask = prefix_lm_mask(jnp.ones((b, c), bool), q_idx, k_speech.repeat(b, 0),
-                              k_idx.repeat(b, 0), k_valid)  # [B, C, S]  # fmt: skip
-        emb = jnp.take(self.speech_embed, tokens, axis=0)  # [B, C, D]
-        h, layers = self.stack(emb, pos, mask, cache.layers, x_len + cache.speech_len)
-        return h, cache.replace(layers=layers, speech_len=new_len.astype(jnp.int32))
+        mask = prefix_lm_mask(jnp.ones((b, c), bool), q_idx,
+                              *cache.key_segments(new_len))  # [B, C, S]  # fmt: skip
+        h, caches = self.stack(emb, pos, mask, cache.layers, cache.text_slots + cache.speech_len,
+                               layers=layers)  # fmt: skip
+        return h, cache.replace(layers=caches, speech_len=new_len.astype(jnp.int32))

@@ -1,116 +1,125 @@
-"""FAR (next-token) and fixed-chunk CAR decoding as one jitted `lax.while_loop`.
+"""FAR (next-token) and fixed-chunk CAR decoding: strategies for the generic driver
+(`jaxtts.decode.driver`), plus the per-row dynamic-chunk step later strategies reuse.
 
 Step (chunk c, 1 <= c <= K; c = 1 is FAR): from each row's last hidden state h_t take heads
-1..c, sample y_{t+1..t+c} (head k's distribution for y_{t+k}), keep the tokens before the
-first EOS (an EOS from any head ends the row), append all c tokens with ONE cached forward,
-and continue from the hidden state of the last of them. Rows finish on EOS or at
+1..c, sample y_{t+1..t+c} (head k's distribution for y_{t+k}), append them with ONE cached
+forward and continue from the hidden state of the last of them. The driver keeps the tokens
+before the first EOS (an EOS from any head ends the row); rows finish on EOS or at
 `max_new_tokens`; the loop stops when every row has finished.
 
 Steps = ceil(T / c) forwards per row for T generated tokens (+ the prefill).
+
+Per-row dynamic chunks (`chunk_step` with a `count` per row, e.g. a DCAR policy's choice):
+sample K tokens from heads 1..K, extend every row by K in one forward, then roll each row's
+cache back to its own count and continue from the hidden state of its last kept token
+(`extend_rows`). With count == c for every row this is exactly `car:c`.
 """
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
-from jaxtts.decode.base import (
-    DecodeOutput,
-    PromptBatch,
-    SamplingConfig,
-    first_eos,
-    prefill,
-    sample_tokens,
-    step_keys,
-    suppress_early_eos,
-    write_tokens,
-)
+from jaxtts.decode.driver import DecodeState, PromptBatch, Proposal, Strategy
+from jaxtts.decode.sampling import SamplingConfig, sample_tokens, step_keys, suppress_early_eos
 from jaxtts.errors import ConfigError
-from jaxtts.models.lm import TTSLM, KVCache, LMConfig
+from jaxtts.methods.lm.model import TTSLM, KVCache, with_bos
+
+
+def prefill(model: TTSLM, params, batch: PromptBatch, speech_slots: int, layers=None
+            ) -> tuple[jax.Array, KVCache]:  # fmt: skip
+    """Fills a cache with text + BOS + prompt; returns (last hidden [B, D], cache)."""
+    b, x = batch.text.shape
+    cache = model.apply({"params": params}, b, x, speech_slots, layers=layers,
+                        method="init_cache")  # fmt: skip
+    speech, speech_len = with_bos(batch.prompt, batch.prompt_len, model.cfg)
+    h, cache = model.apply({"params": params}, batch.text, batch.text_len, speech, speech_len,
+                           cache, layers=layers, method="prefill")  # fmt: skip
+    last = jnp.take_along_axis(h, batch.prompt_len[:, None, None], axis=1)[:, 0]  # [B, D]
+    return last, cache
+
+
+def extend_rows(model: TTSLM, params, tokens: jax.Array, count: jax.Array, cache: KVCache,
+                layers=None) -> tuple[jax.Array, KVCache]:  # fmt: skip
+    """Append tokens [B, C] with one forward, then keep only the first count[b] of row b
+    (per-row rollback). Returns (hidden of each row's last kept token [B, D], cache)."""
+    start = cache.speech_len
+    h, cache = model.apply({"params": params}, tokens, cache, layers=layers,
+                           method="extend")  # [B, C, D]  # fmt: skip
+    cache = cache.rollback(start + count)
+    last = jnp.take_along_axis(h, (count - 1)[:, None, None], axis=1)[:, 0]  # [B, D]
+    return last, cache
 
 
 @flax.struct.dataclass
-class ChunkState:
+class ChunkCarry:
     cache: KVCache
     hidden: jax.Array  # float32 [B, D] last hidden state of each row
-    tokens: jax.Array  # int32 [B, N + C] generated tokens (valid < length)
-    length: jax.Array  # int32 [B]
-    done: jax.Array  # bool [B]
-    hit_max: jax.Array  # bool [B]
-    steps: jax.Array  # int32 [B] forwards while the row was active
-    step: jax.Array  # int32 [] loop iteration
 
 
-def chunk_step(model: TTSLM, params, keys: jax.Array, state: ChunkState, chunk: int,
-               max_new_tokens: int, sampling: SamplingConfig) -> ChunkState:  # fmt: skip
-    """One CAR step of chunk `chunk` for every row (finished rows are left unchanged)."""
-    cfg = model.cfg
-    logits = model.apply({"params": params}, state.hidden, method="heads")[:, :chunk]  # [B,C,V]
-    logits = suppress_early_eos(logits, state.length, sampling, cfg.eos)
+def chunk_step(model: TTSLM, params, carry: ChunkCarry, state: DecodeState, keys: jax.Array,
+               sampling: SamplingConfig, heads: int, count: jax.Array) -> Proposal:  # fmt: skip
+    """Sample `heads` tokens per row from heads 1..heads, keep count[b] of them (int32 [B])."""
+    logits = model.apply({"params": params}, carry.hidden, method="heads")[:, :heads]  # [B,C,V]
+    logits = suppress_early_eos(logits, state.length, sampling, model.cfg.eos)
     toks = sample_tokens(step_keys(keys, state.step), logits, sampling)  # [B, C]
-    n_eos, has_eos = first_eos(toks, cfg.eos)
-    active = ~state.done
-    n_acc = jnp.minimum(n_eos, max_new_tokens - state.length)
-    tokens = write_tokens(state.tokens, toks, state.length, active)
-    length = state.length + jnp.where(active, n_acc, 0)
-    hit_max = state.hit_max | (active & ~has_eos & (length >= max_new_tokens))
-    done = state.done | has_eos | (length >= max_new_tokens)
-    h, cache = model.apply({"params": params}, toks, state.cache, method="extend")
-    return ChunkState(cache=cache, hidden=h[:, -1], tokens=tokens, length=length, done=done,
-                      hit_max=hit_max, steps=state.steps + active.astype(jnp.int32),
-                      step=state.step + 1)  # fmt: skip
+    hidden, cache = extend_rows(model, params, toks, count, carry.cache)
+    return Proposal(tokens=toks, count=count, carry=ChunkCarry(cache, hidden))
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "chunk", "max_new_tokens", "sampling"))
-def generate_chunked(params, batch: PromptBatch, keys: jax.Array, *, cfg: LMConfig, chunk: int,
-                     max_new_tokens: int, sampling: SamplingConfig) -> DecodeOutput:  # fmt: skip
-    """Chunk-wise AR decoding of a batch (see module docstring). keys: [B] per-row keys."""
-    model = TTSLM(cfg)
-    b = batch.batch_size
-    max_steps = -(-max_new_tokens // chunk)
-    speech_slots = batch.prompt.shape[1] + 1 + max_steps * chunk
-    hidden, cache = prefill(model, params, batch, speech_slots)
-    state = ChunkState(
-        cache=cache, hidden=hidden.astype(jnp.float32),
-        tokens=jnp.full((b, max_new_tokens + chunk), -1, jnp.int32),
-        length=jnp.zeros((b,), jnp.int32), done=jnp.zeros((b,), bool),
-        hit_max=jnp.zeros((b,), bool), steps=jnp.zeros((b,), jnp.int32),
-        step=jnp.zeros((), jnp.int32),
-    )  # fmt: skip
+@dataclasses.dataclass(frozen=True)
+class ChunkedAR(Strategy):
+    """`far` (chunk 1) and `car:<chunk>`: every row takes `chunk` tokens per step."""
 
-    def cond(s: ChunkState):
-        return ~jnp.all(s.done) & (s.step < max_steps)
+    chunk: int
 
-    def body(s: ChunkState):
-        return chunk_step(model, params, keys, s, chunk, max_new_tokens, sampling)
+    def __post_init__(self):
+        if self.chunk < 1:
+            raise ConfigError(f"strategy chunk={self.chunk}: expected >= 1")
 
-    state = jax.lax.while_loop(cond, body, state)
-    idx = jnp.arange(max_new_tokens)[None]
-    tokens = jnp.where(idx < state.length[:, None], state.tokens[:, :max_new_tokens], -1)
-    return DecodeOutput(tokens=tokens, length=state.length, steps=state.steps,
-                        hit_max=state.hit_max, num_forwards=state.step)  # fmt: skip
+    @property
+    def name(self) -> str:
+        return "far" if self.chunk == 1 else f"car:{self.chunk}"
 
+    @property
+    def max_chunk(self) -> int:
+        return self.chunk
 
-class ChunkedAR:
-    """Strategy object: `ChunkedAR(c)(params, batch, keys, cfg=..., max_new_tokens=...,
-    sampling=...)`. c = 1 is FAR."""
-
-    def __init__(self, chunk: int):
-        if chunk < 1:
-            raise ConfigError(f"strategy chunk={chunk}: expected >= 1")
-        self.chunk = int(chunk)
-        self.name = "far" if chunk == 1 else f"car:{chunk}"
-
-    def check(self, cfg: LMConfig) -> None:
-        if self.chunk > cfg.num_mtp_heads:
+    def check(self, models) -> None:
+        heads = models["target"].cfg.num_mtp_heads
+        if self.chunk > heads:
             raise ConfigError(f"strategy {self.name}: chunk {self.chunk} needs {self.chunk} "
-                              f"prediction heads, the model has {cfg.num_mtp_heads}")  # fmt: skip
+                              f"prediction heads, the model has {heads}")  # fmt: skip
 
-    def __call__(self, params, batch: PromptBatch, keys: jax.Array, *, cfg: LMConfig,
-                 max_new_tokens: int, sampling: SamplingConfig) -> DecodeOutput:  # fmt: skip
-        self.check(cfg)
-        return generate_chunked(params, batch, keys, cfg=cfg, chunk=self.chunk,
-                                max_new_tokens=max_new_tokens, sampling=sampling)  # fmt: skip
+    def max_steps(self, max_new_tokens: int) -> int:
+        return -(-max_new_tokens // self.chunk)
+
+    def eos(self, models) -> int:
+        return models["target"].cfg.eos
+
+    def init(self, models, params, batch, max_new_tokens):
+        speech_slots = batch.prompt.shape[1] + 1 + self.max_steps(max_new_tokens) * self.chunk
+        hidden, cache = prefill(models["target"], params["target"], batch, speech_slots)
+        return ChunkCarry(cache=cache, hidden=hidden.astype(jnp.float32))
+
+    def step(self, models, params, state, keys, sampling):
+        count = jnp.full(state.length.shape, self.chunk, jnp.int32)
+        return chunk_step(models["target"], params["target"], state.carry, state, keys, sampling,
+                          self.chunk, count)  # fmt: skip
+
+
+def far(arg: str | None) -> ChunkedAR:
+    if arg is not None:
+        raise ConfigError(f"--strategy far:{arg}: 'far' takes no argument")
+    return ChunkedAR(1)
+
+
+def car(arg: str | None) -> ChunkedAR:
+    try:
+        chunk = int(arg)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--strategy car:{arg}: expected car:<chunk size>, e.g. car:3") from None
+    return ChunkedAR(chunk)

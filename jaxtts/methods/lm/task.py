@@ -22,7 +22,6 @@ feeds `[BOS, speech...]` to the model and scores the multi-token heads with
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from pathlib import Path
@@ -38,13 +37,11 @@ from jaxtts.data.manifest import read_split
 from jaxtts.data.pipeline import LMLoader, make_lm_records
 from jaxtts.data.text import TextFrontend
 from jaxtts.errors import ConfigError, DataError
-from jaxtts.models.lm import TTSLM, LMConfig
+from jaxtts.methods.lm.model import RETIRED_MODEL_KEYS, TTSLM, LMConfig, with_bos
+from jaxtts.run_folder import RunFolder
 from jaxtts.train import losses
 
 log = logging.getLogger("jaxtts.lm")
-
-TEXT_FRONTEND_DIR = "text_frontend"
-TOKENIZER_DIR = "tokenizer"
 
 
 # ----------------------------------------------------------------------------- data
@@ -110,16 +107,17 @@ def prepare_data(config, workdir: str | Path | None = None, progress: bool = Tru
         for utts in splits.values():
             tok_lib.extract_tokens(tok, utts, corpus, progress=progress)
 
-    fe_dir = Path(workdir) / TEXT_FRONTEND_DIR if workdir else None
+    run = RunFolder(workdir) if workdir else None
+    fe_dir = run.text_frontend_dir if run else None
     if fe_dir is not None and (fe_dir / "text_frontend.json").is_file():
         frontend = TextFrontend.load(fe_dir)  # a resumed run keeps its symbol table
     else:
         frontend = TextFrontend.from_utterances(splits["train"], backend=d.get("text_backend",
                                                                                "espeak"))
-    if workdir is not None:
+    if run is not None:
         frontend.save(fe_dir)
-        if not (Path(workdir) / TOKENIZER_DIR / "tokenizer.json").is_file():
-            tok.save(Path(workdir) / TOKENIZER_DIR)
+        if not (run.tokenizer_dir / "tokenizer.json").is_file():
+            tok.save(run.tokenizer_dir)
 
     def loader(split, train):
         utts = splits[split]
@@ -137,15 +135,6 @@ def prepare_data(config, workdir: str | Path | None = None, progress: bool = Tru
 # ----------------------------------------------------------------------------- task
 
 
-def model_inputs(batch, cfg: LMConfig) -> tuple[jax.Array, jax.Array]:
-    """`[BOS, speech...]` int32 [B, Ly+1] (PAD past the row) and its length [B]."""
-    speech, speech_len = jnp.asarray(batch["speech"]), jnp.asarray(batch["speech_len"])
-    b, t = speech.shape
-    x = jnp.concatenate([jnp.full((b, 1), cfg.bos, jnp.int32), speech.astype(jnp.int32)], 1)
-    x = jnp.where(jnp.arange(t + 1)[None] <= speech_len[:, None], x, cfg.pad)
-    return x, speech_len + 1
-
-
 class LMTask:
     """`jaxtts.train.loop.Task` for the TTS LM."""
 
@@ -155,13 +144,13 @@ class LMTask:
         self.alpha = float(alpha)
 
     def init(self, rng, batch):
-        x, x_len = model_inputs(batch, self.cfg)
+        x, x_len = with_bos(batch["speech"], batch["speech_len"], self.cfg)
         return self.model.init(rng, jnp.asarray(batch["text"]), jnp.asarray(batch["text_len"]),
                                x, x_len)["params"]  # fmt: skip
 
     def loss(self, params, batch, rng, *, train: bool):
         cfg = self.cfg
-        x, x_len = model_inputs(batch, cfg)
+        x, x_len = with_bos(batch["speech"], batch["speech_len"], cfg)
         logits, _ = self.model.apply({"params": params}, jnp.asarray(batch["text"]),
                                      jnp.asarray(batch["text_len"]), x, x_len, train=train,
                                      rngs={"dropout": rng})  # fmt: skip
@@ -189,6 +178,20 @@ def fill_model_sizes(config, data: LMData) -> mlc.ConfigDict:
     return config
 
 
+def _drop_retired_keys(run: RunFolder) -> None:
+    """A run started before `model.max_len` / `model.param_dtype` were retired resumes: its
+    config.json is rewritten without them (they were never read)."""
+    if not run.config_path.is_file():
+        return
+    saved = run.read_config().to_dict()
+    retired = sorted(RETIRED_MODEL_KEYS & set(saved.get("model", {})))
+    if retired:
+        for key in retired:
+            del saved["model"][key]
+        run.write_config(mlc.ConfigDict(saved))
+        log.info("%s: dropped retired keys %s", run.config_path, retired)
+
+
 def train(config, workdir: str, *, progress: bool = True, mesh=None):
     """Train the LM; returns the trainer's `TrainResult` (see `jaxtts.train.loop`)."""
     from jaxtts.train import loop
@@ -196,16 +199,16 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     if config.get("task") != "lm":
         raise ConfigError(f"config.task={config.get('task')!r}: expected 'lm'")
     Path(workdir).mkdir(parents=True, exist_ok=True)
+    _drop_retired_keys(RunFolder(workdir))
     data = prepare_data(config, workdir, progress)
     config = fill_model_sizes(config, data)
     cfg = LMConfig.from_config(config.model)
     task = LMTask(cfg, float(config.get("loss", {}).get("alpha", 1.0)))
-    (Path(workdir) / "data.json").write_text(json.dumps(
+    RunFolder(workdir).write_data_info(
         {"corpus_dir": str(data.corpus_dir), "tokenizer": data.tokenizer.name,
          "frame_rate": data.tokenizer.frame_rate, "train_records": len(data.train.records),
          "dropped": data.train.num_dropped,
-         "max_target_text": int(max(r.text_ids.size for r in data.train.records))},
-        indent=1))  # fmt: skip
+         "max_target_text": int(max(r.text_ids.size for r in data.train.records))})  # fmt: skip
 
     dev = data.dev
 
@@ -224,6 +227,7 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
 def _sample_eval(config, workdir: str, data: LMData, n: int, progress: bool):
     """on_eval hook: synthesize `n` dev sentences with the current params, write the wavs to
     `samples/step_<k>/` and score them with the evaluation ASR (domain LM) when available."""
+    from jaxtts.methods.lm.engine import LMEngine
     from jaxtts.synthesize import Synthesizer, prompts_from_utterances
 
     utts = data.splits["dev"][:n]
@@ -238,9 +242,9 @@ def _sample_eval(config, workdir: str, data: LMData, n: int, progress: bool):
             log.warning("sample WER disabled: %s", e)
 
     def on_eval(step, state) -> dict[str, float]:
-        synth = Synthesizer.from_params(config, state.params, data.frontend, data.tokenizer,
-                                        vocoder=config.eval.get("vocoder", "griffin_lim"))
-        out_dir = Path(workdir) / "samples" / f"step_{step}"
+        engine = LMEngine(config, state.full_params, data.frontend, data.tokenizer)
+        synth = Synthesizer(engine, vocoder=config.eval.get("vocoder", "griffin_lim"))
+        out_dir = RunFolder(workdir).samples_dir(step)
         results = synth.synthesize([u.text for u in utts], prompts,
                                    strategy=config.decode.strategy, batch_size=len(utts),
                                    progress=False)  # fmt: skip

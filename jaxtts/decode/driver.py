@@ -1,0 +1,181 @@
+"""The generic decoding driver: ONE jitted `lax.while_loop` for every autoregressive strategy.
+
+A strategy (`Strategy`) is three small functions over named models and their parameters
+(`models = {"target": TTSLM(cfg)}`, later also `"draft"`, `"policy"`; `params` the same keys):
+
+    init(models, params, batch, max_new_tokens) -> carry   # prefill caches etc.
+    step(models, params, state, keys, sampling) -> Proposal(tokens [B, C], count [B], carry)
+    finish(models, state) -> {name: array}                 # strategy statistics (optional)
+
+The driver owns what every strategy shares (`DecodeState`): the generated-token buffer, each
+row's length, done / hit_max flags, per-row step counts and the loop counter. After each step
+it *commits* the proposal (`commit`): row b takes the first `count[b]` proposed tokens, cut at
+the first EOS among them and at `max_new_tokens`; finished rows stay unchanged. The strategy's
+own carry (KV caches, hidden states, a policy's cache) must already reflect what the row took:
+a per-row dynamic chunk extends by the largest chunk and rolls each row back to its own
+(`jaxtts.methods.lm.strategies.extend_rows`).
+
+    out = decode(registry.get("car:3"), {"target": model}, {"target": params}, batch, keys,
+                 max_new_tokens=600, sampling=SamplingConfig(greedy=True))
+
+Axis letters: B batch, X text, P prompt, N generated tokens, C tokens proposed per step.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from jaxtts.decode.sampling import SamplingConfig
+from jaxtts.nn.attention import write_rows
+
+Models = Mapping[str, nn.Module]
+Params = Mapping[str, Any]
+
+
+@flax.struct.dataclass
+class PromptBatch:
+    """B rows of text ids and speaker prompts, each with its own length."""
+
+    text: jax.Array  # int32 [B, X] prompt transcript + target text ids, 0-padded
+    text_len: jax.Array  # int32 [B]
+    prompt: jax.Array  # [B, P, ...] speech prompt (tokens [B, P] or frames [B, P, M]), padded
+    prompt_len: jax.Array  # int32 [B] (0 = no prompt)
+
+    @property
+    def batch_size(self) -> int:
+        return self.text.shape[0]
+
+
+@flax.struct.dataclass
+class DecodeState:
+    """The loop carry: what the driver tracks for every strategy, plus the strategy's own."""
+
+    tokens: jax.Array  # int32 [B, N + C] generated tokens (valid < length)
+    length: jax.Array  # int32 [B]
+    done: jax.Array  # bool [B]
+    hit_max: jax.Array  # bool [B] stopped by the length cap, not by EOS
+    steps: jax.Array  # int32 [B] loop steps while the row was active
+    step: jax.Array  # int32 [] loop iteration
+    carry: Any  # the strategy's state (pytree)
+
+
+@flax.struct.dataclass
+class Proposal:
+    """One step's result: row b takes the first count[b] of its proposed tokens."""
+
+    tokens: jax.Array  # int32 [B, C]
+    count: jax.Array  # int32 [B], 1 <= count <= C
+    carry: Any  # the strategy's new state, consistent with `count`
+
+
+@flax.struct.dataclass
+class DecodeOutput:
+    tokens: jax.Array  # int32 [B, N] generated tokens, -1 past `length`
+    length: jax.Array  # int32 [B]
+    steps: jax.Array  # int32 [B] decoding steps (model forwards after prefill) of the row
+    hit_max: jax.Array  # bool [B] stopped by the length cap, not by EOS
+    num_forwards: jax.Array  # int32 [] loop iterations of the batch (forwards after prefill)
+    stats: dict  # strategy statistics (`Strategy.finish`), name -> array
+
+
+class Strategy(abc.ABC):
+    """A decoding strategy. Subclasses are frozen dataclasses (hashable: static under jit)."""
+
+    name: str
+    max_chunk: int  # most tokens a row can take in one step (token-buffer headroom)
+
+    def check(self, models: Models) -> None:  # noqa: B027 - optional hook
+        """Raise ConfigError if the strategy cannot run on these models."""
+
+    def max_steps(self, max_new_tokens: int) -> int:
+        """Loop bound (every active row takes >= 1 token a step)."""
+        return max_new_tokens
+
+    @abc.abstractmethod
+    def eos(self, models: Models) -> int:
+        """The end-of-speech token id."""
+
+    @abc.abstractmethod
+    def init(self, models: Models, params: Params, batch: PromptBatch,
+             max_new_tokens: int) -> Any:  # fmt: skip
+        """The strategy's initial carry (e.g. prefilled KV caches)."""
+
+    @abc.abstractmethod
+    def step(self, models: Models, params: Params, state: DecodeState, keys: jax.Array,
+             sampling: SamplingConfig) -> Proposal:  # fmt: skip
+        """Propose tokens for every row (finished rows are ignored by `commit`)."""
+
+    def finish(self, models: Models, state: DecodeState) -> dict:
+        """Strategy statistics for `DecodeOutput.stats`."""
+        return {}
+
+
+def commit(state: DecodeState, prop: Proposal, max_new_tokens: int, eos: int) -> DecodeState:
+    """Append each active row's first `count` proposed tokens, cut at the first EOS among them
+    (an EOS ends the row) and at `max_new_tokens`."""
+    toks, count = prop.tokens, prop.count  # [B, C], [B]
+    within = jnp.arange(toks.shape[1])[None] < count[:, None]  # [B, C]
+    is_eos = (toks == eos) & within
+    has_eos = is_eos.any(axis=1)  # [B]
+    n_eos = jnp.where(has_eos, jnp.argmax(is_eos, axis=1), count).astype(jnp.int32)
+    active = ~state.done
+    n_acc = jnp.minimum(n_eos, max_new_tokens - state.length)
+    tokens = jnp.where(active[:, None], write_rows(state.tokens, toks, state.length),
+                       state.tokens)  # fmt: skip
+    length = state.length + jnp.where(active, n_acc, 0)
+    hit_max = state.hit_max | (active & ~has_eos & (length >= max_new_tokens))
+    done = state.done | has_eos | (length >= max_new_tokens)
+    return DecodeState(tokens=tokens, length=length, done=done, hit_max=hit_max,
+                       steps=state.steps + active.astype(jnp.int32), step=state.step + 1,
+                       carry=prop.carry)  # fmt: skip
+
+
+@functools.partial(jax.jit, static_argnames=("strategy", "models", "max_new_tokens", "sampling"))
+def _decode(params, batch: PromptBatch, keys: jax.Array, *, strategy: Strategy,
+            models: tuple, max_new_tokens: int, sampling: SamplingConfig
+            ) -> DecodeOutput:  # fmt: skip
+    models = dict(models)
+    b = batch.batch_size
+    carry = strategy.init(models, params, batch, max_new_tokens)
+    state = DecodeState(
+        tokens=jnp.full((b, max_new_tokens + strategy.max_chunk), -1, jnp.int32),
+        length=jnp.zeros((b,), jnp.int32), done=jnp.zeros((b,), bool),
+        hit_max=jnp.zeros((b,), bool), steps=jnp.zeros((b,), jnp.int32),
+        step=jnp.zeros((), jnp.int32), carry=carry,
+    )  # fmt: skip
+    max_steps = strategy.max_steps(max_new_tokens)
+    eos = strategy.eos(models)
+
+    def cond(s: DecodeState):
+        return ~jnp.all(s.done) & (s.step < max_steps)
+
+    def body(s: DecodeState):
+        return commit(s, strategy.step(models, params, s, keys, sampling), max_new_tokens, eos)
+
+    state = jax.lax.while_loop(cond, body, state)
+    idx = jnp.arange(max_new_tokens)[None]
+    tokens = jnp.where(idx < state.length[:, None], state.tokens[:, :max_new_tokens], -1)
+    return DecodeOutput(tokens=tokens, length=state.length, steps=state.steps,
+                        hit_max=state.hit_max, num_forwards=state.step,
+                        stats=strategy.finish(models, state))  # fmt: skip
+
+
+def decode(strategy: Strategy, models: Models, params: Params, batch: PromptBatch,
+           keys: jax.Array, *, max_new_tokens: int, sampling: SamplingConfig
+           ) -> DecodeOutput:  # fmt: skip
+    """Run `strategy` on a batch (jitted per strategy, models, lengths and sampling).
+
+    keys: [B] per-row PRNG keys (`jaxtts.decode.sampling.row_keys`).
+    """
+    strategy.check(models)
+    return _decode(dict(params), batch, keys, strategy=strategy,
+                   models=tuple(sorted(models.items())), max_new_tokens=int(max_new_tokens),
+                   sampling=sampling)  # fmt: skip

@@ -1,0 +1,40 @@
+"""Decode options: a typed dataclass built from `config.decode` in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from jaxtts.decode.sampling import SamplingConfig
+from jaxtts.errors import ConfigError
+
+_KEYS = ("strategy", "greedy", "temperature", "top_k", "top_p", "min_tokens", "max_seconds")
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeOptions:
+    """What a synthesis call decodes with: the strategy spec, sampling and the length cap."""
+
+    strategy: str = "far"
+    sampling: SamplingConfig = SamplingConfig()
+    max_seconds: float = 12.0
+
+    def max_new_tokens(self, frame_rate: float) -> int:
+        """The length cap in output units (tokens or frames) at `frame_rate` per second."""
+        return max(1, int(math.ceil(self.max_seconds * frame_rate)))
+
+    @classmethod
+    def from_config(cls, decode_cfg, **overrides) -> DecodeOptions:
+        """From `config.decode` (a mapping) with command-line overrides (None = keep)."""
+        d = dict(decode_cfg)
+        unknown = sorted(set(d) - set(_KEYS))
+        if unknown:
+            raise ConfigError(f"decode.{unknown[0]}: unknown key, expected one of {list(_KEYS)}")
+        bad = sorted(set(overrides) - set(_KEYS))
+        if bad:
+            raise ConfigError(f"decode option {bad[0]!r}: unknown, expected one of {list(_KEYS)}")
+        d.update({k: v for k, v in overrides.items() if v is not None})
+        max_s = float(d.get("max_seconds", 12.0))
+        if not max_s > 0:
+            raise ConfigError(f"decode.max_seconds={max_s}: expected > 0")
+        return cls(str(d.get("strategy", "far")), SamplingConfig.from_config(d), max_s)

@@ -1,0 +1,133 @@
+"""Engines: the one interface between synthesis / evaluation and any model family.
+
+`jaxtts.synthesize` keeps only what every family shares (text splitting, prompts, bucketing,
+per-row keys, timing, the vocoder, wav + JSONL writing) and talks to a model only through an
+`Engine`:
+
+    engine = load_engine("runs/car_small")           # the family from config.json's `task`
+    ids, units = engine.encode_prompt(prompt)        # prompt transcript ids, prompt units
+    out = engine.generate(batch, keys, options)      # units [B, N, ...], lengths, steps, stats
+    mel = engine.units_to_mel(out.units[0, :out.length[0]])
+
+Units are whatever the family generates: speech tokens [N] (the token LM, PALLE, TLDR) or
+mel frames [N, n_mels] (MDM). A family registers its engine class in `jaxtts.families`.
+
+Axis letters: B batch, X text, P prompt units, N generated units, M mel bins.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import TYPE_CHECKING
+
+import jax
+import numpy as np
+
+from jaxtts.decode.driver import PromptBatch
+from jaxtts.decode.options import DecodeOptions
+from jaxtts.errors import CheckpointError, DataError
+
+if TYPE_CHECKING:
+    from jaxtts.data.audio import MelConfig
+    from jaxtts.data.text import TextFrontend
+    from jaxtts.run_folder import RunFolder
+    from jaxtts.synthesize import Prompt
+
+
+@dataclasses.dataclass
+class Generated:
+    """An engine's output for a batch (host numpy arrays)."""
+
+    units: np.ndarray  # [B, N] tokens or [B, N, M] frames; rows valid up to `length`
+    length: np.ndarray  # int [B]
+    steps: np.ndarray  # int [B] decoding steps (model forwards after the prefill) of the row
+    hit_max: np.ndarray  # bool [B] stopped by the length cap
+    stats: dict = dataclasses.field(default_factory=dict)  # strategy statistics of the batch
+
+
+class Engine(abc.ABC):
+    """A trained model of one family, ready to synthesize (see the module docstring)."""
+
+    family: str
+    frontend: TextFrontend  # text -> symbol ids
+    mel_cfg: MelConfig  # the mel the family's units decode to (and the vocoder inverts)
+    frame_rate: float  # generated units per second of audio
+    max_text_symbols: int  # longest target text (symbols) the model was trained on
+    prompt_seconds: float  # prompt speech used, as in training
+    prompt_text: str = "proportional"  # or "full": how much of the prompt transcript is kept
+    decode_config: dict  # the run's config.decode (defaults of `options`)
+
+    # -- construction
+    @classmethod
+    @abc.abstractmethod
+    def from_run(cls, run: RunFolder, step: int | None = None) -> Engine:
+        """Load a run folder of this family (latest checkpoint, or `step`)."""
+
+    # -- units
+    @abc.abstractmethod
+    def mel_to_units(self, mel: np.ndarray) -> np.ndarray:
+        """log-mel [T, M] of prompt audio -> prompt units [P, ...]."""
+
+    @abc.abstractmethod
+    def units_to_mel(self, units: np.ndarray) -> np.ndarray:
+        """Generated units [N, ...] -> log-mel [T, M] for the vocoder."""
+
+    # -- decoding
+    @abc.abstractmethod
+    def check_strategy(self, spec: str) -> str:
+        """The strategy's canonical name; ConfigError if this model cannot run it."""
+
+    @abc.abstractmethod
+    def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
+        """Decode a padded batch (numpy arrays); keys: [B] per-row PRNG keys."""
+
+    def memory_bytes(self, text_len: int, prompt_len: int, length: int) -> int:
+        """Decoding-state bytes of one row (e.g. its KV cache); 0 if not tracked."""
+        return 0
+
+    # -- shared
+    def options(self, **overrides) -> DecodeOptions:
+        """The run's decode options with overrides (None = keep)."""
+        return DecodeOptions.from_config(self.decode_config, **overrides)
+
+    def max_new_units(self, options: DecodeOptions) -> int:
+        return options.max_new_tokens(self.frame_rate)
+
+    def encode_prompt(self, prompt: Prompt | None) -> tuple[np.ndarray, np.ndarray]:
+        """(prompt transcript ids [Lp], prompt units [P, ...]) cut as in training: the first
+        `prompt_seconds` of the prompt and (proportional) the matching share of its text."""
+        from jaxtts.data.audio import log_mel, resample
+
+        if prompt is None:
+            empty = np.asarray(self.mel_to_units(np.zeros((1, self.mel_cfg.n_mels), np.float32)))
+            return np.zeros((0,), np.int32), empty[:0]
+        wav = np.asarray(prompt.wav, np.float32)
+        if prompt.sample_rate != self.mel_cfg.sample_rate:
+            wav = resample(wav, prompt.sample_rate, self.mel_cfg.sample_rate)
+        if wav.size == 0 or not np.any(wav):
+            raise DataError(f"prompt {prompt.id or prompt.audio_path!r}: audio is empty or silent")
+        units = np.asarray(self.mel_to_units(log_mel(wav, self.mel_cfg)))
+        n_prompt = int(round(float(self.prompt_seconds) * self.frame_rate))
+        used = min(n_prompt, units.shape[0])
+        ids = self.frontend.encode(prompt.text)
+        if self.prompt_text == "proportional":
+            ids = ids[: int(np.rint(len(ids) * used / max(units.shape[0], 1)))]
+        return ids.astype(np.int32), units[:used]
+
+
+def load_engine(workdir, step: int | None = None) -> Engine:
+    """The engine of any family's run folder (chosen by config.json's `task`)."""
+    from jaxtts.families import family, resolve
+    from jaxtts.run_folder import RunFolder
+
+    run = RunFolder(workdir)
+    task = str(run.read_config().task)
+    fam = family(task)
+    if fam.engine is None:
+        raise CheckpointError(f"{run.config_path}: a {task!r} run ({fam.what}) does not "
+                              "synthesize speech; pass the run folder of a TTS model")  # fmt: skip
+    return resolve(fam.engine).from_run(run, step)
+
+
+__all__ = ["Engine", "Generated", "PromptBatch", "load_engine"]

@@ -1,0 +1,80 @@
+"""The token LM's engine: text + prompt tokens -> speech tokens (FAR / CAR / later DCAR, SSD)."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from jaxtts.data.text import TextFrontend
+from jaxtts.data.tokenizers import SpeechTokenizer, load_tokenizer
+from jaxtts.decode import registry
+from jaxtts.decode.driver import PromptBatch, decode
+from jaxtts.decode.options import DecodeOptions
+from jaxtts.engine import Engine, Generated
+from jaxtts.errors import CheckpointError
+from jaxtts.methods.lm.model import TTSLM, LMConfig
+from jaxtts.run_folder import RunFolder
+
+
+class LMEngine(Engine):
+    family = "lm"
+
+    def __init__(self, config, params, frontend: TextFrontend, tokenizer: SpeechTokenizer,
+                 max_text_symbols: int | None = None):  # fmt: skip
+        self.config = config
+        self.cfg = LMConfig.from_config(config.model, saved=True)
+        if frontend.vocab_size != self.cfg.num_text_symbols:
+            raise CheckpointError(
+                f"text front-end has {frontend.vocab_size} symbols but "
+                f"model.num_text_symbols={self.cfg.num_text_symbols}")
+        if tokenizer.vocab_size != self.cfg.num_speech_tokens:
+            raise CheckpointError(f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} "
+                                  f"tokens but model.num_speech_tokens="
+                                  f"{self.cfg.num_speech_tokens}")  # fmt: skip
+        self.model = TTSLM(self.cfg)
+        self.params = params
+        self.frontend = frontend
+        self.tokenizer = tokenizer
+        self.mel_cfg = tokenizer.mel_cfg
+        self.frame_rate = float(tokenizer.frame_rate)
+        self.max_text_symbols = int(max_text_symbols or config.data.max_text_len)
+        self.prompt_seconds = float(config.data.prompt_seconds)
+        self.prompt_text = str(config.data.get("prompt_text", "proportional"))
+        self.decode_config = dict(config.decode)
+
+    @classmethod
+    def from_run(cls, run: RunFolder, step: int | None = None) -> LMEngine:
+        from jaxtts.train.checkpoint import abstract_params
+
+        config = run.read_config("lm")
+        frontend = TextFrontend.load(run.text_frontend_dir)
+        tokenizer = load_tokenizer(run.tokenizer_dir)
+        cfg = LMConfig.from_config(config.model, saved=True)
+        one = np.ones((1, 4), np.int32)
+        like = abstract_params(TTSLM(cfg).init, one, np.array([4]), one, np.array([4]))
+        params, _ = run.load_params(like, step)
+        max_text = run.read_data_info().get("max_target_text")
+        return cls(config, params, frontend, tokenizer, max_text_symbols=max_text)
+
+    def mel_to_units(self, mel):
+        return np.asarray(self.tokenizer.encode(mel), np.int32)
+
+    def units_to_mel(self, units):
+        return self.tokenizer.decode(np.asarray(units, np.int32))
+
+    def check_strategy(self, spec: str) -> str:
+        strategy = registry.get(spec)
+        strategy.check({"target": self.model})
+        return strategy.name
+
+    def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
+        strategy = registry.get(options.strategy)
+        out = jax.device_get(decode(strategy, {"target": self.model}, {"target": self.params},
+                                    batch, keys, max_new_tokens=self.max_new_units(options),
+                                    sampling=options.sampling))  # fmt: skip
+        return Generated(units=np.asarray(out.tokens), length=np.asarray(out.length),
+                         steps=np.asarray(out.steps), hit_max=np.asarray(out.hit_max),
+                         stats={k: np.asarray(v) for k, v in out.stats.items()})  # fmt: skip
+
+    def memory_bytes(self, text_len: int, prompt_len: int, length: int) -> int:
+        return self.cfg.kv_bytes_per_token() * (text_len + 1 + prompt_len + length)

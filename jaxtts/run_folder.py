@@ -1,0 +1,195 @@
+"""A training run folder: the one object that owns its layout, for every model family.
+
+    run = RunFolder("runs/car_small")
+    config = run.read_config("lm")              # one-line errors: missing, wrong task
+    params, meta = run.load_params(like)        # latest checkpoint (or step=...)
+    run.tokenizer_dir, run.text_frontend_dir, run.samples_dir(step), ...
+
+Layout (nothing else in jaxtts spells these names):
+  config.json            the resolved ml-collections config (`task` names the family)
+  data.json              what the data preparation found (corpus, tokenizer, sizes)
+  checkpoints/<step>/    orbax: params, opt_state, frozen (trainer-managed), meta
+  params.msgpack         shipped runs (`pretrained/`): parameters in one compact file
+  text_frontend/         symbol table (token families)
+  tokenizer/             speech tokenizer (token families)
+  metrics.jsonl, tb/     training metrics, TensorBoard events
+  samples/step_<n>/      dev sentences synthesised at each evaluation
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import ml_collections as mlc
+
+from jaxtts.errors import CheckpointError
+
+CONFIG = "config.json"
+DATA = "data.json"
+CHECKPOINTS = "checkpoints"
+PARAMS_FILE = "params.msgpack"
+TEXT_FRONTEND = "text_frontend"
+TOKENIZER = "tokenizer"
+METRICS = "metrics.jsonl"
+TENSORBOARD = "tb"
+SAMPLES = "samples"
+
+
+class RunFolder:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.path)!r})"
+
+    # -- paths
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def data_path(self) -> Path:
+        return self.path / DATA
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / CHECKPOINTS
+
+    @property
+    def params_file(self) -> Path:
+        return self.path / PARAMS_FILE
+
+    @property
+    def text_frontend_dir(self) -> Path:
+        return self.path / TEXT_FRONTEND
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.path / TOKENIZER
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.path / TENSORBOARD
+
+    def samples_dir(self, step: int) -> Path:
+        return self.path / SAMPLES / f"step_{int(step)}"
+
+    # -- config.json / data.json
+    def read_config(self, task: str | None = None) -> mlc.ConfigDict:
+        """config.json as a ConfigDict; with `task`, checked to be a run of that family.
+
+        Missing file: a CheckpointError naming it and the command that makes such a folder.
+        """
+        from jaxtts.families import FAMILIES
+
+        path = self.config_path
+        if not path.is_file():
+            hint = FAMILIES[task].how_to_train if task in FAMILIES else "python train.py ..."
+            what = f"a training run of task {task!r}" if task else "a training run"
+            raise CheckpointError(f"{path}: not found; the folder must be {what} ({hint})")
+        try:
+            config = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+        if not isinstance(config, dict) or "task" not in config:
+            raise CheckpointError(f"{path}: no 'task' key; not a jaxtts run config")
+        if task is not None and config.get("task") != task:
+            raise CheckpointError(f"{path}: task={config.get('task')!r}, expected {task!r}")
+        return mlc.ConfigDict(config)
+
+    @property
+    def task(self) -> str:
+        return str(self.read_config().task)
+
+    def write_config(self, config) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(config.to_json_best_effort(indent=2))
+
+    def read_data_info(self) -> dict:
+        """data.json ({} when absent: e.g. a run converted from elsewhere)."""
+        if not self.data_path.is_file():
+            return {}
+        return json.loads(self.data_path.read_text())
+
+    def write_data_info(self, info: dict) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.data_path.write_text(json.dumps(info, indent=1))
+
+    # -- parameters
+    def checkpointer(self, *, read_only: bool = True, **kw):
+        from jaxtts.train.checkpoint import Checkpointer
+
+        return Checkpointer(self.checkpoints_dir, read_only=read_only, **kw)
+
+    def load_params(self, like: Any, step: int | None = None) -> tuple[Any, dict]:
+        """Parameters for inference in the layout of `like` (abstract or real arrays): from
+        `params.msgpack` (a shipped run) or the latest / `step` checkpoint, the trainer's
+        frozen tree merged in. Returns (params, meta)."""
+        from jaxtts.train import checkpoint as ckpt_lib
+
+        if step is None and self.params_file.is_file() and not self.checkpoints_dir.is_dir():
+            return ckpt_lib.read_params_file(self.params_file, like), {}
+        ckpt = self.checkpointer(read_only=True)
+        return ckpt.restore_inference_params(like, step)
+
+    # -- shipping
+    def export(self, dest: str | os.PathLike, step: int | None = None) -> RunFolder:
+        """A self-contained copy for inference (e.g. `pretrained/<name>`): config.json,
+        data.json, text_frontend/, tokenizer/ and the parameters of the latest (or `step`)
+        checkpoint, trained and frozen merged, as ONE `params.msgpack` file."""
+        from jaxtts.train import checkpoint as ckpt_lib
+        from jaxtts.train.state import merge_trees
+
+        self.read_config()  # a one-line error if this is not a run folder
+        ck = self.checkpointer(read_only=True)
+        params = ck.restore_as_saved("params", step)
+        if ck.has_frozen(step):
+            params = merge_trees(params, ck.restore_as_saved("frozen", step))
+        out = RunFolder(dest)
+        out.path.mkdir(parents=True, exist_ok=True)
+        for name in (CONFIG, DATA):
+            if (self.path / name).is_file():
+                shutil.copy2(self.path / name, out.path / name)
+        for name in (TEXT_FRONTEND, TOKENIZER):
+            if (self.path / name).is_dir():
+                shutil.copytree(self.path / name, out.path / name, dirs_exist_ok=True)
+        ckpt_lib.write_params_file(out.params_file, params)
+        return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m jaxtts.run_folder export <run folder> <dest> [--step N]"""
+    import argparse
+
+    from jaxtts.errors import JaxttsError
+
+    ap = argparse.ArgumentParser(prog="python -m jaxtts.run_folder",
+                                 description="Export a training run as a self-contained folder "
+                                             "with one params.msgpack (for pretrained/).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ex = sub.add_parser("export", help="copy config, front-end, tokenizer + one params file")
+    ex.add_argument("workdir", help="training run folder")
+    ex.add_argument("dest", help="output folder, e.g. pretrained/car_small")
+    ex.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
+    args = ap.parse_args(argv)
+    try:
+        out = RunFolder(args.workdir).export(args.dest, args.step)
+    except JaxttsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    size = out.params_file.stat().st_size
+    print(f"{out.path}: {size / 2**20:.1f} MiB of parameters in {PARAMS_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

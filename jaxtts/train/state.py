@@ -1,0 +1,120 @@
+"""The train state: trained parameters next to frozen ones, and the tree helpers behind it.
+
+    TrainState(step, params, opt_state, frozen)
+
+`params` is what the optimizer updates; `frozen` holds parameters the loss reads but never
+changes: a pretrained backbone under LoRA adapters (TLDR), a target next to its draft (SSD),
+a TTS model next to its chunk-size policy (DCAR). The task's loss always sees the full tree
+`merge_trees(params, frozen)`, so a task never knows which of its parameters are frozen.
+
+Which leaves train is `config.train.trainable` (`trainable_predicate`): 'all' (default),
+'lora' (LoRA adapters only) or 'prefix:<p1>,<p2>,...' (leaves whose '/'-joined path starts
+with one of the prefixes, e.g. 'prefix:draft,policy'). `config.train.init_from` names a run
+folder whose parameters overwrite the fresh initialisation wherever the paths match (a
+LoRA run starts at its backbone; new leaves such as the adapters keep their init).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import flax.struct
+import jax
+
+from jaxtts.errors import ConfigError
+
+Tree = Any
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array  # [] int32
+    params: Any  # trained by the optimizer
+    opt_state: Any
+    frozen: Any = flax.struct.field(default_factory=dict)  # read by the loss, never updated
+
+    @property
+    def full_params(self) -> Any:
+        return merge_trees(self.params, self.frozen)
+
+
+def _key(k) -> str:
+    return str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))))
+
+
+def tree_to_flat(tree: Tree) -> dict[str, Any]:
+    """Nested dicts -> {'a/b/c': leaf} (boxes such as nn.LogicallyPartitioned stay leaves)."""
+    out = {}
+
+    def walk(prefix, node):
+        if isinstance(node, dict) or (hasattr(node, "items") and not hasattr(node, "unbox")):
+            for k, v in node.items():
+                walk(f"{prefix}/{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = node
+
+    walk("", tree)
+    return out
+
+
+def tree_from_flat(flat: dict[str, Any]) -> dict:
+    out: dict = {}
+    for path, leaf in flat.items():
+        node = out
+        *parents, last = path.split("/")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = leaf
+    return out
+
+
+def split_tree(tree: Tree, keep: Callable[[str], bool]) -> tuple[dict, dict]:
+    """(leaves whose path `keep`s, the rest), both nested dicts."""
+    flat = tree_to_flat(tree)
+    a = {k: v for k, v in flat.items() if keep(k)}
+    b = {k: v for k, v in flat.items() if not keep(k)}
+    return tree_from_flat(a), tree_from_flat(b)
+
+
+def merge_trees(a: Tree, b: Tree) -> dict:
+    """The union of two nested dicts with disjoint leaves."""
+    fa, fb = tree_to_flat(a), tree_to_flat(b)
+    both = sorted(set(fa) & set(fb))
+    if both:
+        raise ValueError(f"merge_trees: leaf {both[0]!r} in both trees")
+    return tree_from_flat({**fa, **fb})
+
+
+def trainable_predicate(spec: str | None) -> Callable[[str], bool]:
+    """`config.train.trainable` -> path -> bool (see the module docstring)."""
+    spec = (spec or "all").strip()
+    if spec == "all":
+        return lambda path: True
+    if spec == "lora":
+        return lambda path: path.rsplit("/", 1)[-1] in ("lora_a", "lora_b")
+    if spec.startswith("prefix:") and spec[len("prefix:"):].strip():
+        prefixes = tuple(p.strip().strip("/") for p in spec[len("prefix:"):].split(",") if p)
+        return lambda path: any(path == p or path.startswith(p + "/") for p in prefixes)
+    raise ConfigError(f"train.trainable={spec!r}: expected 'all', 'lora' or "
+                      "'prefix:<path>,<path>,...'")  # fmt: skip
+
+
+def overlay(tree: Tree, source: Tree, where: str) -> tuple[dict, int]:
+    """`tree` with every leaf that `source` has at the same path replaced by source's value
+    (boxes keep their axis names). Returns (tree, number of leaves replaced). A shape mismatch
+    is a ConfigError naming the leaf and `where` the source came from."""
+    flat, src = tree_to_flat(tree), tree_to_flat(source)
+    n = 0
+    for k, v in src.items():
+        if k not in flat:
+            continue
+        cur = flat[k]
+        value = cur.unbox() if hasattr(cur, "unbox") else cur
+        if tuple(value.shape) != tuple(v.shape):
+            raise ConfigError(f"train.init_from={where}: '{k}' has shape {tuple(v.shape)}, the "
+                              f"model expects {tuple(value.shape)}")  # fmt: skip
+        v = v.astype(value.dtype)
+        flat[k] = cur.replace_boxed(v) if hasattr(cur, "replace_boxed") else v
+        n += 1
+    return tree_from_flat(flat), n
