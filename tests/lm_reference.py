@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from jaxtts.decode.driver import decode
+from jaxtts.decode.driver import PromptBatch, decode
 from jaxtts.methods.lm.model import TTSLM, LMConfig
 
 TINY = LMConfig(num_text_symbols=24, num_speech_tokens=16, d_model=32, num_layers=2, num_heads=2,
@@ -22,6 +22,18 @@ def run(strategy, params, batch, keys, *, max_new_tokens, sampling, cfg=TINY):
     """Decode with `strategy` on the target model `TTSLM(cfg)` through the generic driver."""
     return decode(strategy, {"target": TTSLM(cfg)}, {"target": params}, batch, keys,
                   max_new_tokens=max_new_tokens, sampling=sampling)
+
+
+def batch_of(rows, text_width=None, prompt_width=None):
+    """PromptBatch of (text ids, prompt tokens) rows, padded to the given or the largest widths."""
+    x = text_width or max(len(t) for t, _ in rows)
+    p = prompt_width or max(1, max(len(q) for _, q in rows))
+    text = np.zeros((len(rows), x), np.int32)
+    prompt = np.zeros((len(rows), p), np.int32)
+    for i, (t, q) in enumerate(rows):
+        text[i, : len(t)], prompt[i, : len(q)] = t, q
+    return PromptBatch(text, np.array([len(t) for t, _ in rows], np.int32), prompt,
+                       np.array([len(q) for _, q in rows], np.int32))
 
 
 def random_rows(n, seed=0, cfg=TINY, max_text=9, max_prompt=6):

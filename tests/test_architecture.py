@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from lm_reference import TINY, init_params, random_rows, run  # noqa: E402
+from lm_reference import TINY, batch_of, init_params, random_rows, run  # noqa: E402
 
 from jaxtts.decode import registry  # noqa: E402
-from jaxtts.decode.driver import PromptBatch, decode  # noqa: E402
+from jaxtts.decode.driver import decode  # noqa: E402
 from jaxtts.decode.options import DecodeOptions  # noqa: E402
 from jaxtts.decode.sampling import SamplingConfig, row_keys  # noqa: E402
 from jaxtts.errors import ConfigError  # noqa: E402
@@ -23,17 +23,6 @@ from jaxtts.methods.lm.strategies import ChunkedAR, chunk_step  # noqa: E402
 
 GREEDY = SamplingConfig(greedy=True)
 DEEP = dataclasses.replace(TINY, num_layers=4)
-
-
-def batch_of(rows, x=None, p=None):
-    x = x or max(len(t) for t, _ in rows)
-    p = p or max(1, max(len(q) for _, q in rows))
-    text = np.zeros((len(rows), x), np.int32)
-    prompt = np.zeros((len(rows), p), np.int32)
-    for i, (t, q) in enumerate(rows):
-        text[i, : len(t)], prompt[i, : len(q)] = t, q
-    return PromptBatch(text, np.array([len(t) for t, _ in rows], np.int32), prompt,
-                       np.array([len(q) for _, q in rows], np.int32))  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -9,27 +9,22 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from lm_reference import TINY, init_params, random_rows, reference_decode, run  # noqa: E402
+from lm_reference import (  # noqa: E402
+    TINY,
+    batch_of,
+    init_params,
+    random_rows,
+    reference_decode,
+    run,
+)
 
 from jaxtts.decode import registry  # noqa: E402
-from jaxtts.decode.driver import PromptBatch  # noqa: E402
 from jaxtts.decode.sampling import SamplingConfig, filter_logits, row_keys  # noqa: E402
 from jaxtts.errors import ConfigError  # noqa: E402
 from jaxtts.methods.lm.model import TTSLM  # noqa: E402
 from jaxtts.train import losses  # noqa: E402
 
 GREEDY = SamplingConfig(greedy=True)
-
-
-def batch_of(rows, text_width=None, prompt_width=None):
-    x = text_width or max(len(t) for t, _ in rows)
-    p = prompt_width or max(1, max(len(q) for _, q in rows))
-    text = np.zeros((len(rows), x), np.int32)
-    prompt = np.zeros((len(rows), p), np.int32)
-    for i, (t, q) in enumerate(rows):
-        text[i, : len(t)], prompt[i, : len(q)] = t, q
-    return PromptBatch(text, np.array([len(t) for t, _ in rows], np.int32), prompt,
-                       np.array([len(q) for _, q in rows], np.int32))
 
 
 @pytest.fixture(scope="module")
