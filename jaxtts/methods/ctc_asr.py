@@ -420,7 +420,7 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         return (dev_loader.get_batch(s) for s in range(len(dev_loader)))
 
     def on_eval(step, state):
-        asr = CTCASR(config.model, state.params, batch_size=int(config.data.eval_batch_size))
+        asr = CTCASR(config.model, state.full_params, batch_size=int(config.data.eval_batch_size))
         hyps = asr.transcribe_mels(dev_mels)
         return {f"dev/{k}": v for k, v in error_rates(dev_refs, hyps).items()}
 

@@ -406,7 +406,7 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         return (dev_source.get_batch(s) for s in range(n_eval))
 
     def on_eval(step, state):
-        enc = JaxSpeakerEncoder(model_cfg=config.model, params=state.params["encoder"])
+        enc = JaxSpeakerEncoder(model_cfg=config.model, params=state.full_params["encoder"])
         st = separation_stats(enc.embed_mels(dev_mels), [u.speaker for u in dev_utts])
         return {"dev/sim_gap": st["gap"], "dev/eer": st["eer"], "dev/id_acc": st["id_acc"]}
 
