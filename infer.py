@@ -21,7 +21,8 @@ _TEXT_FILE = flags.DEFINE_string("text_file", None, "File with one utterance per
 _SPEAKER = flags.DEFINE_string("speaker", None, "Corpus utterance id or speaker name as prompt.")
 _SPEAKER_WAV = flags.DEFINE_string("speaker_wav", None, "Prompt audio of the target speaker.")
 _SPEAKER_TEXT = flags.DEFINE_string("speaker_text", None, "Transcript of --speaker_wav.")
-_STRATEGY = flags.DEFINE_string("strategy", None, "far | car:<c> (default: config.decode).")
+_STRATEGY = flags.DEFINE_string(
+    "strategy", None, "far | car:<c> (default: the run's config.decode.strategy).")
 _BATCH = flags.DEFINE_integer("batch_size", 8, "Rows decoded together.")
 _OUT = flags.DEFINE_string("out_dir", "out/infer", "Output folder.")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed (per line: (seed, line index)).")

@@ -1,23 +1,88 @@
-"""Shared command-line plumbing for train.py / infer.py / jaxtts.evaluate: bad input ends in
-one line on stderr ("error: <file/field>: <what was expected>") and exit code 2, not a trace."""
+"""Shared command-line plumbing for train.py / infer.py / python -m jaxtts.evaluate.
+
+- Bad input ends in one line on stderr ("error: <file/field>: <what was expected>") and exit
+  code 2, never a traceback.
+- `--help` / `-h` / `--helpfull` print the usage and exit 0.
+- Logging is for users: one plain line per message, written through tqdm so progress bars stay
+  intact (`setup_logging`); INFO only from jaxtts itself, warnings as `warning: <message>`
+  (Python warnings too, without a source line); the backend probe's "Unable to initialize
+  backend 'tpu'" and orbax/absl chatter are silenced.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
 import sys
+import warnings
 from collections.abc import Callable
 
 from absl import app, flags
 
 from jaxtts.errors import JaxttsError
 
+HELP_FLAGS = ("--help", "-h", "--helpshort", "--helpfull", "-?")
+# Loggers whose INFO/WARNING lines are not for users (backend probing, checkpoint internals).
+QUIET = {"jax._src.xla_bridge": logging.ERROR, "absl": logging.ERROR, "orbax": logging.ERROR,
+         "jax._src.distributed": logging.WARNING}  # fmt: skip
+
+
+class _TqdmHandler(logging.Handler):
+    """Writes records with `tqdm.write`, so a line never lands inside a progress bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # noqa: BLE001 - logging must never raise
+            self.handleError(record)
+
+
+class _Format(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        msg = record.getMessage().strip().replace("\n", " ")
+        if record.levelno >= logging.ERROR:
+            return f"error: {msg}"
+        if record.levelno >= logging.WARNING:
+            return f"warning: {msg}"
+        return msg
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    return str(message).strip().replace("\n", " ")
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """User-facing logging (see the module docstring). Idempotent."""
+    root = logging.getLogger()
+    try:
+        from absl import logging as absl_logging
+
+        root.removeHandler(absl_logging.get_absl_handler())
+    except Exception:  # noqa: BLE001 - absl missing or not installed as a handler
+        pass
+    for h in list(root.handlers):
+        if isinstance(h, _TqdmHandler):
+            root.removeHandler(h)
+    handler = _TqdmHandler()
+    handler.setFormatter(_Format())
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("jaxtts").setLevel(level)
+    for name, lvl in QUIET.items():
+        logging.getLogger(name).setLevel(lvl)
+    warnings.formatwarning = _one_line_warning
+    logging.captureWarnings(True)  # warnings.warn -> "warning: <message>", one line
+
 
 def _flags_parser(argv: list[str]) -> list[str]:
+    if any(a in HELP_FLAGS for a in argv[1:]):
+        app.usage(shorthelp="--helpfull" not in argv, writeto_stdout=True, exitcode=0)
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
-        _die(str(e))
+        die(str(e))
     except (AttributeError, KeyError, ValueError, TypeError, FileNotFoundError) as e:
         # ml_collections' config_flags raise these for unknown keys / bad variants / types.
         msg = str(e).replace("\\n", " ").replace("\n", " ").replace("\\'", "'").strip("'\" ")
@@ -27,24 +92,29 @@ def _flags_parser(argv: list[str]) -> list[str]:
             bad = [a for a in bad if a.split(".")[-1] == key.group(1)] or [key.group(1)]
             hint = re.search(r'Did you mean "(\w+)"', msg)
             mean = f" (did you mean '{hint.group(1)}'?)" if hint else ""
-            _die(f"unknown config key {bad[0]}{mean}")
-        _die(f"bad --config: {msg}")
+            die(f"unknown config key {bad[0]}{mean}")
+        die(f"bad --config: {msg}")
     return argv
 
 
-def _die(msg: str) -> None:
+def die(msg: str, code: int = 2) -> None:
+    """Print `error: <msg>` (one line) and exit."""
     print(f"error: {msg}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(code)
 
 
 def run(main: Callable[[list[str]], None]) -> None:
     """absl `app.run` with one-line errors for config and user-input problems."""
+    for name, lvl in QUIET.items():  # before anything initialises a backend
+        logging.getLogger(name).setLevel(lvl)
 
     def wrapped(argv):
-        logging.getLogger("absl").setLevel(logging.ERROR)  # orbax chatter; ours use jaxtts.*
+        setup_logging()
         try:
             main(argv)
         except JaxttsError as e:
-            _die(str(e))
+            die(str(e))
+        except KeyboardInterrupt:
+            die("interrupted", 130)
 
     app.run(wrapped, flags_parser=_flags_parser)

@@ -4,6 +4,9 @@
         --rows ground_truth,resynth:griffin_lim,tokenizer:<dir> \
         [--workdir runs/x --strategies far,car:3]
 
+Flags are spelled with underscores like train.py / infer.py (--speaker_encoder); the dashed
+spellings (--speaker-encoder) are accepted too.
+
 Rows (``--rows``, comma separated):
   ground_truth          the corpus audio itself (the WER floor of the ASR)
   resynth:<vocoder>     ground-truth log-mel -> vocoder (`make_vocoder(kind, MelConfig())`)
@@ -491,7 +494,7 @@ def evaluate(
                     warn.append(f"speaker encoder {n} unavailable: {e}")
         else:
             encoder = speaker_encoder
-    if encoder is None:
+    if encoder is None and speaker_encoder is not None:  # asked for one, none could load
         warn.append("SIM column disabled: no speaker encoder available")
 
     results_rows = []
@@ -531,32 +534,60 @@ def evaluate(
     return results
 
 
+_EXAMPLES = """examples:
+  # the ASR floor and the tokenizer ceiling on 50 test utterances
+  python -m jaxtts.evaluate --num 50 \\
+      --rows ground_truth,tokenizer:data/builtin/tokenizers/kmeans1024
+  # a trained model with FAR and CAR c=3, no SIM column
+  python -m jaxtts.evaluate --workdir runs/car_small --strategies far,car:3 --speaker_encoder none
+
+rows (--rows, comma separated):
+  ground_truth          the corpus audio (the ASR's WER floor)
+  resynth:<vocoder>     ground-truth log-mel -> vocoder (griffin_lim)
+  tokenizer:<dir>       audio -> tokenizer -> vocoder (the token round-trip ceiling)
+  model:<strategy>      the --workdir model with a strategy (--strategies a,b adds model:a,model:b)
+"""
+
+
+def _add(p: argparse.ArgumentParser, name: str, **kw) -> None:
+    """One option under its underscore spelling (as train.py / infer.py) and its dashed one."""
+    names = [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
+    if "help" in kw and "default" in kw and kw.get("action") != "store_true":
+        kw["help"] += f" (default: {kw['default']})"
+    p.add_argument(*names, **kw)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m jaxtts.evaluate", description=__doc__.split(
-        "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus", default=os.path.join(os.environ.get("JAXTTS_DATA_DIR", "data"),
-                                                    "builtin"))
-    p.add_argument("--split", default="test")
-    p.add_argument("--out", default="out/eval")
-    p.add_argument("--num", type=int, default=None, help="utterances (default: whole split)")
-    p.add_argument("--rows", default="ground_truth,resynth:griffin_lim")
-    p.add_argument("--workdir", default=None, help="trained model run folder (model rows)")
-    p.add_argument("--strategies", default="", help="decoding strategies -> model:<s> rows")
-    p.add_argument("--speaker-encoder", default="auto", help="name, module:factory or none")
-    p.add_argument("--no-spectral", action="store_true", help="skip MCD / logF0 RMSE")
-    p.add_argument("--asr-workers", type=int, default=1)
-    p.add_argument("--lm-generated", type=int, default=None,
-                   help="add N generator sentences (no dev/test ones) to the domain LM "
-                   f"(default: {AUTO_LM_GENERATED} for the built-in corpus, else 0)")
-    p.add_argument("--no-asr-adapt", action="store_true",
-                   help="use the stock PocketSphinx acoustic model (no MAP adaptation to the "
-                   "training audio)")
-    p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--no-progress", action="store_true")
+        "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EXAMPLES)
+    _add(p, "corpus", default=os.path.join(os.environ.get("JAXTTS_DATA_DIR", "data"), "builtin"),
+         help="corpus folder with <split>.jsonl manifests")
+    _add(p, "split", default="test", help="manifest to evaluate: train | dev | test")
+    _add(p, "out", default="out/eval", help="output folder (results.md, results.json, plots)")
+    _add(p, "num", type=int, default=None, help="utterances to evaluate (None = whole split)")
+    _add(p, "rows", default="ground_truth,resynth:griffin_lim",
+         help="comma-separated rows, see below")
+    _add(p, "workdir", default=None, help="run folder of a trained TTS model (model rows)")
+    _add(p, "strategies", default="", help="decoding strategies -> model:<s> rows, e.g. far,car:3")
+    _add(p, "speaker_encoder", default="auto",
+         help="SIM encoder: auto (first available) | resemblyzer | jax | module:factory | none")
+    _add(p, "no_spectral", action="store_true", help="skip MCD / logF0 RMSE")
+    _add(p, "asr_workers", type=int, default=1, help="PocketSphinx processes")
+    _add(p, "lm_generated", type=int, default=None,
+         help="add N generator sentences (never dev/test ones) to the domain LM; None = "
+              f"{AUTO_LM_GENERATED} for the built-in corpus, else 0")  # fmt: skip
+    _add(p, "no_asr_adapt", action="store_true",
+         help="use the stock PocketSphinx acoustic model (no MAP adaptation to the training "
+              "audio)")  # fmt: skip
+    _add(p, "no_plots", action="store_true", help="skip wer_vs_rtf.png and mels.png")
+    _add(p, "no_progress", action="store_true", help="no progress bars")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from jaxtts import cli
+
+    cli.setup_logging()
     a = parse_args(argv)
     rows = [r for r in a.rows.split(",") if r]
     rows += [f"model:{s}" for s in a.strategies.split(",") if s]

@@ -24,16 +24,19 @@ What happens to a batch of lines:
 Timing (`SynthResult.info`): `lm_s` and `vocoder_s` are the row's batch times divided by the
 number of rows in the batch (exact per-utterance times at batch 1); `rtf` = (lm_s + vocoder_s)
 / audio seconds. The first batch of every new shape (strategy, batch, text and prompt bucket)
-is decoded once untimed to compile it; that time is reported as `compile_s`, never in `rtf`.
+is decoded once untimed to compile it; that time is reported as `compile_s`, never in `rtf`
+(`Synthesizer.compile_times` holds it once per compiled shape; a row's `compile_s` is its
+batch's, so do not sum it over rows).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import os
 import re
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,6 +49,8 @@ from jaxtts.decode.sampling import row_keys
 from jaxtts.engine import Engine, load_engine
 from jaxtts.errors import CheckpointError, ConfigError, DataError, TextError
 from jaxtts.run_folder import CHECKPOINTS, RunFolder
+
+log = logging.getLogger("jaxtts.synthesize")
 
 __all__ = [
     "Prompt",
@@ -165,7 +170,7 @@ class Synthesizer:
         self.join_silence_s = 0.15
         n_prompt = int(round(engine.prompt_seconds * engine.frame_rate))
         self._prompt_bucket = max(16, n_prompt)  # full-length prompts: one width
-        self._compiled: set = set()
+        self.compile_times: dict[tuple, float] = {}  # compiled shape -> seconds (once each)
 
     @classmethod
     def from_workdir(cls, workdir: str | Path, step: int | None = None,
@@ -248,12 +253,17 @@ class Synthesizer:
             }  # fmt: skip
             info["wall_s"] = info["lm_s"] + info["vocoder_s"]
             info["rtf"] = info["wall_s"] / audio_s if audio_s > 0 else None
-            tokens = np.concatenate([p["tokens"] for p in parts]).astype(np.int32)
+            if info["hit_max"]:
+                capped = sum(p["hit_max"] for p in parts)
+                log.warning("line %d: %d of %d piece(s) reached the length cap (max_seconds="
+                            "%.1f) without ending; their audio stops there (raise "
+                            "--max_seconds)", i + 1, capped, n, options.max_seconds)  # fmt: skip
+            tokens = np.concatenate([p["tokens"] for p in parts])
             results[i] = SynthResult(i, texts[i], wav.astype(np.float32), tokens, info)
         return [results[i] for i in range(len(texts))]
 
     def _skipped(self, i: int, text: str, reason: str) -> SynthResult:
-        warnings.warn(f"line {i + 1}: skipped ({reason})", stacklevel=3)
+        log.warning("line %d: skipped (%s)", i + 1, reason)
         return SynthResult(i, text, np.zeros((0,), np.float32), np.zeros((0,), np.int32),
                            {"sample_rate": self.sample_rate}, skipped=reason)  # fmt: skip
 
@@ -279,11 +289,11 @@ class Synthesizer:
 
         shape = (options, b, x, p)
         compile_s = 0.0
-        if shape not in self._compiled:  # first call of a shape compiles: keep it out of RTF
+        if shape not in self.compile_times:  # first call of a shape compiles: not in RTF
             t0 = time.perf_counter()
             engine.generate(batch, keys, options)
             compile_s = time.perf_counter() - t0
-            self._compiled.add(shape)
+            self.compile_times[shape] = compile_s
         t0 = time.perf_counter()
         out = engine.generate(batch, keys, options)
         lm_s = (time.perf_counter() - t0) / n
@@ -378,6 +388,42 @@ def make_synthesizer(workdir: str, strategy: str):
     return run
 
 
+def read_text_file(text_file: str | os.PathLike) -> list[str]:
+    """Lines of a UTF-8 text file; a one-line DataError for a folder, a missing file or bytes
+    that are not UTF-8 (naming the offset)."""
+    path = Path(text_file)
+    if path.is_dir():
+        raise DataError(f"--text_file {text_file}: is a folder, expected a text file with one "
+                        "utterance per line")  # fmt: skip
+    if not path.is_file():
+        raise DataError(f"--text_file {text_file}: file not found")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(f"--text_file {text_file}: not UTF-8 text (byte 0x{data[e.start]:02x} "
+                        f"at offset {e.start}); convert it, e.g. iconv -f latin1 -t utf-8"
+                        ) from None  # fmt: skip
+    if "\x00" in text:
+        raise DataError(f"--text_file {text_file}: contains NUL bytes, expected plain text")
+    return text.splitlines()
+
+
+def prepare_out_dir(out_dir: str | os.PathLike) -> Path:
+    """Create `out_dir` and check it is a writable folder, before any work is done."""
+    path = Path(out_dir)
+    if path.exists() and not path.is_dir():
+        raise DataError(f"--out_dir {out_dir}: exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise DataError(f"--out_dir {out_dir}: cannot write there ({e.strerror or e})") from None
+    return path
+
+
 def run_infer(
     *, workdir: str | None, checkpoint: str | None, texts: Sequence[str],
     text_file: str | None, speaker: str | None, speaker_wav: str | None,
@@ -398,22 +444,34 @@ def run_infer(
         raise ConfigError("--workdir (or --checkpoint) is required")
     lines = list(texts)
     if text_file:
-        path = Path(text_file)
-        if not path.is_file():
-            raise DataError(f"--text_file {text_file}: file not found")
-        lines += path.read_text(encoding="utf-8").splitlines()
+        lines += read_text_file(text_file)
     if not lines:
         raise ConfigError("nothing to synthesize: pass --text or --text_file")
+    prepare_out_dir(out_dir)  # before any work: a bad --out_dir loses nothing
     synth = Synthesizer.from_workdir(workdir, step)
     prompt = resolve_prompt(workdir, speaker, speaker_wav, speaker_text)
     results = synth.synthesize(lines, prompt, strategy=strategy, batch_size=batch_size,
                                seed=seed, max_seconds=max_seconds, **sampling)  # fmt: skip
     synth.write(results, out_dir, extra={"prompt": prompt.id if prompt else None})
+    print(summary_line(results, synth, out_dir))
+    if not any(not r.skipped for r in results):
+        first = results[0]
+        raise DataError(f"nothing synthesized: all {len(results)} line(s) were skipped (line "
+                        f"{first.index + 1}: {first.skipped}); see {out_dir}/results.jsonl")
+    return results
+
+
+def summary_line(results: Sequence[SynthResult], synth: Synthesizer, out_dir) -> str:
+    """The one-line report of `infer.py`: lines, audio, synthesis time, RTF, compile time
+    (once per compiled shape) and lines that reached the length cap."""
     done = [r for r in results if not r.skipped]
     audio = sum(r.info["duration"] for r in done)
     wall = sum(r.info["wall_s"] for r in done)
-    comp = sum(r.info["compile_s"] for r in done)
-    print(f"{len(done)} of {len(results)} lines -> {out_dir} ({audio:.1f} s of audio, "
-          f"{wall:.1f} s synthesis, RTF {wall / max(audio, 1e-9):.3f}; + {comp:.1f} s "
-          "compilation)")
-    return results
+    comp = sum(synth.compile_times.values())
+    capped = sum(bool(r.info.get("hit_max")) for r in done)
+    text = (f"{len(done)} of {len(results)} lines -> {out_dir} ({audio:.1f} s of audio, "
+            f"{wall:.1f} s synthesis, RTF {wall / max(audio, 1e-9):.3f}; + {comp:.1f} s "
+            f"compilation of {len(synth.compile_times)} shape(s))")
+    if capped:
+        text += f"; {capped} line(s) reached the length cap"
+    return text

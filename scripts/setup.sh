@@ -39,4 +39,4 @@ if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ]; then
   touch "$stamp"
 fi
 echo "[setup] ok: $($PY -c 'import jax, flax; print("jax", jax.__version__, "flax", flax.__version__)')," \
-  "$(espeak-ng --version | head -1 | cut -d' ' -f1-3)"
+  "espeak-ng $(espeak-ng --version | head -1 | sed -E 's/^[^:]*: *([^ ]+).*/\1/')"

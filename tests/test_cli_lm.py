@@ -166,3 +166,134 @@ def test_run_folder_from_before_the_refactor_loads(trained, tmp_path):
     _drop_retired_keys(RunFolder(old))
     model = json.loads((old / "config.json").read_text())["model"]
     assert "max_len" not in model and "param_dtype" not in model and model["d_model"] == 32
+
+
+# ---------------------------------------------------------------- the command line as users meet it
+
+
+def _noise(stderr: str) -> list[str]:
+    """Lines a user should never see: tracebacks, source lines, absl-formatted or backend
+    probing lines."""
+    import re
+
+    bad = []
+    for line in stderr.splitlines():
+        if ("Traceback" in line or "libtpu" in line or "Unable to initialize backend" in line
+                or re.match(r"^[IWE]\d{4} ", line) or re.search(r"\.py:\d+: \w*Warning", line)):
+            bad.append(line)
+    return bad
+
+
+@pytest.mark.parametrize("content,expected", [
+    ("Caf\xe9 au lait.\n".encode("latin-1"), "not UTF-8 text (byte 0xe9 at offset 3)"),
+    (bytes(range(128, 256)), "not UTF-8 text (byte 0x80 at offset 0)"),
+    (None, "is a folder, expected a text file"),
+], ids=["latin1", "random-bytes", "directory"])  # fmt: skip
+def test_infer_bad_text_file_is_one_line(tmp_path, content, expected):
+    path = tmp_path / "lines.txt"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    proc = _run(["infer.py", "--workdir", "/nonexistent", "--text_file", str(path)], timeout=120)
+    assert proc.returncode == 2
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --text_file") and expected in err[0]
+
+
+def test_infer_bad_out_dir_fails_before_any_work(tmp_path):
+    """The out_dir is checked before the model loads: with a missing --workdir too, the error
+    is the out_dir's, so nothing was loaded or synthesized."""
+    a_file = tmp_path / "taken"
+    a_file.write_text("x")
+    for out, expected in ((a_file, "exists and is not a folder"),
+                          (a_file / "sub", "cannot write there")):  # fmt: skip
+        proc = _run(["infer.py", "--workdir", "/nonexistent", "--text", "hi", "--out_dir",
+                     str(out)], timeout=120)  # fmt: skip
+        assert proc.returncode == 2
+        err = proc.stderr.strip().splitlines()
+        assert len(err) == 1 and f"--out_dir {out}: {expected}" in err[0], proc.stderr
+
+
+def test_infer_nothing_synthesized_exits_nonzero(trained, tmp_path):
+    wd, _, _ = trained
+    out = tmp_path / "o"
+    proc = _run(["infer.py", "--workdir", str(wd), "--text", "?!...", "--text", " ",
+                 "--out_dir", str(out)])  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    err = proc.stderr.strip().splitlines()
+    assert err[-1].startswith("error: nothing synthesized: all 2 line(s) were skipped (line 1:")
+    assert "warning: line 1: skipped (" in proc.stderr and "warning: line 2: skipped (empty " \
+        "line)" in proc.stderr
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["wav"] for r in rows] == [None, None]  # the reasons are kept on disk
+    assert _noise(proc.stderr) == []
+
+
+def test_infer_reports_length_cap_and_compile_time_once(trained, tmp_path):
+    wd, _, _ = trained
+    out = tmp_path / "o"
+    proc = _run(["infer.py", "--workdir", str(wd), "--text", "Hello there, how are you today?",
+                 "--text", "Hi.", "--text", "Where did you put the keys?", "--batch_size", "2",
+                 "--max_seconds", "0.1", "--greedy", "--out_dir", str(out)])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    capped = [r["index"] for r in rows if r["hit_max"]]
+    assert capped  # 0.1 s = 5 tokens: lines run into the cap
+    for i in capped:
+        assert f"warning: line {i + 1}: 1 of 1 piece(s) reached the length cap" in proc.stderr
+    summary = proc.stdout.strip().splitlines()[-1]
+    assert summary.endswith(f"; {len(capped)} line(s) reached the length cap")
+    # 3 lines at batch 2 = 2 batches; same text/prompt bucket -> ONE compiled shape, reported
+    # once (the old summary added the batch's compile time once per row)
+    assert "compilation of 1 shape(s))" in summary
+    comp = float(summary.split("; + ")[1].split(" s compilation")[0])
+    per_row = [r["compile_s"] for r in rows]
+    assert comp == pytest.approx(max(per_row), abs=0.06) and comp < sum(per_row) - 0.05
+    assert _noise(proc.stderr) == []
+
+
+def test_compile_total_equals_per_shape_sum(trained, tiny_corpus):
+    from jaxtts.data.manifest import read_split
+    from jaxtts.synthesize import Prompt, Synthesizer, summary_line
+
+    wd, _, _ = trained
+    synth = Synthesizer.from_workdir(wd)
+    prompt = Prompt.from_utterance(read_split(tiny_corpus, "dev")[0])
+    texts = ["Hi.", "Where did you put the keys?", "Hello.", "The cat sat."]
+    res = synth.synthesize(texts, prompt, batch_size=2, max_seconds=0.2, progress=False)
+    res += synth.synthesize(texts, prompt, batch_size=3, max_seconds=0.2, progress=False)
+    shapes = synth.compile_times
+    assert len(shapes) == 2 and all(v > 0 for v in shapes.values())  # batch 2 and batch 3
+    line = summary_line(res, synth, "out")
+    assert f"+ {sum(shapes.values()):.1f} s compilation of 2 shape(s))" in line
+
+
+@pytest.mark.parametrize("entry", [["train.py"], ["infer.py"], ["-m", "jaxtts.evaluate"]])
+def test_help_exits_zero(entry):
+    proc = _run([*entry, "--help"], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-1000:]
+    assert "--" in proc.stdout and proc.stderr.strip() == ""
+
+
+def test_print_config_describes_every_key_of_every_variant():
+    from jaxtts import config_help
+
+    listing = config_help.list_configs()
+    assert "configs/car.py:{tiny,demo,small,paper}" in listing
+    assert "configs/ctc_asr.py:{tiny,small}" in listing
+    table = config_help.help_table()
+    import importlib.util
+
+    for path in sorted(config_help.CONFIGS_DIR.glob("*.py")):
+        for v in config_help.variants(path):
+            spec = importlib.util.spec_from_file_location(f"c_{path.stem}", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            keys = config_help.flatten(mod.get_config(v).to_dict())
+            missing = sorted(set(keys) - set(table))
+            assert missing == [], f"{path.name}:{v} keys without a description: {missing}"
+    proc = _run(["train.py", "--config", "configs/car.py:small", "--print_config"], timeout=120)
+    assert proc.returncode == 0 and "(no description)" not in proc.stdout
+    assert "model.num_mtp_heads = 4" in proc.stdout and "# prediction heads K" in proc.stdout
+    assert "variants of configs/car.py: tiny, demo, small, paper" in proc.stdout

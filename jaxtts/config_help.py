@@ -1,0 +1,81 @@
+"""`train.py --print_config` / `--list_configs`: a resolved config with every key, its value
+and a one-line description (from `configs/help.py`), and the variants of each config file."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def help_table(configs_dir: Path | None = None) -> dict[str, str]:
+    """dotted key -> one-line description."""
+    path = Path(configs_dir or CONFIGS_DIR) / "help.py"
+    return dict(_load(path, "jaxtts_config_help").HELP) if path.is_file() else {}
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, object]:
+    """Nested config dict -> {'a.b.c': value} (lists stay values)."""
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def variants(path: Path) -> list[str]:
+    """The variants a config file accepts (its `VARIANTS`, else the keys of its `MODELS`),
+    read without executing it."""
+    tree = ast.parse(Path(path).read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            name = getattr(node.targets[0], "id", "")
+            if name == "VARIANTS":
+                return list(ast.literal_eval(node.value))
+            if name == "MODELS" and isinstance(node.value, ast.Call):
+                return [kw.arg for kw in node.value.keywords]
+    return []
+
+
+def describe(config, spec: str) -> str:
+    """The resolved config as `key = value  # description` lines, grouped by section."""
+    file, _, variant = spec.partition(":")
+    table = help_table(Path(file).parent if Path(file).parent.name == "configs" else None)
+    flat = flatten(config.to_dict())
+    flat = dict(sorted(flat.items(), key=lambda kv: ("." in kv[0], kv[0])))  # top level first
+    width = min(44, max(len(f"{k} = {v!r}") for k, v in flat.items()))
+    lines = [f"# {spec} (variants of {file}: {', '.join(variants(Path(file))) or '-'})"]
+    section = None
+    for key, value in flat.items():
+        top = key.split(".")[0] if "." in key else ""
+        if top != section:
+            section = top
+            lines.append(f"\n[{top}]" if top else "")
+        left = f"{key} = {value!r}"
+        lines.append(f"{left:<{width}}  # {table.get(key, '(no description)')}")
+    return "\n".join(line for line in lines if line is not None)
+
+
+def list_configs(configs_dir: Path | None = None) -> str:
+    """One line per config file: its variants and the first line of its docstring."""
+    folder = Path(configs_dir or CONFIGS_DIR)
+    rows = []
+    for path in sorted(folder.glob("*.py")):
+        vs = variants(path)
+        if not vs:
+            continue  # helpers (common.py, help.py)
+        doc = (ast.get_docstring(ast.parse(path.read_text())) or "").split("\n")[0]
+        rows.append(f"configs/{path.name}:{{{','.join(vs)}}}  {doc}")
+    return "\n".join(rows)
