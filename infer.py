@@ -1,4 +1,4 @@
-"""Synthesize speech with a trained jaxtts model.
+r"""Synthesize speech with a trained jaxtts model.
 
   python infer.py --workdir runs/car --text "Hello there." --speaker spk03 --out_dir out/
   python infer.py --workdir runs/car --text_file lines.txt --strategy car:3 --batch_size 16 \

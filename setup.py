@@ -26,6 +26,9 @@ EXTRAS = {
     # Resemblyzer speaker encoder (the DCAR paper's SIM evaluator); needs torch.
     "eval": ["resemblyzer>=0.1.4"],
     "dev": ["pytest>=8", "pytest-timeout>=2.3", "ruff>=0.6"],
+    # benchmarks/peer_decode.py: HF `generate` as the peer (torch 2.13.0 is the CPU build
+    # that pip finds on these machines; never a core dependency)
+    "bench": ["torch==2.13.0", "transformers>=5,<6"],
 }
 EXTRAS["test"] = EXTRAS["tfds"] + EXTRAS["dev"]
 

@@ -116,5 +116,10 @@ def run(main: Callable[[list[str]], None]) -> None:
             die(str(e))
         except KeyboardInterrupt:
             die("interrupted", 130)
+        except BrokenPipeError:  # `... | head`: the reader left; not an error of ours
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
 
     app.run(wrapped, flags_parser=_flags_parser)

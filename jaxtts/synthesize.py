@@ -253,11 +253,8 @@ class Synthesizer:
             }  # fmt: skip
             info["wall_s"] = info["lm_s"] + info["vocoder_s"]
             info["rtf"] = info["wall_s"] / audio_s if audio_s > 0 else None
-            if info["hit_max"]:
-                capped = sum(p["hit_max"] for p in parts)
-                log.warning("line %d: %d of %d piece(s) reached the length cap (max_seconds="
-                            "%.1f) without ending; their audio stops there (raise "
-                            "--max_seconds)", i + 1, capped, n, options.max_seconds)  # fmt: skip
+            info["capped_pieces"] = int(sum(p["hit_max"] for p in parts))
+            info["max_seconds"] = options.max_seconds
             tokens = np.concatenate([p["tokens"] for p in parts])
             results[i] = SynthResult(i, texts[i], wav.astype(np.float32), tokens, info)
         return [results[i] for i in range(len(texts))]
@@ -453,6 +450,12 @@ def run_infer(
     results = synth.synthesize(lines, prompt, strategy=strategy, batch_size=batch_size,
                                seed=seed, max_seconds=max_seconds, **sampling)  # fmt: skip
     synth.write(results, out_dir, extra={"prompt": prompt.id if prompt else None})
+    for r in results:
+        if not r.skipped and r.info["hit_max"]:
+            log.warning("line %d: %d of %d piece(s) reached the length cap (max_seconds=%.1f) "
+                        "without ending; their audio stops there (raise --max_seconds)",
+                        r.index + 1, r.info["capped_pieces"], r.info["pieces"],
+                        r.info["max_seconds"])  # fmt: skip
     print(summary_line(results, synth, out_dir))
     if not any(not r.skipped for r in results):
         first = results[0]

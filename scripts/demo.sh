@@ -16,5 +16,5 @@ python3 infer.py --workdir "$WORKDIR" --speaker spk03 --strategy car:3 --out_dir
   --text "The quick brown fox jumps over the lazy dog." --text "Where did you put the keys?"
 python3 -m jaxtts.evaluate --corpus data/builtin --split test --num "$NUM" --workdir "$WORKDIR" \
   --rows ground_truth,tokenizer:data/builtin/tokenizers/kmeans1024 \
-  --strategies far,car:2,car:3,car:4 --speaker-encoder none --no-spectral --out out/demo/eval
+  --strategies far,car:2,car:3,car:4 --speaker_encoder none --no_spectral --out out/demo/eval
 echo "demo: wavs in out/demo/infer, table in out/demo/eval/results.md"
