@@ -93,6 +93,9 @@ class RowChunks(ChunkedAR):
         # room for max_steps * chunk speech slots, as car:<chunk> has
         return ChunkedAR(self.chunk).init(models, params, batch, max_new_tokens * self.chunk)
 
+    def windows(self, models, batch, max_new_tokens):
+        return (None,)
+
     def step(self, models, params, state, keys, sampling):
         b = state.length.shape[0]
         count = jnp.asarray([self.chunks[i % len(self.chunks)] for i in range(b)], jnp.int32)
@@ -227,3 +230,33 @@ def test_no_import_cycles():
         if m not in state:
             visit(m, [m])
     assert cycles == [], [" -> ".join(c) for c in cycles]
+
+
+@dataclasses.dataclass(frozen=True)
+class OneWindow(ChunkedAR):
+    """car:<chunk> attending over the whole buffer at every step (no windows)."""
+
+    def windows(self, models, batch, max_new_tokens):
+        return (None,)
+
+
+@pytest.mark.parametrize("chunk,sampling", [(1, GREEDY), (3, SamplingConfig(top_k=8))],
+                         ids=["far-greedy", "car3-sampled"])  # fmt: skip
+def test_attention_windows_change_nothing(chunk, sampling):
+    """A cache grown window by window (64, 128, then the whole budget of 157 speech slots)
+    gives the same tokens as the full-size cache from the first step."""
+    from jaxtts.methods.lm.strategies import cache_windows
+
+    params = init_params(eos_bias=-3.0)  # long rows: they cross both window boundaries
+    rows = random_rows(4, seed=5)
+    strat = ChunkedAR(chunk)
+    assert strat.windows(None, batch_of(rows), 150) == (64, 128, 157)  # 1 + prompt 6 + 150
+    out = run(strat, params, batch_of(rows), row_keys(0, range(4)), max_new_tokens=150,
+              sampling=sampling)  # fmt: skip
+    ref = run(OneWindow(chunk), params, batch_of(rows), row_keys(0, range(4)),
+              max_new_tokens=150, sampling=sampling)  # fmt: skip
+    assert int(np.max(out.length)) > 128  # really past the second window
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    np.testing.assert_array_equal(out.steps, ref.steps)
+    assert cache_windows(101, 351, 1) == (128, 256, 351)
+    assert cache_windows(7, 40, 4) == (40,)

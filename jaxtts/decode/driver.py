@@ -15,6 +15,15 @@ own carry (KV caches, hidden states, a policy's cache) must already reflect what
 a per-row dynamic chunk extends by the largest chunk and rolls each row back to its own
 (`jaxtts.methods.lm.strategies.extend_rows`).
 
+Growing caches: a KV buffer sized for the prompt plus the whole generation budget makes every
+step attend over (and stream from memory) slots that are still empty. A strategy may list
+growing `windows` (buffer sizes, e.g. 128, 256, 512 speech slots, the last one the whole
+budget); the driver then runs one `while_loop` per window, `resize`s the strategy's carry
+(pads its caches) between them, and leaves a window when `window_fits` says the next step of
+some active row would not fit. Attention cost then follows the valid length (a 5 s utterance
+does not pay for a 12 s budget at every step); results equal a single full-size buffer's,
+since empty slots are masked to exact zeros. Each window is one more compiled loop body.
+
     out = decode(registry.get("car:3"), {"target": model}, {"target": params}, batch, keys,
                  max_new_tokens=600, sampling=SamplingConfig(greedy=True))
 
@@ -99,6 +108,20 @@ class Strategy(abc.ABC):
         """Loop bound (every active row takes >= 1 token a step)."""
         return max_new_tokens
 
+    def windows(self, models: Models, batch: PromptBatch, max_new_tokens: int
+                ) -> tuple[int | None, ...]:  # fmt: skip
+        """Growing cache sizes, one loop segment each (static); default one segment."""
+        return (None,)
+
+    def resize(self, models: Models, carry: Any, window: int | None) -> Any:
+        """The carry with its caches grown to `window` (called before every segment but the
+        first)."""
+        return carry
+
+    def window_fits(self, state: DecodeState, window: int | None) -> jax.Array:
+        """Whether the next step of every active row fits in `window`."""
+        return jnp.asarray(True)
+
     @abc.abstractmethod
     def eos(self, models: Models) -> int:
         """The end-of-speech token id."""
@@ -154,13 +177,17 @@ def _decode(params, batch: PromptBatch, keys: jax.Array, *, strategy: Strategy,
     max_steps = strategy.max_steps(max_new_tokens)
     eos = strategy.eos(models)
 
-    def cond(s: DecodeState):
-        return ~jnp.all(s.done) & (s.step < max_steps)
-
     def body(s: DecodeState):
         return commit(s, strategy.step(models, params, s, keys, sampling), max_new_tokens, eos)
 
-    state = jax.lax.while_loop(cond, body, state)
+    for i, window in enumerate(strategy.windows(models, batch, max_new_tokens)):
+        if i:
+            state = state.replace(carry=strategy.resize(models, state.carry, window))
+
+        def cond(s: DecodeState, window=window):
+            return ~jnp.all(s.done) & (s.step < max_steps) & strategy.window_fits(s, window)
+
+        state = jax.lax.while_loop(cond, body, state)
     idx = jnp.arange(max_new_tokens)[None]
     tokens = jnp.where(idx < state.length[:, None], state.tokens[:, :max_new_tokens], -1)
     return DecodeOutput(tokens=tokens, length=state.length, steps=state.steps,

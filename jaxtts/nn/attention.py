@@ -2,8 +2,13 @@
 
 Without a cache the keys are the block itself (training); with a `LayerCache` the block's
 keys/values are first written into the buffer at a per-row slot offset (`write_rows`), then the
-queries attend over the whole buffer. The visibility mask is an argument (`jaxtts.nn.masks`):
-layers never decide causality themselves.
+queries attend over the whole buffer (decoding loops grow the buffer in steps, so its size
+follows the valid length: `jaxtts.decode.driver`). The visibility mask is an argument
+(`jaxtts.nn.masks`): layers never decide causality themselves.
+
+The cache holds keys/values head-major, `[B, N, S, H]`: the attention contractions then read
+it in place (the `[B, S, N, H]` layout cost a transpose of the whole cache per layer and step:
+4x slower attention on CPU at batch 32, benchmarks/RESULTS.md section 10).
 
 Axis letters: B batch, T query length, S key length, D width, N heads, H head dim.
 """
@@ -26,35 +31,39 @@ NEG_INF = -1e30
 
 @flax.struct.dataclass
 class LayerCache:
-    """Key/value buffer of one attention layer: k, v [B, S, N, H]."""
+    """Key/value buffer of one attention layer: k, v [B, N, S, H] (head-major)."""
 
     k: jax.Array
     v: jax.Array
 
 
-def write_rows(buf: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:
-    """buf [B, S, ...] with new [B, C, ...] written at slots start[b] .. start[b] + C - 1.
-
-    Used for KV buffers and for decoded-token buffers alike.
-    """
+def write_rows(buf: jax.Array, new: jax.Array, start: jax.Array, axis: int = 1) -> jax.Array:
+    """buf [B, ..., S, ...] with new [B, ..., C, ...] written at slots start[b] .. + C - 1 of
+    `axis` (1: token buffers [B, N]; 2: head-major KV buffers [B, N, S, H])."""
 
     def one(b, n, s):
-        return jax.lax.dynamic_update_slice_in_dim(b, n.astype(b.dtype), s, axis=0)
+        return jax.lax.dynamic_update_slice_in_dim(b, n.astype(b.dtype), s, axis=axis - 1)
 
     return jax.vmap(one)(buf, new, start)
 
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-    """Softmax attention. q [B, T, N, H], k/v [B, S, N, H], mask bool [B, T, S] -> [B, T, N, H].
+    """Softmax attention. q [B, T, N, H], k/v [B, N, S, H], mask bool [B, T, S] -> [B, T, N, H].
 
-    Rows whose mask is all False (padding queries) return zeros, never NaN.
+    Rows whose mask is all False (padding queries) return zeros, never NaN. Batch and heads
+    are folded into one batch axis (free for head-major k/v): XLA's CPU batched matmul is then
+    4-5x faster for the few-query steps of decoding than with two batch axes.
     """
-    h = q.shape[-1]
-    logits = jnp.einsum("BTNH,BSNH->BNTS", q, k).astype(jnp.float32) / jnp.sqrt(h)
-    logits = jnp.where(mask[:, None], logits, NEG_INF)
-    probs = jax.nn.softmax(logits, axis=-1)
-    probs = jnp.where(mask[:, None], probs, 0.0)
-    return jnp.einsum("BNTS,BSNH->BTNH", probs.astype(v.dtype), v)
+    b, t, n, h = q.shape
+    s = k.shape[2]
+    qf = q.transpose(0, 2, 1, 3).reshape(b * n, t, h)  # [BN, T, H]
+    kf, vf = k.reshape(b * n, s, h), v.reshape(b * n, s, h)  # [BN, S, H]
+    logits = jnp.einsum("ZTH,ZSH->ZTS", qf, kf).astype(jnp.float32) / jnp.sqrt(h)
+    m = jnp.broadcast_to(mask[:, None], (b, n, t, s)).reshape(b * n, t, s)  # [BN, T, S]
+    logits = jnp.where(m, logits, NEG_INF)
+    probs = jnp.where(m, jax.nn.softmax(logits, axis=-1), 0.0)
+    out = jnp.einsum("ZTS,ZSH->ZTH", probs.astype(vf.dtype), vf)  # [BN, T, H]
+    return out.reshape(b, n, t, h).transpose(0, 2, 1, 3)
 
 
 class Attention(nn.Module):
@@ -86,10 +95,11 @@ class Attention(nn.Module):
         if self.rope_theta:  # 0 = no rotary embedding (e.g. the conformer ASR)
             q = apply_rope(q, positions, self.rope_theta)
             k = apply_rope(k, positions, self.rope_theta)
+        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, N, T, H]
         if cache is not None:
-            cache = LayerCache(k=write_rows(cache.k, k, write_start),
-                               v=write_rows(cache.v, v, write_start))  # fmt: skip
-            k, v = cache.k.astype(q.dtype), cache.v.astype(q.dtype)
+            cache = LayerCache(k=write_rows(cache.k, k, write_start, axis=2),
+                               v=write_rows(cache.v, v, write_start, axis=2))  # fmt: skip
+            k, v = cache.k.astype(q.dtype), cache.v.astype(q.dtype)  # [B, N, S, H]
         out = attend(q, k, v, mask)  # [B, T, N, H]
         out = Dense(d, (axes.HEADS, axes.KV, axes.EMBED), in_axes=2, name="o", **kw)(out)
         return out, cache

@@ -137,9 +137,9 @@ class LMConfig:
 class KVCache:
     """Per-layer key/value buffers plus the per-row lengths that say which slots are valid.
 
-    layers[l].k / .v [B, X + S, N, H]: slots 0..X-1 hold the text (valid < text_len), slots
-    X + j speech position j (valid j < speech_len). One entry per layer *run* (all layers, or
-    the subset a draft runs).
+    layers[l].k / .v [B, N, X + S, H] (head-major): slots 0..X-1 hold the text (valid <
+    text_len), slots X + j speech position j (valid j < speech_len). One entry per layer *run*
+    (all layers, or the subset a draft runs).
     """
 
     layers: tuple[LayerCache, ...]
@@ -149,7 +149,7 @@ class KVCache:
 
     @property
     def num_slots(self) -> int:
-        return self.layers[0].k.shape[1]
+        return self.layers[0].k.shape[2]
 
     @property
     def speech_slots(self) -> int:
@@ -158,6 +158,19 @@ class KVCache:
     def rollback(self, speech_len: jax.Array) -> KVCache:
         """Per-row rollback: keep only the first `speech_len[b]` speech slots of row b."""
         return self.replace(speech_len=jnp.minimum(self.speech_len, speech_len))
+
+    def resize(self, speech_slots: int) -> KVCache:
+        """The same cache with room for `speech_slots` speech slots (grown with zeros at the
+        end; decoding grows the buffer window by window so attention follows the valid
+        length)."""
+        extra = self.text_slots + speech_slots - self.num_slots
+        if extra < 0:
+            raise ValueError(f"KVCache.resize({speech_slots}): holds {self.speech_slots} slots")
+        if extra == 0:
+            return self
+        pad = ((0, 0), (0, 0), (0, extra), (0, 0))
+        return self.replace(layers=tuple(LayerCache(jnp.pad(c.k, pad), jnp.pad(c.v, pad))
+                                         for c in self.layers))  # fmt: skip
 
     def key_segments(self, speech_len: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """(is_speech, index in segment, valid) of every cache slot [B, S], with `speech_len`
@@ -268,7 +281,7 @@ class TTSLM(nn.Module):
                    layers: Sequence[int] | None = None) -> KVCache:  # fmt: skip
         """Zero buffers for every layer (or one per index of `layers`)."""
         c = self.cfg
-        shape = (batch, text_slots + speech_slots, c.num_heads, c.head_dim)
+        shape = (batch, c.num_heads, text_slots + speech_slots, c.head_dim)  # [B, N, S, H]
         dt = jnp.dtype(dtype or c.dtype)
         n = len(c.stack.check_layers(layers))
         zeros = jnp.zeros((batch,), jnp.int32)
@@ -300,7 +313,8 @@ class TTSLM(nn.Module):
     def extend_embedded(self, emb: jax.Array, cache: KVCache,
                         layers: Sequence[int] | None = None) -> tuple[jax.Array, KVCache]:
         """Append input vectors emb [B, C, D] at each row's speech_len (a token's embedding,
-        or any other vector in its place); -> (hidden [B, C, D], cache)."""
+        or any other vector in its place); -> (hidden [B, C, D], cache). Every row's
+        speech_len + C must fit the cache."""
         b, c = emb.shape[:2]
         q_idx = cache.speech_len[:, None] + jnp.arange(c)[None]  # [B, C]
         pos = cache.text_len[:, None] + q_idx

@@ -28,6 +28,26 @@ from jaxtts.decode.sampling import SamplingConfig, sample_tokens, step_keys, sup
 from jaxtts.errors import ConfigError
 from jaxtts.methods.lm.model import TTSLM, KVCache, with_bos
 
+MIN_WINDOW = 64  # smallest cache window (speech slots); windows double from there
+
+
+def cache_windows(prompt_slots: int, speech_slots: int, chunk: int) -> tuple[int, ...]:
+    """Doubling cache sizes (speech slots) from the first power of two >= max(MIN_WINDOW,
+    prompt + one chunk), the last one the whole budget `speech_slots`."""
+    w = MIN_WINDOW
+    while w < prompt_slots + chunk:
+        w *= 2
+    out: list[int] = []
+    while w < speech_slots:
+        out.append(w)
+        w *= 2
+    return (*out, speech_slots)
+
+
+def window_fits(cache: KVCache, done: jax.Array, chunk: int) -> jax.Array:
+    """Every active row's next `chunk` speech slots fit in the cache."""
+    return jnp.all(done | (cache.speech_len + chunk <= cache.speech_slots))
+
 
 def prefill(model: TTSLM, params, batch: PromptBatch, speech_slots: int, layers=None
             ) -> tuple[jax.Array, KVCache]:  # fmt: skip
@@ -100,10 +120,24 @@ class ChunkedAR(Strategy):
     def eos(self, models) -> int:
         return models["target"].cfg.eos
 
+    def speech_slots(self, batch, max_new_tokens: int) -> int:
+        return batch.prompt.shape[1] + 1 + self.max_steps(max_new_tokens) * self.chunk
+
     def init(self, models, params, batch, max_new_tokens):
-        speech_slots = batch.prompt.shape[1] + 1 + self.max_steps(max_new_tokens) * self.chunk
+        first = self.windows(models, batch, max_new_tokens)[0]  # the cache grows from there
+        speech_slots = self.speech_slots(batch, max_new_tokens) if first is None else first
         hidden, cache = prefill(models["target"], params["target"], batch, speech_slots)
         return ChunkCarry(cache=cache, hidden=hidden.astype(jnp.float32))
+
+    def windows(self, models, batch, max_new_tokens):
+        return cache_windows(batch.prompt.shape[1] + 1, self.speech_slots(batch, max_new_tokens),
+                             self.chunk)  # fmt: skip
+
+    def resize(self, models, carry, window):
+        return carry.replace(cache=carry.cache.resize(window))
+
+    def window_fits(self, state, window):
+        return window_fits(state.carry.cache, state.done, self.chunk)
 
     def step(self, models, params, state, keys, sampling):
         count = jnp.full(state.length.shape, self.chunk, jnp.int32)
