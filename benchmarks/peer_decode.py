@@ -13,6 +13,9 @@ Every (system, batch) is run once untimed first (jaxtts compiles, torch warms up
 `--rounds` interleaved rounds time each once: round r runs every system and batch before
 round r+1 starts, so drifting machine load hits all of them alike. Reported: tokens/s summed
 over the batch (median, min, max over rounds), the ratio of medians, the load average.
+Every timed run starts after a 0.5 s pause, so the previous system's spinning worker threads
+(torch's OpenMP pool spins a while after its work) do not slow the next; torch keeps its
+default thread settings (OMP_WAIT_POLICY=PASSIVE would slow HF by ~30 %).
 """
 
 from __future__ import annotations
@@ -129,6 +132,7 @@ def main(argv=None) -> int:
     times: dict[tuple, list[float]] = {k: [] for k in runners}
     for r in range(args.rounds):
         for key, run in runners.items():
+            time.sleep(0.5)
             t0 = time.perf_counter()
             n = run()
             dt = time.perf_counter() - t0
