@@ -12,6 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from configs import common  # noqa: E402
+from jaxtts import config_help  # noqa: E402
 
 
 def _load(path):
@@ -21,8 +22,9 @@ def _load(path):
     return mod
 
 
+# experiment configs = the files with variants (not common.py / help.py), as --list_configs
 CONFIG_FILES = sorted(p for p in glob.glob(os.path.join(ROOT, "configs", "*.py"))
-                      if not p.endswith(("__init__.py", "common.py")))
+                      if config_help.variants(p))
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)
