@@ -35,7 +35,7 @@ fi
 stamp=.setup-stamp
 if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ]; then
   echo "[setup] installing Python packages (pip install -e .[test])"
-  $PY -m pip install -q --disable-pip-version-check -e ".[test]"
+  $PY -m pip install -q --disable-pip-version-check --root-user-action=ignore -e ".[test]"
   touch "$stamp"
 fi
 echo "[setup] ok: $($PY -c 'import jax, flax; print("jax", jax.__version__, "flax", flax.__version__)')," \
