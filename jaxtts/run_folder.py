@@ -141,19 +141,24 @@ class RunFolder:
         ckpt = self.checkpointer(read_only=True)
         return ckpt.restore_inference_params(like, step)
 
+    def saved_params(self, step: int | None = None) -> Any:
+        """The full parameter tree as saved (params file or checkpoint, trained and frozen
+        merged), without a target layout: what `train.init_from` and `export` read."""
+        if step is None and self.params_file.is_file() and not self.checkpoints_dir.is_dir():
+            from flax import serialization
+
+            return serialization.msgpack_restore(self.params_file.read_bytes())
+        return self.checkpointer(read_only=True).restore_full_as_saved(step)
+
     # -- shipping
     def export(self, dest: str | os.PathLike, step: int | None = None) -> RunFolder:
         """A self-contained copy for inference (e.g. `pretrained/<name>`): config.json,
         data.json, text_frontend/, tokenizer/ and the parameters of the latest (or `step`)
         checkpoint, trained and frozen merged, as ONE `params.msgpack` file."""
         from jaxtts.train import checkpoint as ckpt_lib
-        from jaxtts.train.state import merge_trees
 
         self.read_config()  # a one-line error if this is not a run folder
-        ck = self.checkpointer(read_only=True)
-        params = ck.restore_as_saved("params", step)
-        if ck.has_frozen(step):
-            params = merge_trees(params, ck.restore_as_saved("frozen", step))
+        params = self.saved_params(step)
         out = RunFolder(dest)
         out.path.mkdir(parents=True, exist_ok=True)
         for name in (CONFIG, DATA):

@@ -197,16 +197,23 @@ class Checkpointer:
             **{item: ocp.args.StandardRestore(target)}))  # fmt: skip
         return out[item]
 
+    def restore_full_as_saved(self, step: int | None = None) -> Any:
+        """Trained and frozen parameters merged, as saved, on the first device."""
+        from jaxtts.train.state import merge_trees
+
+        step = self._step_or_latest(step)
+        params = self.restore_as_saved("params", step)
+        if self.has_frozen(step):
+            params = merge_trees(params, self.restore_as_saved("frozen", step))
+        return params
+
     def restore_inference_params(self, params_like: Any, step: int | None = None):
         """The full parameter tree (trained + frozen merged) in the layout of `params_like`,
         for inference. Returns (params, meta)."""
         step = self._step_or_latest(step)
         if not self.has_frozen(step):
             return self.restore_params(params_like, step)
-        from jaxtts.train.state import merge_trees
-
-        full = merge_trees(self.restore_as_saved("params", step),
-                           self.restore_as_saved("frozen", step))  # fmt: skip
+        full = self.restore_full_as_saved(step)
         check_tree_matches(full, params_like, f"{self.directory}/{step}")
         meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         return _place_like(full, params_like), dict(meta["meta"])

@@ -115,16 +115,7 @@ class Trainer:
             run = RunFolder(self.init_from)
             if not run.path.is_dir():
                 raise ConfigError(f"train.init_from={self.init_from}: no such run folder")
-            if run.params_file.is_file() and not run.checkpoints_dir.is_dir():
-                from flax import serialization
-
-                self._init_source = serialization.msgpack_restore(run.params_file.read_bytes())
-            else:
-                ck = run.checkpointer(read_only=True)
-                src = ck.restore_as_saved("params")
-                if ck.has_frozen():
-                    src = merge_trees(src, ck.restore_as_saved("frozen"))
-                self._init_source = src
+            self._init_source = run.saved_params()
             # host copies: the init jit places them on the mesh itself
             self._init_source = jax.tree.map(lambda x: np.asarray(jax.device_get(x)),
                                              self._init_source)  # fmt: skip
