@@ -4,7 +4,9 @@ Variants (`--config configs/car.py:<variant>`):
   tiny   tests and smoke runs (seconds on CPU; 40-utterance corpus)
   demo   `make demo`: a few minutes on 2 CPU cores on the built-in corpus (pipeline check,
          not intelligible)
-  small  the 2-CPU-core recipe on the built-in corpus (~1 h); results in benchmarks/RESULTS.md
+  small  the 2-CPU-core recipe (the shipped `pretrained/car_small`): a 20,000-utterance
+         (~16 h) built-in corpus, 25 Hz k-means tokens, alignment learning (prior + CTC loss)
+         on heads 0-1 of layers 1-2; results in benchmarks/RESULTS.md
   paper  12 layers, D=1024, FFN 4096, 8 heads, K=7 heads (DCAR paper), for accelerators
 
   python train.py --config configs/car.py:small --workdir runs/car
@@ -15,6 +17,8 @@ Variants (`--config configs/car.py:<variant>`):
 import ml_collections as mlc
 
 from configs import common
+
+STEPS_SMALL = 3000  # ~2 h on 2 CPU cores
 
 MODELS = dict(
     tiny=dict(d_model=32, num_layers=2, num_heads=2, head_dim=16, d_ff=64, num_mtp_heads=4),
@@ -48,7 +52,15 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             **MODELS[v],
         )
     )
-    config.loss = mlc.ConfigDict(dict(alpha=1.0))  # head k weighted alpha^(k-1); 1 = uniform
+    # head k weighted alpha^(k-1); align_*: alignment learning (jaxtts/train/align.py), off
+    # unless a variant (or an override) names layers
+    config.loss = mlc.ConfigDict(dict(
+        alpha=1.0, align_layers=[], align_heads=[], align_ctc_weight=0.0,
+        align_prior_scaling=0.0, align_prior_start=0, align_prior_end=0,
+        align_blank_logprob=-1.0, align_band=0.1))  # fmt: skip
+    if v != "paper":
+        config.loss.update(align_layers=[1], align_heads=[0], align_ctc_weight=1.0,
+                           align_prior_scaling=1.0)  # fmt: skip
 
     config.data = common.data_config()
     config.train = common.train_config()
@@ -68,6 +80,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             steps=20, learning_rate=3e-3, warmup_steps=2, log_every=1, eval_every=10,
             checkpoint_every=10,
         )
+        config.loss.update(align_prior_start=5, align_prior_end=15)
         config.eval.num_samples = 2
         config.decode.max_seconds = 2.0
     elif v == "demo":
@@ -75,15 +88,19 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
                            bucket_step=128, text_bucket_step=128, max_text_len=256)
         config.train.update(steps=150, learning_rate=3e-3, warmup_steps=20, log_every=10,
                             eval_every=150, checkpoint_every=50)
+        config.loss.update(align_prior_start=50, align_prior_end=120)
         config.eval.num_samples = 0
         config.decode.max_seconds = 6.0
     elif v == "small":
-        config.data.update(batch_size=16, prompt_seconds=2.0, max_speech_len=512,
-                           bucket_step=64, text_bucket_step=128, max_text_len=256)
+        config.data.update(corpus_utterances=20_000, tokenizer_frames=2, batch_size=16,
+                           prompt_seconds=2.0, max_speech_len=320, bucket_step=32,
+                           text_bucket_step=64, max_text_len=256)  # fmt: skip
         config.train.update(
-            steps=1500, learning_rate=2e-3, warmup_steps=100, log_every=10, eval_every=250,
-            checkpoint_every=250,
+            steps=STEPS_SMALL, learning_rate=2e-3, warmup_steps=100, log_every=10,
+            eval_every=500, checkpoint_every=250,
         )
+        config.loss.update(align_layers=[1, 2], align_heads=[0, 1],
+                           align_prior_start=STEPS_SMALL // 5, align_prior_end=STEPS_SMALL // 2)
     else:  # paper
         config.data.update(batch_size=64)
         config.train.update(steps=200_000, learning_rate=3e-4, warmup_steps=4000)

@@ -77,7 +77,8 @@ def data_config(**overrides) -> mlc.ConfigDict:
             # Speech tokens: 'kmeans' (fitted on the train split), 'external:<name>'.
             tokenizer="kmeans",
             tokenizer_k=1024,
-            tokenizer_dir="",  # '' = <corpus_dir>/tokenizers/kmeans<k>
+            tokenizer_frames=1,  # mel frames a token: 1 = 50 Hz, 2 = 25 Hz
+            tokenizer_dir="",  # '' = <corpus_dir>/tokenizers/kmeans<k>[x<frames>]
             text_backend="espeak",  # phonemes from espeak-ng; 'char' for characters
             prompt_seconds=3.0,
             batch_size=16,

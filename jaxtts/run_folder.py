@@ -151,10 +151,13 @@ class RunFolder:
         return self.checkpointer(read_only=True).restore_full_as_saved(step)
 
     # -- shipping
-    def export(self, dest: str | os.PathLike, step: int | None = None) -> RunFolder:
+    def export(self, dest: str | os.PathLike, step: int | None = None,
+               dtype: str | None = "float16") -> RunFolder:  # fmt: skip
         """A self-contained copy for inference (e.g. `pretrained/<name>`): config.json,
         data.json, text_frontend/, tokenizer/ and the parameters of the latest (or `step`)
-        checkpoint, trained and frozen merged, as ONE `params.msgpack` file."""
+        checkpoint, trained and frozen merged, as ONE `params.msgpack` file, stored as
+        `dtype` (float16 by default: half the size; loaded back as float32; None = as
+        trained). Numbers of a shipped model are measured on the exported file."""
         from jaxtts.train import checkpoint as ckpt_lib
 
         self.read_config()  # a one-line error if this is not a run folder
@@ -167,7 +170,7 @@ class RunFolder:
         for name in (TEXT_FRONTEND, TOKENIZER):
             if (self.path / name).is_dir():
                 shutil.copytree(self.path / name, out.path / name, dirs_exist_ok=True)
-        ckpt_lib.write_params_file(out.params_file, params)
+        ckpt_lib.write_params_file(out.params_file, params, dtype)
         return out
 
 
@@ -185,9 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("workdir", help="training run folder")
     ex.add_argument("dest", help="output folder, e.g. pretrained/car_small")
     ex.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
+    ex.add_argument("--dtype", default="float16", choices=["float16", "float32"],
+                    help="storage type of the parameters (loaded back as float32)")
     args = ap.parse_args(argv)
     try:
-        out = RunFolder(args.workdir).export(args.dest, args.step)
+        out = RunFolder(args.workdir).export(args.dest, args.step, args.dtype)
     except JaxttsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -349,6 +349,7 @@ def resolve_prompt(workdir: str | Path, speaker: str | None = None,
         return Prompt.from_file(speaker_wav, speaker_text)
     if not speaker:
         return None
+    from jaxtts.data.corpus import default_corpus_dir
     from jaxtts.data.manifest import read_split
 
     run = RunFolder(workdir)
@@ -357,6 +358,10 @@ def resolve_prompt(workdir: str | Path, speaker: str | None = None,
         raise DataError(f"{run.data_path}: not found; --speaker needs the run's corpus (or use "
                         "--speaker_wav/--speaker_text)")  # fmt: skip
     corpus = Path(corpus_dir)
+    if not (corpus / "test.jsonl").is_file() and (default_corpus_dir() / "test.jsonl").is_file():
+        # a shipped run trained elsewhere (pretrained/): every built-in corpus has the same
+        # speakers and test split, so the default one (`python -m jaxtts.data.corpus`) serves
+        corpus = default_corpus_dir()
     splits = [read_split(corpus, s) for s in ("test", "dev", "train")
               if (corpus / f"{s}.jsonl").is_file()]  # fmt: skip
     for utts in splits:

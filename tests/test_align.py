@@ -66,3 +66,113 @@ def test_ctc_alignment_loss_equals_brute_force():
     good = float(ctc_alignment_loss(diag, jnp.array([3]), jnp.array([3])))
     bad = float(ctc_alignment_loss(diag[:, ::-1], jnp.array([3]), jnp.array([3])))
     assert good < 0.5 < 5.0 < bad
+
+
+# ----------------------------------------------------------------------------- wiring (LMTask)
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+from jaxtts.errors import ConfigError  # noqa: E402
+from jaxtts.train.align import (  # noqa: E402
+    AlignConfig,
+    diagonal_mass,
+    prior_bias,
+)
+
+
+def _lm_batch():
+    return {
+        "text": np.array([[3, 4, 5, 6, 0], [7, 8, 0, 0, 0]], np.int32),
+        "text_len": np.array([4, 2], np.int32),
+        "speech": np.array([[1, 2, 3, 4, 5, 6, 7], [9, 8, 7, 0, 0, 0, 0]], np.int32),
+        "speech_len": np.array([7, 3], np.int32),
+        "prompt_len": np.array([2, 1], np.int32),
+    }
+
+
+def _task(**align):
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from lm_reference import TINY
+
+    from jaxtts.methods.lm.task import LMTask
+
+    return LMTask(TINY, align=AlignConfig(**align) if align else None)
+
+
+def test_align_config_from_loss_config_errors():
+    ok = AlignConfig.from_loss_config({"alpha": 1.0, "align_layers": [1], "align_heads": [0],
+                                       "align_ctc_weight": 1.0}, 2, 2)  # fmt: skip
+    assert ok.layers == (1,) and ok.heads == (0,) and ok.enabled
+    assert not AlignConfig.from_loss_config({"align_layers": []}, 2, 2).enabled
+    with pytest.raises(ConfigError, match="loss.align_layer: unknown key"):
+        AlignConfig.from_loss_config({"align_layer": [1]}, 2, 2)
+    with pytest.raises(ConfigError, match=r"loss.align_heads=\[5\]: expected indices in \[0, 2\)"):
+        AlignConfig.from_loss_config({"align_layers": [0], "align_heads": [5]}, 2, 2)
+    with pytest.raises(ConfigError, match="align_prior_end=1"):
+        AlignConfig.from_loss_config({"align_prior_scaling": 1.0, "align_prior_start": 5,
+                                      "align_prior_end": 1}, 2, 2)  # fmt: skip
+
+
+def test_lm_task_rejects_unknown_loss_key():
+    import ml_collections as mlc
+
+    from jaxtts.methods.lm.task import lm_task_from_config
+
+    task = _task()
+    with pytest.raises(ConfigError, match="loss.alpah: unknown key"):
+        lm_task_from_config(mlc.ConfigDict({"loss": {"alpah": 1.0}}), task.cfg)
+
+
+def test_prior_bias_only_on_speech_to_text_block_of_chosen_heads():
+    heads = jnp.array([0.0, 1.0])
+    bias = np.asarray(prior_bias(jnp.array([3]), jnp.array([4]), 3, 5, heads, 1.0,
+                                 jnp.asarray(0.5)))  # fmt: skip
+    assert bias.shape == (1, 2, 8, 8)
+    assert np.all(bias[:, 0] == 0)  # head 0 not aligned
+    assert np.all(bias[0, 1, :3] == 0) and np.all(bias[0, 1, :, 3:] == 0)  # text rows, speech keys
+    lp = np.asarray(beta_binomial_log_prior(jnp.array([3]), jnp.array([4]), 3, 5))[0]
+    np.testing.assert_allclose(bias[0, 1, 3:7, :3], 0.5 * lp[:4, :3], rtol=1e-6)
+    assert np.all(bias[0, 1, 7] == 0)  # padded speech frame
+
+
+def test_diagonal_mass_perfect_and_uniform():
+    n, m = 4, 8
+    diag = np.full((1, m, n), -30.0, np.float32)
+    diag[0, np.arange(m), np.arange(m) * n // m] = 0.0
+    assert float(diagonal_mass(jnp.asarray(diag), jnp.array([n]), jnp.array([m]), 0.0)) > 0.99
+    uniform = jnp.zeros((1, m, 40))
+    got = float(diagonal_mass(uniform, jnp.array([40]), jnp.array([m]), 0.1))
+    assert 0.2 < got < 0.3  # ~ (2 * (0.1 * 40 + 1) + 1) / 40 keys near the diagonal
+
+
+def test_lm_task_alignment_loss_and_schedule():
+    batch = _lm_batch()
+    plain = _task()
+    params = jax.jit(plain.init)(jax.random.key(0), batch)
+    aligned = _task(layers=(1,), heads=(1,), ctc_weight=0.5, prior_scaling=1.0, prior_start=10,
+                    prior_end=20)  # fmt: skip
+    ref, _ = plain.loss(params, batch, jax.random.key(1), train=False)
+    f = jax.jit(lambda p, s: aligned.loss(p, batch, jax.random.key(1), train=False, step=s))
+    for step, w in ((0, 1.0), (15, 0.5), (25, 0.0)):
+        loss, m = f(params, jnp.asarray(step))
+        assert float(m["align/prior_weight"]) == w
+        np.testing.assert_allclose(float(loss), float(m["mtp_loss"]) + 0.5 * float(
+            m["align/ctc"]), rtol=1e-6)  # fmt: skip
+        assert float(m["align/ctc"]) > 0 and 0 <= float(m["align/diag_mass"]) <= 1
+    # without the prior (weight 0, or evaluation: step None) the forward is the plain model's
+    for step in (jnp.asarray(25), None):
+        _, m = aligned.loss(params, batch, jax.random.key(1), train=False, step=step)
+        np.testing.assert_allclose(float(m["mtp_loss"]), float(ref), rtol=1e-6)
+    # with it, only the aligned head's logits move: the MTP loss changes
+    _, m0 = f(params, jnp.asarray(0))
+    assert abs(float(m0["mtp_loss"]) - float(ref)) > 1e-4
+    # the CTC term has gradients on the aligned layer's attention
+    g = jax.grad(lambda p: aligned.loss(p, batch, jax.random.key(1), train=True,
+                                        step=jnp.asarray(30))[1]["align/ctc"])(params)  # fmt: skip
+    gq = g["stack"]["layer_1"]["attn"]["q"]
+    assert float(jnp.abs(jax.tree.leaves(gq)[0]).sum()) > 0
+    assert float(jnp.abs(jax.tree.leaves(g["stack"]["layer_1"]["mlp"])[0]).sum()) == 0

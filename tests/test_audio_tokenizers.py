@@ -153,6 +153,30 @@ def test_kmeans_recovers_blobs_and_round_trips(tmp_path):
         tok.encode(np.zeros((3, 5)))
 
 
+def test_kmeans_25hz_clusters_frame_pairs(tmp_path):
+    """frames=2: one token per pair of 50 Hz frames (25 Hz), decoded to two frames; an odd
+    last frame is repeated to fill its pair."""
+    rng = np.random.default_rng(5)
+    pair_centers = rng.normal(0, 5, size=(3, 2, 80))  # 3 blobs of [frame a, frame b]
+    labels = rng.integers(0, 3, size=(300,))
+    frames = (pair_centers[labels] + rng.normal(0, 0.1, size=(300, 2, 80))).reshape(600, 80)
+    frames = frames.astype(np.float32)
+    tok = T.KMeansTokenizer(k=3, iters=20, frames=2).fit([frames[:200], frames[200:]])
+    assert tok.name == "kmeans3x2" and tok.frame_rate == 25.0
+    ids = tok.encode(frames)
+    assert ids.shape == (300,)
+    pairs = set(zip(labels.tolist(), ids.tolist(), strict=True))
+    assert len(pairs) == 3 and len({p[1] for p in pairs}) == 3
+    dec = tok.decode(ids)
+    assert dec.shape == (600, 80) and np.abs(dec - frames).mean() < 0.2
+    odd = tok.encode(frames[:5])  # frames 0-1, 2-3, 4+4
+    assert odd.shape == (3,) and odd[2] == tok.encode(np.repeat(frames[4:5], 2, 0))[0]
+    tok.save(tmp_path / "km")
+    tok2 = T.load_tokenizer(tmp_path / "km")
+    assert tok2.frames == 2 and tok2.frame_rate == 25.0
+    np.testing.assert_array_equal(tok2.encode(frames), ids)
+
+
 def test_external_tokens_learn_mean_frames(tmp_path):
     mels = [np.stack([np.full(80, float(i // 2)) for i in range(8)]).astype(np.float32)]
     tokens = [np.array([0, 1, 2, 3])]  # 25 Hz tokens over 50 Hz mels: 2 frames each

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -124,10 +125,18 @@ def test_export_to_one_params_file_synthesizes_the_same(trained, tiny_corpus, tm
     from jaxtts.synthesize import Prompt, Synthesizer
 
     wd, _, _ = trained
-    proc = _run(["-m", "jaxtts.run_folder", "export", str(wd), str(tmp_path / "ship")])
+    proc = _run(["-m", "jaxtts.run_folder", "export", str(wd), str(tmp_path / "ship"),
+                 "--dtype", "float32"])  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "MiB of parameters in params.msgpack" in proc.stdout
     ship = RunFolder(tmp_path / "ship")
+    # the default float16 storage: half the bytes, the same tree within float16 rounding
+    half = RunFolder(wd).export(tmp_path / "half")
+    assert half.params_file.stat().st_size < 0.55 * ship.params_file.stat().st_size
+    full16, full32 = half.saved_params(), ship.saved_params()
+    for x, y in zip(jax.tree.leaves(full16), jax.tree.leaves(full32), strict=True):
+        assert x.dtype == np.float16
+        np.testing.assert_allclose(x.astype(np.float32), y, rtol=1e-3, atol=1e-4)
     assert not ship.checkpoints_dir.exists() and ship.params_file.is_file()
     prompt = Prompt.from_utterance(read_split(tiny_corpus, "dev")[0])
     kw = dict(strategy="car:2", max_seconds=0.4, progress=False, seed=1)

@@ -188,3 +188,26 @@ def test_default_dir_env_and_missing_espeak(tmp_path, monkeypatch):
         build_corpus(tmp_path / "x", num_utterances=40, progress=False)
     with pytest.raises(DataError, match="no finished corpus"):
         load_corpus(tmp_path / "x")
+
+
+def test_larger_corpus_keeps_the_default_eval_splits():
+    """Every corpus larger than the default keeps its dev and test groups exactly (speaker,
+    quota, candidate sentences in order): test numbers stay comparable whatever a model trained
+    on. The extra utterances are train-only with sentences never seen in dev or test."""
+    from jaxtts.data import corpus as C
+
+    def eval_groups(groups, sentences):
+        return [(g.split, g.speaker.name, g.quota, [sentences[i] for i in g.candidates])
+                for g in groups if g.split != "train"]  # fmt: skip
+
+    base = C._plan(C.DEFAULT_UTTERANCES, 0, C.SPEAKERS)
+    for n in (C.DEFAULT_UTTERANCES + 1, 3000, 20_000):
+        groups, sentences = C._plan(n, 0, C.SPEAKERS)
+        assert eval_groups(groups, sentences) == eval_groups(*base)
+        assert sum(g.quota for g in groups) == n
+        train = {sentences[i] for g in groups if g.split == "train" for i in g.candidates}
+        held = {sentences[i] for g in groups if g.split != "train" for i in g.candidates}
+        assert not train & held
+    # the config (and so the build's identity) says which eval splits it kept
+    assert C._config(3000, 0, C.SPEAKERS)["eval_splits_of"] == C.DEFAULT_UTTERANCES
+    assert "eval_splits_of" not in C._config(C.DEFAULT_UTTERANCES, 0, C.SPEAKERS)

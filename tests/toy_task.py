@@ -37,7 +37,7 @@ class ToyTask:
     def init(self, rng, batch):
         return self.model.init(rng, jnp.asarray(batch["x"]))["params"]
 
-    def loss(self, params, batch, rng, *, train):
+    def loss(self, params, batch, rng, *, train, step=None):
         pred = self.model.apply({"params": params}, batch["x"])[:, 0]
         mask = batch["mask"].astype(jnp.float32)
         err = jnp.square(pred - batch["y"]) * mask

@@ -255,11 +255,14 @@ def wav_to_mel(wav: np.ndarray, sr: int, cfg: MelConfig | None = None) -> np.nda
 def utterance_mels(utts, cfg: MelConfig | None = None, progress: bool = True,
                    desc: str = "log-mel") -> list[np.ndarray]:  # fmt: skip
     """Log-mels (float32 [T, n_mels]) of `Utterance`s, read from their audio files."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from tqdm.auto import tqdm
 
     cfg = cfg or MelConfig()
-    return [log_mel(load_audio(u.path, cfg.sample_rate), cfg)
-            for u in tqdm(utts, desc=desc, disable=not progress, leave=False)]  # fmt: skip
+    with ThreadPoolExecutor(min(4, os.cpu_count() or 1)) as pool:  # FFTs release the GIL
+        it = pool.map(lambda u: log_mel(load_audio(u.path, cfg.sample_rate), cfg), utts)
+        return list(tqdm(it, total=len(utts), desc=desc, disable=not progress, leave=False))
 
 
 # ----------------------------------------------------------------------------- statistics

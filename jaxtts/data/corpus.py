@@ -22,7 +22,12 @@ How the build stays exact under interruption:
 Speakers: espeak-ng Klatt variants (ASR-friendly) plus one formant voice, with distinct pitch
 (-p) and rate (-s). Speaker `spk09` is held out: it only appears in the test split (zero-shot).
 Splits: held-out speaker 5 % of the utterances, dev 5 %, seen-speaker test 5 %, train the rest
-(each at least one utterance).
+(each at least one utterance). A corpus LARGER than the default 2400 utterances keeps the
+default corpus's dev and test splits exactly (same ids, sentences, speakers and audio: every
+number measured on the test split stays comparable whatever corpus a model trained on) and puts
+all extra utterances in train, with sentences that never occur in dev or test
+(`--num_utterances 20000`: ~16 h of training speech, the `small` LM recipe). Smaller corpora
+(tests, `tiny`) scale every split down.
 """
 
 from __future__ import annotations
@@ -147,7 +152,9 @@ class _Group:
 
 
 def _config(num_utterances: int, seed: int, speakers: Sequence[Speaker]) -> dict:
+    extra = {"eval_splits_of": DEFAULT_UTTERANCES} if num_utterances > DEFAULT_UTTERANCES else {}
     return {
+        **extra,
         "version": CORPUS_VERSION,
         "num_utterances": int(num_utterances),
         "seed": int(seed),
@@ -167,6 +174,8 @@ def _config_hash(config: dict) -> str:
 def _plan(num_utterances: int, seed: int, speakers: Sequence[Speaker]) -> tuple[list[_Group],
                                                                                  list[str]]:
     """Groups (split, speaker, quota, candidates) and the sentence list, from the config only."""
+    if num_utterances > DEFAULT_UTTERANCES:
+        return _plan_larger(num_utterances, seed, speakers)
     seen = [s for s in speakers if s.role == "train"]
     heldout = [s for s in speakers if s.role == "heldout"]
     n = num_utterances
@@ -199,6 +208,30 @@ def _plan(num_utterances: int, seed: int, speakers: Sequence[Speaker]) -> tuple[
     for g, k in zip(groups, order, strict=True):
         g.candidates += list(range(next_idx, next_idx + spares[k]))
         next_idx += spares[k]
+    return groups, sentences
+
+
+def _plan_larger(num_utterances: int, seed: int, speakers: Sequence[Speaker]
+                 ) -> tuple[list[_Group], list[str]]:  # fmt: skip
+    """The default-size plan with more train utterances: its dev/test groups unchanged, each
+    train group's quota raised (seen speakers take turns) with new sentences appended after the
+    default plan's (`generate_sentences` is prefix-stable and never repeats a sentence)."""
+    groups, base = _plan(DEFAULT_UTTERANCES, seed, speakers)
+    train = [g for g in groups if g.split == "train"]
+    extra = num_utterances - DEFAULT_UTTERANCES
+    add = [extra // len(train) + (i < extra % len(train)) for i in range(len(train))]
+    spares = [a // 5 + 3 for a in add]
+    sentences = generate_sentences(len(base) + sum(add) + sum(spares), seed)
+    if sentences[: len(base)] != base:  # the guarantee this plan rests on
+        raise DataError("generate_sentences is not prefix-stable; the test split would change")
+    nxt = len(base)
+    for g, a in zip(train, add, strict=True):  # new primaries, then new spares, per group
+        g.quota += a
+        g.candidates += list(range(nxt, nxt + a))
+        nxt += a
+    for g, sp in zip(train, spares, strict=True):
+        g.candidates += list(range(nxt, nxt + sp))
+        nxt += sp
     return groups, sentences
 
 

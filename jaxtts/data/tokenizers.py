@@ -1,7 +1,10 @@
 """Speech tokenizers behind one interface: `fit`, `encode`, `decode`, `save`, `load`.
 
 * `KMeansTokenizer` (kind 'kmeans'): k-means over per-bin standardised log-mel frames
-  (K = 1024 by default, one token per 20 ms frame = 50 Hz). Decoded by centroid lookup
+  (K = 1024 by default, one token per 20 ms frame = 50 Hz). `frames=2` clusters pairs of
+  consecutive frames (the standardised 2 x 80 vector; an odd last frame is repeated) and
+  decodes each token to two frames: 25 Hz tokens, as CosyVoice 2, PALLE and TLDR use
+  (name `kmeans<K>x2`). Decoded by centroid lookup
   (de-standardised) -> log-mel -> vocoder. Fitted with k-means++ seeding on a subsample and
   Lloyd iterations in JAX (jitted, chunked distance computation) over up to `max_fit_frames`
   frames; empty clusters are re-seeded with the currently worst-fitted frames.
@@ -28,6 +31,7 @@ import abc
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -205,11 +209,15 @@ class KMeansTokenizer(SpeechTokenizer):
     kind = "kmeans"
 
     def __init__(self, k: int = 1024, mel_cfg: MelConfig = MelConfig(), name: str | None = None,
-                 iters: int = 25, max_fit_frames: int = 400_000, seed: int = 0):  # fmt: skip
+                 iters: int = 25, max_fit_frames: int = 400_000, seed: int = 0,
+                 frames: int = 1):  # fmt: skip
         if k < 2:
             raise ConfigError(f"KMeansTokenizer: k={k}, expected >= 2")
-        super().__init__(name or f"kmeans{k}", mel_cfg)
+        if frames < 1:
+            raise ConfigError(f"KMeansTokenizer: frames={frames}, expected >= 1 mel frames a token")
+        super().__init__(name or (f"kmeans{k}" if frames == 1 else f"kmeans{k}x{frames}"), mel_cfg)
         self.k, self.iters, self.max_fit_frames, self.seed = int(k), iters, max_fit_frames, seed
+        self.frames = int(frames)
         self.stats: MelStats | None = None
         self.centers: np.ndarray | None = None  # float32 [K, M] standardised
         self.inertia: list[float] = []
@@ -222,10 +230,24 @@ class KMeansTokenizer(SpeechTokenizer):
     def fitted(self) -> bool:
         return self.centers is not None
 
+    @property
+    def frame_rate(self) -> float:
+        return self.mel_cfg.frame_rate / self.frames
+
+    def _stack(self, z: np.ndarray) -> np.ndarray:
+        """Standardised frames [T, M] -> token vectors [ceil(T / f), f M] (last frame repeated
+        to fill the last group)."""
+        f = self.frames
+        if f == 1 or z.shape[0] == 0:
+            return z.reshape(-1, f * z.shape[1]) if z.shape[0] == 0 else z
+        pad = -z.shape[0] % f
+        z = np.concatenate([z, np.repeat(z[-1:], pad, axis=0)]) if pad else z
+        return z.reshape(-1, f * z.shape[1])
+
     def fit(self, mels: Sequence[np.ndarray], progress: bool = False) -> KMeansTokenizer:
         mels = [self._check_mel(m) for m in mels]
         self.stats = MelStats.fit(mels)
-        x = np.concatenate([self.stats.normalize(m) for m in mels])  # [N, M]
+        x = np.concatenate([self._stack(self.stats.normalize(m)) for m in mels])  # [N, f M]
         if x.shape[0] > self.max_fit_frames:
             rng = np.random.default_rng(self.seed + 1)
             x = x[np.sort(rng.choice(x.shape[0], self.max_fit_frames, replace=False))]
@@ -238,7 +260,7 @@ class KMeansTokenizer(SpeechTokenizer):
         mel = self._check_mel(mel)
         if mel.shape[0] == 0:
             return np.zeros((0,), np.int32)
-        return kmeans_assign(self.stats.normalize(mel), self.centers)[0]  # [T]
+        return kmeans_assign(self._stack(self.stats.normalize(mel)), self.centers)[0]  # [T/f]
 
     def decode(self, tokens: np.ndarray) -> np.ndarray:
         self._check_fitted("decode")
@@ -246,18 +268,20 @@ class KMeansTokenizer(SpeechTokenizer):
         if tokens.size and (tokens.min() < 0 or tokens.max() >= self.k):
             raise DataError(f"{self.name}.decode: token ids must be in [0, {self.k}), got "
                             f"[{tokens.min()}, {tokens.max()}]")  # fmt: skip
-        return self.stats.denormalize(self.centers[tokens])  # [T, M]
+        z = self.centers[tokens].reshape(tokens.size * self.frames, -1)  # [T f, M]
+        return self.stats.denormalize(z)
 
     def _state(self):
         fields = {"k": self.k, "iters": self.iters, "max_fit_frames": self.max_fit_frames,
-                  "seed": self.seed, "inertia": self.inertia}  # fmt: skip
+                  "seed": self.seed, "inertia": self.inertia, "frames": self.frames}  # fmt: skip
         return fields, {"centers": self.centers, "mel_mean": self.stats.mean,
                         "mel_std": self.stats.std}  # fmt: skip
 
     @classmethod
     def _from_state(cls, meta: dict, arrays: dict, mel_cfg: MelConfig) -> KMeansTokenizer:
         tok = cls(meta["k"], mel_cfg, meta["name"], meta.get("iters", 25),
-                  meta.get("max_fit_frames", 400_000), meta.get("seed", 0))  # fmt: skip
+                  meta.get("max_fit_frames", 400_000), meta.get("seed", 0),
+                  meta.get("frames", 1))  # fmt: skip
         tok.centers = arrays["centers"].astype(np.float32)
         tok.stats = MelStats(arrays["mel_mean"], arrays["mel_std"])
         tok.inertia = meta.get("inertia", [])
@@ -478,8 +502,8 @@ def extract_tokens(tokenizer: SpeechTokenizer, utts: Sequence, corpus_dir: str |
     out = tokens_dir(corpus_dir, tokenizer.name)
     out.mkdir(parents=True, exist_ok=True)
     todo = [u for u in utts if overwrite or not (out / f"{u.id}.npy").is_file()]
-    for u in tqdm(todo, desc=f"tokens {tokenizer.name}", disable=not progress or not todo,
-                  leave=False):  # fmt: skip
+
+    def one(u) -> None:
         if mels is not None and u.id in mels:
             mel = mels[u.id]
         else:
@@ -487,6 +511,12 @@ def extract_tokens(tokenizer: SpeechTokenizer, utts: Sequence, corpus_dir: str |
         tmp = out / f"{u.id}.tmp.npy"
         np.save(tmp, tokenizer.encode(mel))
         os.replace(tmp, out / f"{u.id}.npy")
+
+    # threads: the FFTs and the jitted assignment release the GIL
+    with ThreadPoolExecutor(min(4, os.cpu_count() or 1)) as pool:
+        for _ in tqdm(pool.map(one, todo), total=len(todo), desc=f"tokens {tokenizer.name}",
+                      disable=not progress or not todo, leave=False):  # fmt: skip
+            pass
     return out
 
 

@@ -283,7 +283,7 @@ class CTCTask:
         mel = jnp.asarray(batch["mel"])  # [B, T, M]
         return self.model.init(rng, mel, jnp.asarray(batch["mel_len"]))["params"]
 
-    def loss(self, params, batch, rng, *, train: bool):
+    def loss(self, params, batch, rng, *, train: bool, step=None):
         mel = batch["mel"]  # [B, T, M]
         r_aug, r_drop = jax.random.split(rng)
         if train and self.specaug.get("enabled", True) and self.specaug:

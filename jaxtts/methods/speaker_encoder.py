@@ -29,6 +29,7 @@ import os
 import time
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import flax.linen as nn
@@ -53,6 +54,13 @@ from jaxtts.train.checkpoint import abstract_params
 log = logging.getLogger("jaxtts.speaker_encoders")
 
 DEFAULT_WORKDIR = "runs/speaker_encoder"
+SHIPPED_WORKDIR = Path(__file__).resolve().parents[2] / "pretrained" / "speaker_encoder"
+
+
+def default_workdir() -> Path:
+    """`runs/speaker_encoder` (your own training) when it exists, else the shipped model."""
+    own = Path(DEFAULT_WORKDIR)
+    return own if (own / "config.json").is_file() else SHIPPED_WORKDIR
 
 # ------------------------------------------------------------------------------------------
 # Resemblyzer (optional, torch)
@@ -193,7 +201,7 @@ class SpeakerTask:
         return {"encoder": enc["params"],
                 "classes": init(r_cls, (self.model.embed_dim, self.num_speakers))}  # fmt: skip
 
-    def loss(self, params, batch, rng, *, train: bool):
+    def loss(self, params, batch, rng, *, train: bool, step=None):
         emb = self.model.apply({"params": params["encoder"]}, batch["mel"], batch["mel_len"])
         return aam_softmax_loss(emb, params["classes"], batch["speaker"], batch["mel_len"] > 0,
                                 scale=self.scale, margin=self.margin)  # fmt: skip
@@ -240,16 +248,17 @@ class CropSource:
 class JaxSpeakerEncoder:
     """A trained `SpeakerEncoderModel`: `embed(wavs, sr)`, `embed_mels(mels, lens)`.
 
-    `JaxSpeakerEncoder()` loads `runs/speaker_encoder` (the `KNOWN_ENCODERS` factory form).
+    `JaxSpeakerEncoder()` loads `default_workdir()`: `runs/speaker_encoder` if you trained
+    one, else `pretrained/speaker_encoder` (the `KNOWN_ENCODERS` factory form).
     """
 
     name = "jax_speaker_encoder"
 
-    def __init__(self, workdir: str | os.PathLike | None = DEFAULT_WORKDIR, *,
+    def __init__(self, workdir: str | os.PathLike | None = None, *,
                  model_cfg=None, params: Any = None, batch_size: int = 32,
                  frame_bucket: int = 64, step: int | None = None):  # fmt: skip
         if params is None:
-            model_cfg, params = load_params(workdir, step)
+            model_cfg, params = load_params(workdir or default_workdir(), step)
         self.model_cfg = mlc.ConfigDict(dict(model_cfg))
         self.model = model_from_config(self.model_cfg)
         self.params = params

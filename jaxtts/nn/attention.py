@@ -47,23 +47,29 @@ def write_rows(buf: jax.Array, new: jax.Array, start: jax.Array, axis: int = 1) 
     return jax.vmap(one)(buf, new, start)
 
 
-def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-    """Softmax attention. q [B, T, N, H], k/v [B, N, S, H], mask bool [B, T, S] -> [B, T, N, H].
+def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+           bias: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+    """Softmax attention. q [B, T, N, H], k/v [B, N, S, H], mask bool [B, T, S], bias float
+    [B, N, T, S] or None (added to the logits of visible keys: an alignment prior) ->
+    (out [B, T, N, H], logits float32 [B, N, T, S] after the bias, NEG_INF where masked).
 
     Rows whose mask is all False (padding queries) return zeros, never NaN. Batch and heads
     are folded into one batch axis (free for head-major k/v): XLA's CPU batched matmul is then
-    4-5x faster for the few-query steps of decoding than with two batch axes.
+    4-5x faster for the few-query steps of decoding than with two batch axes. Callers that do
+    not use the logits leave them to dead-code elimination.
     """
     b, t, n, h = q.shape
     s = k.shape[2]
     qf = q.transpose(0, 2, 1, 3).reshape(b * n, t, h)  # [BN, T, H]
     kf, vf = k.reshape(b * n, s, h), v.reshape(b * n, s, h)  # [BN, S, H]
     logits = jnp.einsum("ZTH,ZSH->ZTS", qf, kf).astype(jnp.float32) / jnp.sqrt(h)
+    if bias is not None:
+        logits = logits + jnp.broadcast_to(bias, (b, n, t, s)).reshape(b * n, t, s)
     m = jnp.broadcast_to(mask[:, None], (b, n, t, s)).reshape(b * n, t, s)  # [BN, T, S]
     logits = jnp.where(m, logits, NEG_INF)
     probs = jnp.where(m, jax.nn.softmax(logits, axis=-1), 0.0)
     out = jnp.einsum("ZTS,ZSH->ZTH", probs.astype(vf.dtype), vf)  # [BN, T, H]
-    return out.reshape(b, n, t, h).transpose(0, 2, 1, 3)
+    return out.reshape(b, n, t, h).transpose(0, 2, 1, 3), logits.reshape(b, n, t, s)
 
 
 class Attention(nn.Module):
@@ -76,10 +82,13 @@ class Attention(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
-                 cache: LayerCache | None = None, write_start: jax.Array | None = None
+                 cache: LayerCache | None = None, write_start: jax.Array | None = None,
+                 bias: jax.Array | None = None, capture: bool = False
                  ) -> tuple[jax.Array, LayerCache | None]:  # fmt: skip
         """x [B, T, D], positions [B, T] (RoPE; ignored when rope_theta == 0), mask bool
-        [B, T, S].
+        [B, T, S]; bias [B, N, T, S] added to the attention logits (None: none); capture: sow
+        the logits [B, N, T, S] (after the bias) as `intermediates/.../attn_logits` (the
+        alignment loss reads them; `apply(..., mutable=['intermediates'])`).
 
         cache None: keys are the T positions of x (S == T). Else the new keys/values are
         written into the cache at slots write_start[b] .. + T - 1 and attention runs over the
@@ -100,6 +109,8 @@ class Attention(nn.Module):
             cache = LayerCache(k=write_rows(cache.k, k, write_start, axis=2),
                                v=write_rows(cache.v, v, write_start, axis=2))  # fmt: skip
             k, v = cache.k.astype(q.dtype), cache.v.astype(q.dtype)  # [B, N, S, H]
-        out = attend(q, k, v, mask)  # [B, T, N, H]
+        out, logits = attend(q, k, v, mask, bias)  # [B, T, N, H], [B, N, T, S]
+        if capture:
+            self.sow("intermediates", "attn_logits", logits)
         out = Dense(d, (axes.HEADS, axes.KV, axes.EMBED), in_axes=2, name="o", **kw)(out)
         return out, cache

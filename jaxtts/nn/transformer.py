@@ -55,13 +55,14 @@ class Block(nn.Module):
     cfg: StackConfig
 
     @nn.compact
-    def __call__(self, x, positions, mask, cache=None, write_start=None, *, train=False):
+    def __call__(self, x, positions, mask, cache=None, write_start=None, *, train=False,
+                 bias=None, capture=False):
         c = self.cfg
         lora = dict(lora_rank=c.lora_rank, lora_alpha=c.lora_alpha)
         dtype = jnp.dtype(c.dtype)
         h, cache = Attention(c.num_heads, c.head_dim, dtype, c.rope_theta, name="attn",
                              **lora)(RMSNorm(name="attn_norm")(x), positions, mask, cache,
-                                     write_start)  # fmt: skip
+                                     write_start, bias, capture)  # fmt: skip
         x = x + nn.Dropout(c.dropout, deterministic=not train)(h.astype(jnp.float32))
         h = MLP(c.d_ff, c.mlp, dtype, name="mlp", **lora)(RMSNorm(name="mlp_norm")(x))
         x = x + nn.Dropout(c.dropout, deterministic=not train)(h.astype(jnp.float32))
@@ -78,18 +79,24 @@ class TransformerStack(nn.Module):
         self, x: jax.Array, positions: jax.Array, mask: jax.Array,
         caches: Sequence[LayerCache] | None = None, write_start: jax.Array | None = None,
         *, layers: Sequence[int] | None = None, train: bool = False,
+        attn_bias: jax.Array | None = None, bias_layers: Sequence[int] = (),
     ) -> tuple[jax.Array, tuple[LayerCache, ...] | None]:
         """x [B, T, D] float32 -> (hidden [B, T, D] after the final norm, updated caches).
 
         layers: which blocks run, in order (default all); caches[j] belongs to layers[j].
+        attn_bias [B, N, T, S]: added to the attention logits of the blocks in `bias_layers`,
+        which also sow their logits (`intermediates/layer_<i>/attn/attn_logits`): the
+        alignment prior and loss of `jaxtts.train.align` (training only).
         """
         run = self.cfg.check_layers(layers)
+        self.cfg.check_layers(bias_layers or None)
         if caches is not None and len(caches) != len(run):
             raise ValueError(f"{len(caches)} layer caches for {len(run)} layers")
         new_caches = []
         for j, i in enumerate(run):
             x, c = Block(self.cfg, name=f"layer_{i}")(
                 x, positions, mask, None if caches is None else caches[j], write_start,
-                train=train)  # fmt: skip
+                train=train, bias=attn_bias if i in bias_layers else None,
+                capture=i in bias_layers)  # fmt: skip
             new_caches.append(c)
         return RMSNorm(name="final_norm")(x), (None if caches is None else tuple(new_caches))

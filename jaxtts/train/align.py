@@ -1,6 +1,7 @@
-"""Alignment learning for the decoder-only TTS LM (issue 12, part 1; pure functions, tested,
-NOT yet wired into `LMTask`: the wiring needs the stack to return the chosen heads'
-speech->text attention, which is the next step).
+"""Alignment learning for the decoder-only TTS LM (training only; no parameters; decoding is
+unchanged). `LMTask` adds the prior to the attention logits of the configured layers/heads
+(`TransformerStack(..., attn_bias=, bias_layers=)`), reads their logits back and adds the CTC
+loss; `AlignConfig` holds the `loss.align_*` keys.
 
 - `beta_binomial_log_prior(text_len, speech_len, X, T, scaling)`: the static alignment prior of
   Badlani et al. 2021 ("One TTS Alignment To Rule Them All"): speech frame t (1-based) of a row
@@ -18,10 +19,14 @@ Axis letters: B batch, T speech frames (queries), X text positions (keys).
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import optax
 from jax.scipy.special import gammaln
+
+from jaxtts.errors import ConfigError
 
 NEG_INF = -1e30
 
@@ -69,3 +74,91 @@ def ctc_alignment_loss(log_attn: jax.Array, text_len: jax.Array, speech_len: jax
     valid = (text_len > 0) & (speech_len > 0)
     per_row = jnp.where(valid, nll / jnp.maximum(text_len, 1), 0.0)
     return per_row.sum() / jnp.maximum(valid.sum(), 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class AlignConfig:
+    """The `loss.align_*` keys of an LM config (see configs/help.py for each)."""
+
+    layers: tuple[int, ...] = ()  # () = alignment learning off
+    heads: tuple[int, ...] = ()  # () = every head of those layers
+    ctc_weight: float = 0.0
+    prior_scaling: float = 0.0  # 0 = no prior
+    prior_start: int = 0
+    prior_end: int = 0
+    blank_logprob: float = -1.0
+    band: float = 0.1  # half-width of the diagonal band of `diagonal_mass`, fraction of N
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.layers) and (self.ctc_weight > 0 or self.prior_scaling > 0)
+
+    @classmethod
+    def from_loss_config(cls, loss_cfg, num_layers: int, num_heads: int) -> AlignConfig:
+        """From `config.loss` (keys `align_<field>`; other keys belong to the task)."""
+        d = {k[len("align_"):]: v for k, v in dict(loss_cfg or {}).items()
+             if k.startswith("align_")}  # fmt: skip
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - fields)
+        if unknown:
+            raise ConfigError(f"loss.align_{unknown[0]}: unknown key, expected one of "
+                              f"{sorted('align_' + f for f in fields)}")  # fmt: skip
+        for key in ("layers", "heads"):
+            d[key] = tuple(int(i) for i in d.get(key, ()) or ())
+        cfg = cls(**d)
+        for key, n in (("layers", num_layers), ("heads", num_heads)):
+            bad = [i for i in getattr(cfg, key) if not 0 <= i < n]
+            if bad:
+                raise ConfigError(f"loss.align_{key}={list(getattr(cfg, key))}: expected "
+                                  f"indices in [0, {n})")  # fmt: skip
+        if cfg.prior_scaling > 0 and cfg.prior_end < cfg.prior_start:
+            raise ConfigError(f"loss.align_prior_end={cfg.prior_end}: expected >= "
+                              f"align_prior_start={cfg.prior_start}")  # fmt: skip
+        return cfg
+
+    def head_mask(self, num_heads: int) -> jax.Array:
+        """float [N]: 1 on the aligned heads."""
+        if not self.heads:
+            return jnp.ones((num_heads,), jnp.float32)
+        return jnp.zeros((num_heads,), jnp.float32).at[jnp.asarray(self.heads)].set(1.0)
+
+    def prior_weight(self, step: jax.Array | None) -> jax.Array:
+        """The prior's weight at `step` (0 without a prior or a step: evaluation)."""
+        if self.prior_scaling <= 0 or step is None:
+            return jnp.zeros((), jnp.float32)
+        return prior_weight(step, self.prior_start, self.prior_end)
+
+
+def prior_bias(text_len: jax.Array, speech_len: jax.Array, x: int, t: int, head_mask: jax.Array,
+               scaling: float, weight: jax.Array) -> jax.Array:  # fmt: skip
+    """Additive attention bias [B, N, X+T, X+T] of a prefix-LM row [text X | speech T]:
+    `weight * log prior` on the speech-query x text-key block of the heads in `head_mask` [N],
+    0 elsewhere (text queries, speech keys, other heads, padding)."""
+    logp = beta_binomial_log_prior(text_len, speech_len, x, t, scaling)  # [B, T, X]
+    logp = jnp.where(logp > NEG_INF / 2, logp, 0.0) * weight
+    block = logp[:, None] * head_mask[None, :, None, None]  # [B, N, T, X]
+    return jnp.pad(block, ((0, 0), (0, 0), (x, 0), (0, t)))
+
+
+def speech_text_logits(logits: jax.Array, x: int, heads: tuple[int, ...]) -> jax.Array:
+    """[B, N, X+T, X+T] attention logits -> the speech->text block [B, N', T, X] of `heads`
+    (all when empty)."""
+    block = logits[:, :, x:, :x]
+    return block if not heads else block[:, jnp.asarray(heads)]
+
+
+def diagonal_mass(log_attn: jax.Array, text_len: jax.Array, speech_len: jax.Array,
+                  band: float = 0.1) -> jax.Array:  # fmt: skip
+    """Alignment score in [0, 1]: the share of each valid frame's attention (renormalised over
+    the valid text keys) within `band * N + 1` keys of the diagonal k = (t + 0.5) N / M,
+    averaged over valid frames. log_attn [B, T, X]."""
+    b, t, x = log_attn.shape
+    key_ok = jnp.arange(x)[None, None, :] < text_len[:, None, None]
+    p = jax.nn.softmax(jnp.where(key_ok, log_attn.astype(jnp.float32), NEG_INF), axis=-1)
+    n = text_len.astype(jnp.float32)[:, None, None]
+    m = jnp.maximum(speech_len, 1).astype(jnp.float32)[:, None, None]
+    centre = (jnp.arange(t, dtype=jnp.float32)[None, :, None] + 0.5) * n / m
+    near = jnp.abs(jnp.arange(x, dtype=jnp.float32)[None, None, :] - centre) <= band * n + 1
+    frame_ok = (jnp.arange(t)[None, :] < speech_len[:, None]) & (text_len > 0)[:, None]
+    mass = jnp.where(near & key_ok, p, 0.0).sum(-1)  # [B, T]
+    return jnp.where(frame_ok, mass, 0.0).sum() / jnp.maximum(frame_ok.sum(), 1)

@@ -263,11 +263,17 @@ def _place_like(tree: Any, like: Any) -> Any:
     return tree_from_flat(out)
 
 
-def write_params_file(path: str | os.PathLike, params: Any) -> int:
-    """The whole parameter tree as one msgpack file (float32 kept); returns its size in bytes."""
+def write_params_file(path: str | os.PathLike, params: Any, dtype: str | None = None) -> int:
+    """The whole parameter tree as one msgpack file; returns its size in bytes. `dtype`
+    ('float16', ...) stores every floating leaf in that type (half the bytes of float32;
+    `read_params_file` casts back to the model's dtype); None keeps the leaves' own."""
     from flax import serialization
 
-    host = jax.tree.map(lambda x: np.asarray(jax.device_get(x)), params)
+    def host(x):
+        x = np.asarray(jax.device_get(x))
+        return x.astype(dtype) if dtype and np.issubdtype(x.dtype, np.floating) else x
+
+    host = jax.tree.map(host, params)
     data = serialization.msgpack_serialize(host)
     tmp = os.fspath(path) + ".tmp"
     with open(tmp, "wb") as f:

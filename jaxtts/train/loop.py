@@ -52,12 +52,13 @@ class Task(Protocol):
     def init(self, rng: jax.Array, batch: Batch) -> Any:
         """Parameters (leaves may be `nn.LogicallyPartitioned` boxes carrying logical axes)."""
 
-    def loss(self, params: Any, batch: Batch, rng: jax.Array, *, train: bool) -> tuple[
-        jax.Array, Metrics
-    ]:
-        """Scalar loss and metrics. `metrics['weight']` (e.g. the number of target tokens), if
-        present, weights this batch when microbatches are accumulated and metrics averaged, so
-        accumulated gradients equal full-batch gradients for token-mean losses."""
+    def loss(self, params: Any, batch: Batch, rng: jax.Array, *, train: bool,
+             step: jax.Array | None = None) -> tuple[jax.Array, Metrics]:  # fmt: skip
+        """Scalar loss and metrics. `step` (int32 scalar, the step being taken; None in
+        evaluation) lets a loss follow a schedule (the LM's annealed alignment prior).
+        `metrics['weight']` (e.g. the number of target tokens), if present, weights this batch
+        when microbatches are accumulated and metrics averaged, so accumulated gradients equal
+        full-batch gradients for token-mean losses."""
 
 
 class BatchSource(Protocol):
@@ -164,14 +165,14 @@ class Trainer:
         return merge_trees(self.state_shardings.params, self.state_shardings.frozen)
 
     # -- steps -------------------------------------------------------------------------------
-    def _grads(self, params, frozen, batch, rng):
+    def _grads(self, params, frozen, batch, rng, step=None):
         """(weighted loss sum, weight sum, grads sum, weighted metric sums) over microbatches;
         gradients of the trained `params` only, the loss sees them merged with `frozen`."""
 
         def one(mb, r):
             def f(p):
                 full = merge_trees(p, frozen) if jax.tree.leaves(frozen) else p
-                loss, metrics = self.task.loss(full, mb, r, train=True)
+                loss, metrics = self.task.loss(full, mb, r, train=True, step=step)
                 weight, metrics = _weighted_metrics(metrics)
                 return loss * weight, (weight, metrics)
 
@@ -203,7 +204,7 @@ class Trainer:
 
     def _train_step_fn(self, state: TrainState, batch, rng):
         rng = jax.random.fold_in(rng, state.step)
-        lw, w, grads, msum = self._grads(state.params, state.frozen, batch, rng)
+        lw, w, grads, msum = self._grads(state.params, state.frozen, batch, rng, state.step)
         grads = jax.tree.map(lambda g: g / w, grads)
         updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
         params = jax.tree.map(jnp.add, state.params, updates)
@@ -217,7 +218,8 @@ class Trainer:
         """(loss, grads) of one step as the train step computes them (for equivalence tests)."""
 
         def fn(params, frozen, b, r):
-            lw, w, g, _ = self._grads(params, frozen, b, jax.random.fold_in(r, state.step))
+            lw, w, g, _ = self._grads(params, frozen, b, jax.random.fold_in(r, state.step),
+                                      state.step)  # fmt: skip
             return lw / w, jax.tree.map(lambda x: x / w, g)
 
         sh = self.state_shardings

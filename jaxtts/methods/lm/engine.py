@@ -50,6 +50,15 @@ class LMEngine(Engine):
         frontend = TextFrontend.load(run.text_frontend_dir)
         tokenizer = load_tokenizer(run.tokenizer_dir)
         cfg = LMConfig.from_config(config.model, saved=True)
+        # a run folder assembled from pieces of different runs: name the file that disagrees
+        for what, have, want, key in (
+            (run.text_frontend_dir, frontend.vocab_size, cfg.num_text_symbols, "num_text_symbols"),
+            (run.tokenizer_dir, tokenizer.vocab_size, cfg.num_speech_tokens, "num_speech_tokens"),
+        ):  # fmt: skip
+            if have != want:
+                raise CheckpointError(f"{what}: holds {have} symbols/tokens but {run.config_path} "
+                                      f"says model.{key}={want}; copy the folder from the same "
+                                      "run as the parameters")  # fmt: skip
         one = np.ones((1, 4), np.int32)
         like = abstract_params(TTSLM(cfg).init, one, np.array([4]), one, np.array([4]))
         params, _ = run.load_params(like, step)

@@ -261,18 +261,21 @@ class TTSLM(nn.Module):
     # -- training forward
     def __call__(
         self, text: jax.Array, text_len: jax.Array, speech: jax.Array, speech_len: jax.Array,
-        *, train: bool = False,
+        *, train: bool = False, attn_bias: jax.Array | None = None,
+        bias_layers: Sequence[int] = (),
     ) -> tuple[jax.Array, jax.Array]:
         """text [B, X], speech [B, T] ([BOS, tokens...]) -> (logits [B, T, K, V], hidden [B, T, D]).
 
         Position t of `speech` yields hidden h_t and logits whose head k predicts the speech
-        token k positions after it.
+        token k positions after it. attn_bias [B, N, X+T, X+T] / bias_layers: the training-only
+        alignment prior and captured attention logits (`TransformerStack`, `LMTask`).
         """
         x_len, t_len = text.shape[1], speech.shape[1]
         is_speech, idx, valid, pos = self._segments(text_len, speech_len, x_len, t_len)
         mask = prefix_lm_mask(is_speech, idx, is_speech, idx, valid)  # [B, X+T, X+T]
         emb = jnp.concatenate([self.embed_text(text), self.embed_speech(speech)], axis=1)
-        h, _ = self.stack(emb, pos, mask, train=train)
+        h, _ = self.stack(emb, pos, mask, train=train, attn_bias=attn_bias,
+                          bias_layers=tuple(bias_layers))  # fmt: skip
         hidden = h[:, x_len:]  # [B, T, D]
         return self.heads(hidden), hidden
 

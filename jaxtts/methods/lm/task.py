@@ -39,7 +39,9 @@ from jaxtts.data.text import TextFrontend
 from jaxtts.errors import ConfigError, DataError
 from jaxtts.methods.lm.model import RETIRED_MODEL_KEYS, TTSLM, LMConfig, with_bos
 from jaxtts.run_folder import RunFolder
+from jaxtts.train import align as align_lib
 from jaxtts.train import losses
+from jaxtts.train.align import AlignConfig
 
 log = logging.getLogger("jaxtts.lm")
 
@@ -76,18 +78,27 @@ def tokenizer_for(data_cfg, corpus: Path, train_utts, progress: bool = True):
     if spec != "kmeans":
         raise ConfigError(f"data.tokenizer={spec!r}: expected 'kmeans' or 'external:<name>'")
     k = int(data_cfg.get("tokenizer_k", 1024))
-    folder = Path(data_cfg.get("tokenizer_dir") or corpus / "tokenizers" / f"kmeans{k}")
+    frames = int(data_cfg.get("tokenizer_frames", 1))
+    name = f"kmeans{k}" if frames == 1 else f"kmeans{k}x{frames}"
+    folder = Path(data_cfg.get("tokenizer_dir") or corpus / "tokenizers" / name)
     if (folder / "tokenizer.json").is_file():
         tok = tok_lib.load_tokenizer(folder)
-        if tok.vocab_size != k:
-            raise ConfigError(f"{folder}: holds a K={tok.vocab_size} tokenizer but "
-                              f"data.tokenizer_k={k}")  # fmt: skip
+        if tok.vocab_size != k or getattr(tok, "frames", 1) != frames:
+            raise ConfigError(f"{folder}: holds a K={tok.vocab_size}, frames="
+                              f"{getattr(tok, 'frames', 1)} tokenizer but data.tokenizer_k={k}, "
+                              f"data.tokenizer_frames={frames}")  # fmt: skip
         return tok
     from jaxtts.data.audio import utterance_mels
 
     t0 = time.perf_counter()
-    tok = tok_lib.KMeansTokenizer(k)
-    mels = utterance_mels(train_utts, tok.mel_cfg, progress=progress, desc="log-mel (fit)")
+    tok = tok_lib.KMeansTokenizer(k, frames=frames)
+    # k-means sees at most `max_fit_frames` token vectors: a corpus with more (the 16 h one)
+    # is fitted on every n-th training utterance, ~1.25x what it needs (mels cost minutes)
+    need_s = 1.25 * tok.max_fit_frames / tok.frame_rate
+    total_s = sum(float(u.duration or 0.0) for u in train_utts)
+    stride = max(1, int(total_s // need_s))
+    mels = utterance_mels(list(train_utts)[::stride], tok.mel_cfg, progress=progress,
+                          desc="log-mel (fit)")  # fmt: skip
     tok.fit(mels, progress=progress)
     tok.save(folder)
     log.info("fitted %s on %d utterances in %.1fs", tok.name, len(mels), time.perf_counter() - t0)
@@ -136,30 +147,78 @@ def prepare_data(config, workdir: str | Path | None = None, progress: bool = Tru
 
 
 class LMTask:
-    """`jaxtts.train.loop.Task` for the TTS LM."""
+    """`jaxtts.train.loop.Task` for the TTS LM: the multi-token loss, plus alignment learning
+    (`jaxtts.train.align`) when `align.enabled`: the beta-binomial prior added to the
+    speech->text attention logits of `align.layers` x `align.heads` (weight annealed by the
+    train step; evaluation runs without it) and the CTC alignment loss on those logits."""
 
-    def __init__(self, cfg: LMConfig, alpha: float = 1.0):
+    def __init__(self, cfg: LMConfig, alpha: float = 1.0, align: AlignConfig | None = None):
         self.cfg = cfg
         self.model = TTSLM(cfg)
         self.alpha = float(alpha)
+        self.align = align or AlignConfig()
 
     def init(self, rng, batch):
         x, x_len = with_bos(batch["speech"], batch["speech_len"], self.cfg)
         return self.model.init(rng, jnp.asarray(batch["text"]), jnp.asarray(batch["text_len"]),
                                x, x_len)["params"]  # fmt: skip
 
-    def loss(self, params, batch, rng, *, train: bool):
-        cfg = self.cfg
+    def forward(self, params, batch, rng=None, *, train: bool = False, step=None):
+        """(logits [B, T, K, V], align metrics + 'align/ctc' loss term, speech->text logits
+        [B, L'N', T, X] of the aligned heads or None)."""
+        cfg, a = self.cfg, self.align
+        text, text_len = jnp.asarray(batch["text"]), jnp.asarray(batch["text_len"])
         x, x_len = with_bos(batch["speech"], batch["speech_len"], cfg)
-        logits, _ = self.model.apply({"params": params}, jnp.asarray(batch["text"]),
-                                     jnp.asarray(batch["text_len"]), x, x_len, train=train,
-                                     rngs={"dropout": rng})  # fmt: skip
+        rngs = {"dropout": rng} if rng is not None else {}
+        if not a.enabled:
+            logits, _ = self.model.apply({"params": params}, text, text_len, x, x_len,
+                                         train=train, rngs=rngs)  # fmt: skip
+            return logits, {}, None
+        nx, nt = text.shape[1], x.shape[1]
+        w = a.prior_weight(step)
+        bias = align_lib.prior_bias(text_len, x_len, nx, nt, a.head_mask(cfg.num_heads),
+                                    max(a.prior_scaling, 1e-3), w)  # [B, N, X+T, X+T]
+        (logits, _), inter = self.model.apply(
+            {"params": params}, text, text_len, x, x_len, train=train, rngs=rngs,
+            attn_bias=bias, bias_layers=a.layers, mutable=["intermediates"])  # fmt: skip
+        stack = inter["intermediates"]["stack"]
+        blocks = [align_lib.speech_text_logits(stack[f"layer_{i}"]["attn"]["attn_logits"][0],
+                                               nx, a.heads) for i in a.layers]  # fmt: skip
+        st = jnp.concatenate(blocks, axis=1)  # [B, L'N', T, X]
+        b, g = st.shape[:2]
+        flat = st.reshape((b * g,) + st.shape[2:])  # [B L'N', T, X]
+        n_rep, m_rep = jnp.repeat(text_len, g), jnp.repeat(x_len, g)
+        m_rep = jnp.where(m_rep >= n_rep, m_rep, 0)  # CTC needs frames >= text symbols
+        ctc = align_lib.ctc_alignment_loss(flat, n_rep, m_rep, a.blank_logprob)
+        metrics = {"align/ctc": ctc, "align/prior_weight": w,
+                   "align/diag_mass": align_lib.diagonal_mass(flat, n_rep, m_rep, a.band)}
+        return logits, metrics, st
+
+    def loss(self, params, batch, rng, *, train: bool, step=None):
+        cfg = self.cfg
+        logits, align_metrics, _ = self.forward(params, batch, rng, train=train, step=step)
         targets, valid = losses.mtp_targets(jnp.asarray(batch["speech"]),
                                             jnp.asarray(batch["speech_len"]),
                                             jnp.asarray(batch["prompt_len"]), cfg.eos,
                                             cfg.num_mtp_heads)  # fmt: skip
         valid = valid & (jnp.asarray(batch["text_len"]) > 0)[:, None, None]  # padding rows
-        return losses.mtp_loss(logits, targets, valid, self.alpha)
+        loss, metrics = losses.mtp_loss(logits, targets, valid, self.alpha)
+        if align_metrics:
+            metrics["mtp_loss"] = loss
+            loss = loss + self.align.ctc_weight * align_metrics["align/ctc"]
+            metrics.update(align_metrics)
+        return loss, metrics
+
+
+def lm_task_from_config(config, cfg: LMConfig) -> LMTask:
+    """The task of a (filled) LM config: `loss.alpha` and the `loss.align_*` keys; an unknown
+    `loss.*` key is a ConfigError naming it."""
+    loss_cfg = dict(config.get("loss", {}) or {})
+    unknown = sorted(k for k in loss_cfg if k != "alpha" and not k.startswith("align_"))
+    if unknown:
+        raise ConfigError(f"loss.{unknown[0]}: unknown key, expected 'alpha' or 'align_*'")
+    align = AlignConfig.from_loss_config(loss_cfg, cfg.num_layers, cfg.num_heads)
+    return LMTask(cfg, float(loss_cfg.get("alpha", 1.0)), align)
 
 
 # ----------------------------------------------------------------------------- train
@@ -203,7 +262,7 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     data = prepare_data(config, workdir, progress)
     config = fill_model_sizes(config, data)
     cfg = LMConfig.from_config(config.model)
-    task = LMTask(cfg, float(config.get("loss", {}).get("alpha", 1.0)))
+    task = lm_task_from_config(config, cfg)
     RunFolder(workdir).write_data_info(
         {"corpus_dir": str(data.corpus_dir), "tokenizer": data.tokenizer.name,
          "frame_rate": data.tokenizer.frame_rate, "train_records": len(data.train.records),
@@ -215,13 +274,63 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     def eval_batches():
         return (dev.get_batch(s) for s in range(len(dev)))
 
-    on_eval = None
+    hooks = []
     n_samples = int(config.get("eval", {}).get("num_samples", 0))
     if n_samples > 0 and dev is not None:
-        on_eval = _sample_eval(config, workdir, data, n_samples, progress)
+        hooks.append(_sample_eval(config, workdir, data, n_samples, progress))
+    if task.align.enabled and dev is not None:
+        hooks.append(_attention_image(task, workdir, dev.get_batch(0)))
+
+    def on_eval(step, state) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for hook in hooks:
+            out.update(hook(step, state) or {})
+        return out
+
     return loop.train_and_evaluate(config, workdir, task, data.train,
                                    eval_batches if dev is not None else None, mesh=mesh,
-                                   progress=progress, on_eval=on_eval)  # fmt: skip
+                                   progress=progress,
+                                   on_eval=on_eval if hooks else None)  # fmt: skip
+
+
+def _attention_image(task: LMTask, workdir: str, batch):
+    """on_eval hook: `samples/step_<k>/attention.png`, the aligned heads' mean speech->text
+    attention (renormalised over the text) of the first dev row, without the prior."""
+    forward = jax.jit(lambda p, b: task.forward(p, b)[2])
+    row = {k: np.asarray(v)[:1] for k, v in batch.items()}
+
+    def on_eval(step, state) -> dict[str, float]:
+        if jax.process_index() != 0:
+            return {}
+        st = np.asarray(forward(state.full_params, row))[0]  # [G, T, X]
+        n, m = int(row["text_len"][0]), int(row["speech_len"][0]) + 1
+        z = st[:, :m, :n]
+        p = np.exp(z - z.max(-1, keepdims=True))
+        p = (p / p.sum(-1, keepdims=True)).mean(0)  # [M, N]
+        save_attention_png(p, RunFolder(workdir).samples_dir(step) / "attention.png",
+                           f"step {step}: aligned heads, speech -> text (prompt text + target; "
+                           f"prompt speech {int(row['prompt_len'][0])} tokens)")
+        return {}
+
+    return on_eval
+
+
+def save_attention_png(p: np.ndarray, path: Path, title: str) -> None:
+    """p [M speech, N text] -> an image (text on the y axis, speech on the x axis)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.imshow(p.T, origin="lower", aspect="auto", interpolation="nearest", cmap="viridis")
+    ax.set_xlabel("speech position (BOS, prompt, target)")
+    ax.set_ylabel("text position")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def _sample_eval(config, workdir: str, data: LMData, n: int, progress: bool):

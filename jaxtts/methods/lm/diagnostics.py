@@ -1,0 +1,90 @@
+"""How much does a TTS LM use its text? Teacher-forced cross-entropy per MTP head with the right
+transcript vs with another row's transcript (texts rolled by one row among the batch's real
+rows). A model that aligns speech with text predicts its tokens much better from the right
+text; one that only continues the prompt's acoustics (babble) does not care. The gap, in nats
+per token, is the information the model takes from the text.
+
+Used by `benchmarks/text_conditioning.py` (the curve over checkpoints) and by the shipped-model
+test (`tests/test_pretrained.py`: only a model that reads its text passes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections as mlc
+import numpy as np
+
+from jaxtts.data.pipeline import LMLoader, make_lm_records
+from jaxtts.methods.lm.model import with_bos
+from jaxtts.train import losses
+
+
+@dataclasses.dataclass
+class TextInformation:
+    tokens: int  # scored target tokens (head 1)
+    ce_right: np.ndarray  # [K] nats per token, right transcript
+    ce_other: np.ndarray  # [K] another row's transcript
+
+    @property
+    def gap(self) -> np.ndarray:
+        return self.ce_other - self.ce_right
+
+
+def utterance_tokens(engine, utts: Sequence) -> dict[str, np.ndarray]:
+    """Speech tokens of utterances from their audio with the engine's own tokenizer."""
+    from jaxtts.data.audio import load_audio, log_mel
+
+    return {u.id: engine.mel_to_units(log_mel(load_audio(u.path, engine.mel_cfg.sample_rate),
+                                              engine.mel_cfg)) for u in utts}  # fmt: skip
+
+
+def text_information(engine, utts: Sequence, tokens: dict[str, np.ndarray] | None = None,
+                     batch_size: int = 16) -> TextInformation:  # fmt: skip
+    """Per-head CE with the right vs a rolled transcript over `utts` (prompts: other utterances
+    of the same speaker, as in training). `engine`: an `LMEngine`; tokens default to
+    `utterance_tokens`."""
+    tokens = tokens if tokens is not None else utterance_tokens(engine, utts)
+    records = make_lm_records(utts, tokens, engine.frontend)
+    data_cfg = mlc.ConfigDict(dict(engine.config.data))
+    data_cfg.batch_size = batch_size
+    loader = LMLoader.from_config(records, data_cfg, frame_rate=engine.frame_rate,
+                                  shuffle=False, drop_remainder=False, num_epochs=1,
+                                  sort_window=1_000_000)  # fmt: skip
+    cfg, model = engine.cfg, engine.model
+    k = cfg.num_mtp_heads
+
+    @jax.jit
+    def head_ce(params, batch):
+        x, x_len = with_bos(batch["speech"], batch["speech_len"], cfg)
+        logits, _ = model.apply({"params": params}, batch["text"], batch["text_len"], x, x_len)
+        targets, valid = losses.mtp_targets(batch["speech"], batch["speech_len"],
+                                            batch["prompt_len"], cfg.eos, k)  # fmt: skip
+        valid = valid & (batch["text_len"] > 0)[:, None, None]
+        logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)  # [B, T, K, V]
+        nll = -jnp.take_along_axis(logp, targets[..., None], -1)[..., 0]  # [B, T, K]
+        return (jnp.sum(nll * valid, (0, 1)), jnp.sum(valid, (0, 1)),
+                jnp.sum(valid[..., 0], 1))  # [K], [K], [B]
+
+    right, other, count = np.zeros(k), np.zeros(k), np.zeros(k)
+    for s in range(len(loader)):
+        b = {name: jnp.asarray(v) for name, v in loader.get_batch(s).items()}
+        ce, n, per_row = head_ce(engine.params, b)
+        real = np.asarray(per_row) > 0
+        if real.sum() < 2:
+            continue  # rolling needs two real rows
+        idx = np.arange(real.size)
+        r = idx[real]
+        idx[r] = np.roll(r, 1)  # padding rows keep their empty text
+        ce2, n2, _ = head_ce(engine.params, dict(b, text=b["text"][idx],
+                                                 text_len=b["text_len"][idx]))  # fmt: skip
+        if not np.array_equal(np.asarray(n2), np.asarray(n)):
+            raise RuntimeError("token counts changed under the text roll")
+        right += np.asarray(ce)
+        other += np.asarray(ce2)
+        count += np.asarray(n)
+    count = np.maximum(count, 1)
+    return TextInformation(int(count[0]), right / count, other / count)

@@ -1,0 +1,116 @@
+"""The shipped models in pretrained/: each loads through the public entry points and reaches a
+number that only a trained model reaches, so a broken parameter file, loader, tokenizer or
+symbol table fails CI. The bounds are set well between the measured trained value (model card)
+and what an untrained model gets."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PRETRAINED = ROOT / "pretrained"
+MAX_BYTES = 20 * 2**20
+
+
+def _utts(corpus):
+    from jaxtts.data.manifest import read_split
+
+    return [u for s in ("train", "dev", "test") for u in read_split(corpus, s)]
+
+
+@pytest.mark.parametrize("name", ["car_small", "speaker_encoder"])
+def test_shipped_folder_is_self_contained(name):
+    run = PRETRAINED / name
+    card = (run / "MODEL_CARD.md").read_text()
+    for field in ("Command", "Commit", "Training time", "Data", "Measured"):
+        assert field in card, f"{name}/MODEL_CARD.md lacks '{field}'"
+    assert (run / "params.msgpack").stat().st_size <= MAX_BYTES
+    assert not (run / "checkpoints").exists()
+    assert json.loads((run / "config.json").read_text())["task"]
+
+
+@pytest.fixture(scope="module")
+def lm_engine():
+    from jaxtts.synthesize import Synthesizer
+
+    return Synthesizer.from_workdir(PRETRAINED / "car_small").engine
+
+
+def test_car_small_reads_its_text(lm_engine, tiny_corpus):
+    """Teacher-forced CE of the shipped backbone on the 40 tiny-corpus utterances (audio ->
+    its own 25 Hz tokenizer), with the right transcript vs another row's. Untrained: CE h1
+    ~ln(1025) = 6.9 nats and no gap; a model that babbles (prompt continuation only) has a gap
+    near 0.2 nats (benchmarks/RESULTS.md section 6)."""
+    from jaxtts.methods.lm.diagnostics import text_information
+
+    info = text_information(lm_engine, _utts(tiny_corpus))
+    assert info.tokens > 1000
+    assert info.ce_right[0] < 3.5, info
+    assert info.gap[0] > 0.5, info
+
+
+def test_car_small_speaks_a_sentence(lm_engine, tiny_corpus):
+    """Greedy CAR c=3 synthesis of one sentence, prompted by a corpus utterance, ends (EOS) at
+    a plausible length (an untrained model runs to the length cap)."""
+    from jaxtts.data.manifest import read_split
+    from jaxtts.synthesize import Prompt, Synthesizer
+
+    synth = Synthesizer(lm_engine)
+    prompt = Prompt.from_utterance(read_split(tiny_corpus, "test")[0])
+    (res,) = synth.synthesize(["The cat sat on the mat."], prompt, strategy="car:3",
+                              greedy=True, max_seconds=8.0, progress=False)  # fmt: skip
+    seconds = res.wav.size / synth.sample_rate
+    assert not res.info["hit_max"] and 0.8 < seconds < 4.0, res.info
+
+
+def test_speaker_encoder_separates_speakers(tiny_corpus):
+    """Same-speaker cosine of the shipped JAX speaker encoder far above different-speaker
+    cosine on the tiny corpus (untrained: both ~equal)."""
+    from jaxtts.data.audio import load_audio
+    from jaxtts.methods.speaker_encoder import JaxSpeakerEncoder
+
+    enc = JaxSpeakerEncoder(PRETRAINED / "speaker_encoder")
+    utts = _utts(tiny_corpus)
+    emb = enc.embed([load_audio(u.path, 16000) for u in utts], 16000)  # [N, E]
+    cos = emb @ emb.T
+    spk = np.array([u.speaker for u in utts])
+    same = (spk[:, None] == spk[None]) & ~np.eye(len(utts), dtype=bool)
+    diff = spk[:, None] != spk[None]
+    assert cos[same].mean() - cos[diff].mean() > 0.5, (cos[same].mean(), cos[diff].mean())
+
+
+def test_broken_shipped_folder_is_a_one_line_error(tmp_path):
+    """A truncated parameter file, a missing tokenizer, or a tokenizer / symbol table from
+    another run: a CheckpointError / DataError naming the file, never a traceback deep in JAX."""
+    from jaxtts.data.tokenizers import KMeansTokenizer
+    from jaxtts.errors import JaxttsError
+    from jaxtts.synthesize import Synthesizer
+
+    src = PRETRAINED / "car_small"
+
+    def copy(name):
+        dst = tmp_path / name
+        shutil.copytree(src, dst)
+        return dst
+
+    bad = copy("truncated")
+    data = (bad / "params.msgpack").read_bytes()
+    (bad / "params.msgpack").write_bytes(data[: len(data) // 3])
+    with pytest.raises(JaxttsError, match="params.msgpack: unreadable parameter file"):
+        Synthesizer.from_workdir(bad)
+
+    bad = copy("no_tokenizer")
+    shutil.rmtree(bad / "tokenizer")
+    with pytest.raises(JaxttsError, match="tokenizer/tokenizer.json"):
+        Synthesizer.from_workdir(bad)
+
+    bad = copy("other_tokenizer")
+    shutil.rmtree(bad / "tokenizer")
+    other = KMeansTokenizer(k=8, frames=2)
+    other.fit([np.random.default_rng(0).normal(size=(64, 80)).astype(np.float32)])
+    other.save(bad / "tokenizer")
+    with pytest.raises(JaxttsError, match=r"other_tokenizer/tokenizer: holds 8 .*config.json"):
+        Synthesizer.from_workdir(bad)
