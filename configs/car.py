@@ -57,7 +57,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     config.loss = mlc.ConfigDict(dict(
         alpha=1.0, align_layers=[], align_heads=[], align_ctc_weight=0.0,
         align_prior_scaling=0.0, align_prior_start=0, align_prior_end=0,
-        align_blank_logprob=-1.0, align_band=0.1))  # fmt: skip
+        align_prior_normalize=True, align_blank_logprob=-1.0, align_band=0.1))  # fmt: skip
     if v != "paper":
         config.loss.update(align_layers=[1], align_heads=[0], align_ctc_weight=1.0,
                            align_prior_scaling=1.0)  # fmt: skip

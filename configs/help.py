@@ -43,6 +43,7 @@ HELP = {
     "loss.align_prior_scaling": "beta-binomial prior scaling (0 = no prior; larger = narrower)",
     "loss.align_prior_start": "the prior is fully on until this step",
     "loss.align_prior_end": "... and annealed linearly to off at this step",
+    "loss.align_prior_normalize": "peak of each frame's log prior at 0 (off: text vs speech bias)",
     "loss.align_blank_logprob": "log-probability of the CTC blank before renormalisation",
     "loss.align_band": "half-width (share of the text) of the align/diag_mass band",
     "loss.scale": "AAM softmax scale s",

@@ -112,6 +112,8 @@ def test_align_config_from_loss_config_errors():
         AlignConfig.from_loss_config({"align_layer": [1]}, 2, 2)
     with pytest.raises(ConfigError, match=r"loss.align_heads=\[5\]: expected indices in \[0, 2\)"):
         AlignConfig.from_loss_config({"align_layers": [0], "align_heads": [5]}, 2, 2)
+    with pytest.raises(ConfigError, match="an index is listed twice"):
+        AlignConfig.from_loss_config({"align_layers": [1, 1]}, 2, 2)
     with pytest.raises(ConfigError, match="align_prior_end=1"):
         AlignConfig.from_loss_config({"align_prior_scaling": 1.0, "align_prior_start": 5,
                                       "align_prior_end": 1}, 2, 2)  # fmt: skip
@@ -130,13 +132,21 @@ def test_lm_task_rejects_unknown_loss_key():
 def test_prior_bias_only_on_speech_to_text_block_of_chosen_heads():
     heads = jnp.array([0.0, 1.0])
     bias = np.asarray(prior_bias(jnp.array([3]), jnp.array([4]), 3, 5, heads, 1.0,
-                                 jnp.asarray(0.5)))  # fmt: skip
+                                 jnp.asarray(0.5), normalize=False))  # fmt: skip
     assert bias.shape == (1, 2, 8, 8)
     assert np.all(bias[:, 0] == 0)  # head 0 not aligned
     assert np.all(bias[0, 1, :3] == 0) and np.all(bias[0, 1, :, 3:] == 0)  # text rows, speech keys
     lp = np.asarray(beta_binomial_log_prior(jnp.array([3]), jnp.array([4]), 3, 5))[0]
     np.testing.assert_allclose(bias[0, 1, 3:7, :3], 0.5 * lp[:4, :3], rtol=1e-6)
     assert np.all(bias[0, 1, 7] == 0)  # padded speech frame
+    # normalised (the default): each frame's peak text key gets 0, the rest the same offsets
+    norm = np.asarray(prior_bias(jnp.array([3]), jnp.array([4]), 3, 5, heads, 1.0,
+                                 jnp.asarray(0.5)))  # fmt: skip
+    np.testing.assert_allclose(norm[0, 1, 3:7, :3].max(-1), 0.0, atol=1e-6)
+    np.testing.assert_allclose(norm[0, 1, 3:7, :3] - bias[0, 1, 3:7, :3],
+                               -0.5 * lp[:4, :3].max(-1, keepdims=True) + 0 * lp[:4, :3],
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
+    assert np.all(norm[0, 1, 7] == 0) and np.all(norm[:, 0] == 0)
 
 
 def test_diagonal_mass_perfect_and_uniform():

@@ -340,7 +340,7 @@ def _clear(out: Path) -> None:
 
 
 def _describe(config: dict) -> str:
-    keys = ("num_utterances", "seed", "version")
+    keys = ("num_utterances", "seed", "version", "eval_splits_of")
     return ", ".join(f"{k}={config.get(k)}" for k in keys)
 
 

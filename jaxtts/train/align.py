@@ -86,6 +86,7 @@ class AlignConfig:
     prior_scaling: float = 0.0  # 0 = no prior
     prior_start: int = 0
     prior_end: int = 0
+    prior_normalize: bool = True  # peak of each frame's log prior at 0 (see `prior_bias`)
     blank_logprob: float = -1.0
     band: float = 0.1  # half-width of the diagonal band of `diagonal_mass`, fraction of N
 
@@ -105,6 +106,8 @@ class AlignConfig:
                               f"{sorted('align_' + f for f in fields)}")  # fmt: skip
         for key in ("layers", "heads"):
             d[key] = tuple(int(i) for i in d.get(key, ()) or ())
+            if len(set(d[key])) != len(d[key]):
+                raise ConfigError(f"loss.align_{key}={list(d[key])}: an index is listed twice")
         cfg = cls(**d)
         for key, n in (("layers", num_layers), ("heads", num_heads)):
             bad = [i for i in getattr(cfg, key) if not 0 <= i < n]
@@ -130,12 +133,23 @@ class AlignConfig:
 
 
 def prior_bias(text_len: jax.Array, speech_len: jax.Array, x: int, t: int, head_mask: jax.Array,
-               scaling: float, weight: jax.Array) -> jax.Array:  # fmt: skip
+               scaling: float, weight: jax.Array, normalize: bool = True) -> jax.Array:  # fmt: skip
     """Additive attention bias [B, N, X+T, X+T] of a prefix-LM row [text X | speech T]:
     `weight * log prior` on the speech-query x text-key block of the heads in `head_mask` [N],
-    0 elsewhere (text queries, speech keys, other heads, padding)."""
+    0 elsewhere (text queries, speech keys, other heads, padding).
+
+    normalize: subtract each frame's largest log prior, so the diagonal key gets 0 and only
+    off-diagonal text keys are penalised. In a prefix-LM the same softmax also covers the
+    speech keys (bias 0); the raw log prior (<= 0 everywhere, about -2.5 at the peak for ~80
+    text symbols) would also push the head's mass from the text to the speech keys, which the
+    encoder-decoder setting of Badlani et al. (text keys only) never does.
+    """
     logp = beta_binomial_log_prior(text_len, speech_len, x, t, scaling)  # [B, T, X]
-    logp = jnp.where(logp > NEG_INF / 2, logp, 0.0) * weight
+    ok = logp > NEG_INF / 2
+    if normalize:
+        peak = jnp.max(jnp.where(ok, logp, NEG_INF), axis=-1, keepdims=True)  # [B, T, 1]
+        logp = logp - jnp.where(peak > NEG_INF / 2, peak, 0.0)
+    logp = jnp.where(ok, logp, 0.0) * weight
     block = logp[:, None] * head_mask[None, :, None, None]  # [B, N, T, X]
     return jnp.pad(block, ((0, 0), (0, 0), (x, 0), (0, t)))
 

@@ -271,7 +271,13 @@ def write_params_file(path: str | os.PathLike, params: Any, dtype: str | None = 
 
     def host(x):
         x = np.asarray(jax.device_get(x))
-        return x.astype(dtype) if dtype and np.issubdtype(x.dtype, np.floating) else x
+        if not (dtype and np.issubdtype(x.dtype, np.floating)):
+            return x
+        y = x.astype(dtype)
+        if not np.all(np.isfinite(y)[np.isfinite(x)]):
+            raise CheckpointError(f"{path}: a parameter overflows {dtype} (|x| up to "
+                                  f"{np.abs(x).max():.3g}); export with dtype float32")
+        return y
 
     host = jax.tree.map(host, params)
     data = serialization.msgpack_serialize(host)

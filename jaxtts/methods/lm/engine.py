@@ -59,6 +59,11 @@ class LMEngine(Engine):
                 raise CheckpointError(f"{what}: holds {have} symbols/tokens but {run.config_path} "
                                       f"says model.{key}={want}; copy the folder from the same "
                                       "run as the parameters")  # fmt: skip
+        rate = run.read_data_info().get("frame_rate")
+        if rate is not None and abs(float(rate) - tokenizer.frame_rate) > 1e-6:
+            raise CheckpointError(f"{run.tokenizer_dir}: a {tokenizer.frame_rate:g} Hz tokenizer "
+                                  f"but the model was trained on {float(rate):g} Hz tokens "
+                                  f"({run.data_path})")  # fmt: skip
         one = np.ones((1, 4), np.int32)
         like = abstract_params(TTSLM(cfg).init, one, np.array([4]), one, np.array([4]))
         params, _ = run.load_params(like, step)

@@ -176,8 +176,10 @@ class LMTask:
             return logits, {}, None
         nx, nt = text.shape[1], x.shape[1]
         w = a.prior_weight(step)
-        bias = align_lib.prior_bias(text_len, x_len, nx, nt, a.head_mask(cfg.num_heads),
-                                    max(a.prior_scaling, 1e-3), w)  # [B, N, X+T, X+T]
+        bias = None  # evaluation (step None) and prior-free configs build no bias at all
+        if a.prior_scaling > 0 and step is not None:
+            bias = align_lib.prior_bias(text_len, x_len, nx, nt, a.head_mask(cfg.num_heads),
+                                        a.prior_scaling, w, a.prior_normalize)  # [B,N,X+T,X+T]
         (logits, _), inter = self.model.apply(
             {"params": params}, text, text_len, x, x_len, train=train, rngs=rngs,
             attn_bias=bias, bias_layers=a.layers, mutable=["intermediates"])  # fmt: skip
@@ -204,6 +206,9 @@ class LMTask:
         valid = valid & (jnp.asarray(batch["text_len"]) > 0)[:, None, None]  # padding rows
         loss, metrics = losses.mtp_loss(logits, targets, valid, self.alpha)
         if align_metrics:
+            # The CTC term is a mean over this batch's rows; the trainer weights a batch by its
+            # target tokens, so with train.microbatches > 1 the accumulated CTC gradient is a
+            # token-weighted mean of per-microbatch row means (exact with one microbatch).
             metrics["mtp_loss"] = loss
             loss = loss + self.align.ctc_weight * align_metrics["align/ctc"]
             metrics.update(align_metrics)
@@ -300,9 +305,10 @@ def _attention_image(task: LMTask, workdir: str, batch):
     row = {k: np.asarray(v)[:1] for k, v in batch.items()}
 
     def on_eval(step, state) -> dict[str, float]:
+        st = forward(state.full_params, row)  # every process joins the sharded forward
         if jax.process_index() != 0:
             return {}
-        st = np.asarray(forward(state.full_params, row))[0]  # [G, T, X]
+        st = np.asarray(jax.device_get(st))[0]  # [G, T, X]
         n, m = int(row["text_len"][0]), int(row["speech_len"][0]) + 1
         z = st[:, :m, :n]
         p = np.exp(z - z.max(-1, keepdims=True))
