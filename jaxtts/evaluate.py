@@ -331,8 +331,17 @@ def score_samples(
     return rows
 
 
+def _heldout_speakers(corpus_dir: Path) -> set[str]:
+    """Speakers marked held out (zero-shot) in `<corpus>/speakers.json`, if the corpus has one."""
+    try:
+        spk = json.loads((corpus_dir / "speakers.json").read_text())
+    except (OSError, ValueError):
+        return set()
+    return {name for name, d in spk.items() if isinstance(d, dict) and d.get("role") == "heldout"}
+
+
 def _summarise(row: _Row, samples: list[Sample], per: list[dict], compile_s: float | None,
-               asrs: dict) -> dict:
+               asrs: dict, heldout: set[str] = frozenset()) -> dict:  # fmt: skip
     out: dict[str, Any] = {"name": row.name, "kind": row.kind, "num_utts": len(samples),
                            "failed": sum(1 for r in per if r["error"])}
     for lm in ("domain", "default"):
@@ -342,6 +351,10 @@ def _summarise(row: _Row, samples: list[Sample], per: list[dict], compile_s: flo
             out[f"wer_{lm}"] = errs / words if words else None
         else:
             out[f"wer_{lm}"] = None
+    held = [r for r in per if r["speaker"] in heldout]
+    words = sum(r.get("words_domain", 0) for r in held)
+    out["wer_domain_heldout"] = (sum(r["errors_domain"] for r in held) / words
+                                 if "domain" in asrs and words else None)  # fmt: skip
     out["sim"] = _mean([r.get("sim") for r in per])
     out["mcd"] = _mean([r.get("mcd") for r in per]) if row.kind != "ground_truth" else None
     out["logf0_rmse"] = (_mean([r.get("logf0_rmse") for r in per])
@@ -358,6 +371,9 @@ def _summarise(row: _Row, samples: list[Sample], per: list[dict], compile_s: flo
         out.update(speed_stats(wall_s, audio_s, total("lm_s"), total("num_tokens"),
                                total("num_forwards"), total("kv_cache_bytes")))
         out.update(compile_s=compile_s, wall_s=wall_s, audio_s=audio_s)
+        hit = [s.info.get("hit_max") for s in ok]
+        out["no_eos"] = (float(np.mean([bool(h) for h in hit]))
+                         if hit and all(h is not None for h in hit) else None)  # fmt: skip
     else:
         out.update(rtf=None, lm_rtf=None, tokens_per_s=None, forwards_per_audio_s=None,
                    kv_bytes_per_audio_s=None, compile_s=None,
@@ -503,7 +519,8 @@ def evaluate(
         samples, compile_s = generate_row(row, utts, gt, prompts, progress)
         per = score_samples(samples, asrs, gt if spectral else None,
                             {u.id: prompts[u.id].wav for u in utts}, encoder, progress)
-        results_rows.append(_summarise(row, samples, per, compile_s, asrs))
+        results_rows.append(_summarise(row, samples, per, compile_s, asrs,
+                                       _heldout_speakers(corpus_dir)))  # fmt: skip
         samples_by_row[row.name] = samples
     gt_row = next((r for r in results_rows if r["kind"] == "ground_truth"), None)
     for r in results_rows:
