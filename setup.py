@@ -25,7 +25,9 @@ EXTRAS = {
     "tfds": ["tensorflow-datasets==4.9.10", "tensorflow-cpu==2.21.0"],
     # Resemblyzer speaker encoder (the DCAR paper's SIM evaluator); needs torch.
     "eval": ["resemblyzer>=0.1.4"],
-    "dev": ["pytest>=8", "pytest-timeout>=2.3", "ruff>=0.6"],
+    # nbclient + ipykernel: tests/test_notebooks.py runs notebooks/ in a real kernel
+    "dev": ["pytest>=8", "pytest-timeout>=2.3", "ruff>=0.6", "nbclient>=0.10", "nbformat>=5.10",
+            "ipykernel>=6.29"],
     # benchmarks/peer_decode.py: HF `generate` as the peer (torch 2.13.0 is the CPU build
     # that pip finds on these machines; never a core dependency)
     "bench": ["torch==2.13.0", "transformers>=5,<6"],
