@@ -49,6 +49,7 @@ def main():
         print(f"| {h + 1} | {info.ce_right[h]:.3f} | {info.ce_other[h]:.3f} | "
               f"{info.gap[h]:+.3f} |")  # fmt: skip
     if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump({"workdir": args.workdir, "step": step, "split": args.split,
                        "tokens": info.tokens, "ce_right": info.ce_right.tolist(),
