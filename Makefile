@@ -1,5 +1,5 @@
 # The two commands a newcomer runs on a fresh machine:
-#   make demo   # set up, build the built-in corpus, train a tiny model, synthesize, print WER/RTF
+#   make demo   # set up, synthesize + evaluate with the shipped models (pretrained/), print the table
 #   make test   # set up, run the test suite (8 simulated CPU devices for the sharding tests)
 PY ?= python3
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
