@@ -215,12 +215,17 @@ class KMeansTokenizer(SpeechTokenizer):
             raise ConfigError(f"KMeansTokenizer: k={k}, expected >= 2")
         if frames < 1:
             raise ConfigError(f"KMeansTokenizer: frames={frames}, expected >= 1 mel frames a token")
-        super().__init__(name or (f"kmeans{k}" if frames == 1 else f"kmeans{k}x{frames}"), mel_cfg)
+        super().__init__(name or self.default_name(k, frames), mel_cfg)
         self.k, self.iters, self.max_fit_frames, self.seed = int(k), iters, max_fit_frames, seed
         self.frames = int(frames)
         self.stats: MelStats | None = None
         self.centers: np.ndarray | None = None  # float32 [K, M] standardised
         self.inertia: list[float] = []
+
+    @staticmethod
+    def default_name(k: int, frames: int = 1) -> str:
+        """`kmeans<K>` (50 Hz) or `kmeans<K>x<frames>`: the tokenizer's folder and token names."""
+        return f"kmeans{int(k)}" if int(frames) == 1 else f"kmeans{int(k)}x{int(frames)}"
 
     @property
     def vocab_size(self) -> int:

@@ -79,7 +79,7 @@ def tokenizer_for(data_cfg, corpus: Path, train_utts, progress: bool = True):
         raise ConfigError(f"data.tokenizer={spec!r}: expected 'kmeans' or 'external:<name>'")
     k = int(data_cfg.get("tokenizer_k", 1024))
     frames = int(data_cfg.get("tokenizer_frames", 1))
-    name = f"kmeans{k}" if frames == 1 else f"kmeans{k}x{frames}"
+    name = tok_lib.KMeansTokenizer.default_name(k, frames)
     folder = Path(data_cfg.get("tokenizer_dir") or corpus / "tokenizers" / name)
     if (folder / "tokenizer.json").is_file():
         tok = tok_lib.load_tokenizer(folder)
