@@ -22,7 +22,8 @@ _SPEAKER = flags.DEFINE_string("speaker", None, "Corpus utterance id or speaker 
 _SPEAKER_WAV = flags.DEFINE_string("speaker_wav", None, "Prompt audio of the target speaker.")
 _SPEAKER_TEXT = flags.DEFINE_string("speaker_text", None, "Transcript of --speaker_wav.")
 _STRATEGY = flags.DEFINE_string(
-    "strategy", None, "far | car:<c> (default: the run's config.decode.strategy).")
+    "strategy", None, "far | car:<c> | vadusa:<tau> | dcar[:sample] (default: the run's "
+    "config.decode.strategy).")
 _BATCH = flags.DEFINE_integer("batch_size", 8, "Rows decoded together.")
 _OUT = flags.DEFINE_string("out_dir", "out/infer", "Output folder.")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed (per line: (seed, line index)).")

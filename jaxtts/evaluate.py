@@ -371,11 +371,15 @@ def _summarise(row: _Row, samples: list[Sample], per: list[dict], compile_s: flo
         out.update(speed_stats(wall_s, audio_s, total("lm_s"), total("num_tokens"),
                                total("num_forwards"), total("kv_cache_bytes")))
         out.update(compile_s=compile_s, wall_s=wall_s, audio_s=audio_s)
+        steps = total("steps")  # decoding steps after prefill: tokens / steps = mean chunk
+        tokens = total("num_tokens")
+        out["mean_chunk"] = tokens / steps if steps and tokens is not None else None
         hit = [s.info.get("hit_max") for s in ok]
         out["no_eos"] = (float(np.mean([bool(h) for h in hit]))
                          if hit and all(h is not None for h in hit) else None)  # fmt: skip
     else:
         out.update(rtf=None, lm_rtf=None, tokens_per_s=None, forwards_per_audio_s=None,
+                   mean_chunk=None,
                    kv_bytes_per_audio_s=None, compile_s=None,
                    audio_s=sum(len(s.wav) for s in samples) / EVAL_SR)
     out["utterances"] = per

@@ -101,6 +101,11 @@ class Strategy(abc.ABC):
     name: str
     max_chunk: int  # most tokens a row can take in one step (token-buffer headroom)
 
+    def bind(self, models: Models) -> Strategy:
+        """This strategy with what it reads from the models filled in (e.g. K, the number of
+        heads, as `max_chunk`); called by `decode` before `check`."""
+        return self
+
     def check(self, models: Models) -> None:  # noqa: B027 - optional hook
         """Raise ConfigError if the strategy cannot run on these models."""
 
@@ -202,6 +207,7 @@ def decode(strategy: Strategy, models: Models, params: Params, batch: PromptBatc
 
     keys: [B] per-row PRNG keys (`jaxtts.decode.sampling.row_keys`).
     """
+    strategy = strategy.bind(models)
     strategy.check(models)
     return _decode(dict(params), batch, keys, strategy=strategy,
                    models=tuple(sorted(models.items())), max_new_tokens=int(max_new_tokens),

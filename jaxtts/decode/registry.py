@@ -15,8 +15,10 @@ from jaxtts.errors import ConfigError
 _FACTORIES: dict[str, str] = {
     "far": "jaxtts.methods.lm.strategies:far",
     "car": "jaxtts.methods.lm.strategies:car",
+    "dcar": "jaxtts.methods.dcar.strategies:dcar",
+    "vadusa": "jaxtts.methods.dcar.strategies:vadusa",
 }
-_EXAMPLES = "e.g. far, car:3"
+_EXAMPLES = "e.g. far, car:3, vadusa:2, dcar"
 
 
 def register(name: str, target: str) -> None:

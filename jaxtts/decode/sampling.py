@@ -81,8 +81,10 @@ def sample_tokens(keys: jax.Array, logits: jax.Array, s: SamplingConfig) -> jax.
     if s.greedy:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
-    def row(key, lg):  # [C, V]
-        ks = jax.random.split(key, lg.shape[0])
+    def row(key, lg):  # [C, V]; slot i draws with fold_in(key, i): a slot's draw does not
+        # depend on how many slots the step samples (DCAR sampling K heads and keeping c
+        # tokens then equals car:c sampling c)
+        ks = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(lg.shape[0]))
         return jax.vmap(jax.random.categorical)(ks, filter_logits(lg, s))
 
     return jax.vmap(row)(keys, logits).astype(jnp.int32)

@@ -21,6 +21,7 @@ COLUMNS = [
     ("rtf", "RTF", lambda v: f"{v:.3g}"),
     ("lm_rtf", "LM-RTF", lambda v: f"{v:.3g}"),
     ("forwards_per_audio_s", "steps / audio s", lambda v: f"{v:.1f}"),
+    ("mean_chunk", "mean chunk", lambda v: f"{v:.2f}"),
     ("no_eos", "no EOS %", lambda v: f"{100 * v:.1f}"),
     ("tokens_per_s", "tokens/s", lambda v: f"{v:.0f}"),
     ("kv_bytes_per_audio_s", "KV bytes / audio s", lambda v: f"{v:.3g}"),

@@ -76,14 +76,22 @@ class LMEngine(Engine):
     def units_to_mel(self, units):
         return self.tokenizer.decode(np.asarray(units, np.int32))
 
+    def decode_models(self) -> dict:
+        """The named models a strategy runs on (a DCAR engine adds its policy)."""
+        return {"target": self.model}
+
+    def decode_params(self) -> dict:
+        return {"target": self.params}
+
     def check_strategy(self, spec: str) -> str:
-        strategy = registry.get(spec)
-        strategy.check({"target": self.model})
+        models = self.decode_models()
+        strategy = registry.get(spec).bind(models)
+        strategy.check(models)
         return strategy.name
 
     def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
         strategy = registry.get(options.strategy)
-        out = jax.device_get(decode(strategy, {"target": self.model}, {"target": self.params},
+        out = jax.device_get(decode(strategy, self.decode_models(), self.decode_params(),
                                     batch, keys, max_new_tokens=self.max_new_units(options),
                                     sampling=options.sampling))  # fmt: skip
         return Generated(units=np.asarray(out.tokens), length=np.asarray(out.length),

@@ -248,6 +248,10 @@ class TTSLM(nn.Module):
         outs = [self.base_head(hidden)] + [h(hidden) for h in self.mtp_heads]
         return jnp.stack(outs, axis=-2)[..., : self.cfg.out_vocab].astype(jnp.float32)
 
+    def base_logits(self, hidden: jax.Array) -> jax.Array:
+        """hidden [..., D] -> the base head's logits float32 [..., V] (next token only)."""
+        return self.base_head(hidden)[..., : self.cfg.out_vocab].astype(jnp.float32)
+
     @staticmethod
     def _segments(text_len, speech_len, x: int, t: int):
         """Per-slot (is_speech, index, valid, position) for [text X | speech T] slots."""

@@ -1,0 +1,60 @@
+"""DCAR: a chunk-size policy on the frozen TTS backbone, trained with DCPO (GRPO) on the CTC
+reward ASR (jaxtts/methods/dcar/dcpo.py; METHODS.md section 1).
+
+Variants (`--config configs/dcar.py:<variant>`):
+  tiny   tests and smoke runs: 2 steps of 4 prompts x 2 rollouts, 1 s cap (shipped models)
+  small  the shipped policy: pretrained/car_small + pretrained/ctc_asr, 8 prompts x 8
+         rollouts a step, guidance {2, 3}
+
+  python train.py --config configs/dcar.py:small --workdir runs/dcar
+  python train.py --config configs/dcar.py:small --workdir runs/dcar_234 \
+      --config.dcpo.guidance='(2,3,4)'
+  python -m jaxtts.evaluate --workdir runs/dcar --strategies far,car:2,car:3,vadusa:2,dcar
+"""
+
+import ml_collections as mlc
+
+from configs import common
+
+
+def get_config(arg: str | None = None) -> mlc.ConfigDict:
+    args = common.parse_arg(arg, variant="small")
+    if args.variant not in ("tiny", "small"):
+        raise KeyError(f"configs/dcar.py: unknown variant '{args.variant}', expected "
+                       "['tiny', 'small']")  # fmt: skip
+    v = args.variant
+    config = mlc.ConfigDict()
+    config.variant = v
+    config.task = "dcar"
+    # one causal layer over the backbone's hidden states (width = the backbone's d_model)
+    config.policy = mlc.ConfigDict(dict(num_heads=4, head_dim=64, d_ff=1024))
+    config.dcpo = mlc.ConfigDict(
+        dict(
+            backbone="pretrained/car_small",  # frozen TTS LM (run folder)
+            reward_asr="pretrained/ctc_asr",  # frozen CTC ASR (run folder)
+            guidance=(2, 3),  # action-guidance set: the best fixed CAR chunk sizes
+            chase_then_exceed=True,  # half of each group decoded with fixed guidance sizes
+            gamma=0.1,  # out-of-range penalty weight
+            group_size=8,  # G rollouts per prompt (even)
+            prompts_per_step=4,  # P prompts per step (N = P * G rollouts, one batch)
+            min_seconds=3.0,  # training utterances at least this long
+            num_utterances=0,  # 0 = all that qualify
+            max_seconds=10.0,  # generation cap per rollout
+            clip_eps=0.2,
+            kl_beta=0.04,  # k3 KL weight to the frozen initial policy ...
+            kl_warmup_steps=100,  # ... warmed up linearly from 0 over these steps
+        )
+    )
+    config.data = mlc.ConfigDict(dict(corpus_dir="", corpus_utterances=2400, corpus_seed=0))
+    config.train = common.train_config(
+        steps=150, learning_rate=3e-4, warmup_steps=10, final_lr_fraction=0.3, weight_decay=0.0,
+        trainable="prefix:policy", log_every=5, eval_every=0, checkpoint_every=25,
+    )  # fmt: skip
+    config.mesh = common.mesh_config()
+    if v == "tiny":
+        config.policy.update(num_heads=2, head_dim=16, d_ff=64)
+        config.dcpo.update(group_size=2, prompts_per_step=4, max_seconds=1.0, num_utterances=4,
+                           kl_warmup_steps=2)  # fmt: skip
+        config.train.update(steps=2, warmup_steps=1, log_every=1, checkpoint_every=0,
+                            tensorboard=False)  # fmt: skip
+    return config

@@ -1,0 +1,103 @@
+"""The DCAR engine: the frozen TTS backbone + a trained chunk-size policy (a DCPO run folder).
+
+`infer.py --workdir runs/dcar` (or `pretrained/dcar`) loads the backbone named in the run's
+`data.json` (`backbone`, a run folder path, relative to the working directory or the
+repository) and checks that the policy was trained on a backbone of the same width, heads and
+tokenizer; every LM strategy (far, car:c, vadusa:tau) runs too, and `dcar` is the default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax.numpy as jnp
+
+from jaxtts.errors import CheckpointError
+from jaxtts.methods.lm.engine import LMEngine
+from jaxtts.run_folder import RunFolder
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def resolve_backbone(path: str, run: RunFolder) -> Path:
+    p = Path(path)
+    for cand in (p, REPO / p, run.path / p):
+        if (cand / "config.json").is_file():
+            return cand
+    raise CheckpointError(f"{run.data_path}: backbone {path!r} not found (looked in the working "
+                          f"directory and {REPO}); pass a DCAR run whose backbone exists")
+
+
+class DCAREngine(LMEngine):
+    family = "dcar"
+
+    @classmethod
+    def from_run(cls, run: RunFolder, step: int | None = None) -> DCAREngine:
+        from jaxtts.methods.dcar.dcpo import config_policy
+        from jaxtts.methods.dcar.policy import ChunkPolicy
+        from jaxtts.train.checkpoint import abstract_params
+
+        config = run.read_config("dcar")
+        info = run.read_data_info()
+        if "backbone" not in info:
+            raise CheckpointError(f"{run.data_path}: no 'backbone' entry; expected the data.json "
+                                  "a DCPO run writes")  # fmt: skip
+        bpath = resolve_backbone(str(info["backbone"]), run)
+        base = LMEngine.from_run(RunFolder(bpath))
+        have = {"d_model": base.cfg.d_model, "num_mtp_heads": base.cfg.num_mtp_heads,
+                "num_heads": base.cfg.num_heads, "tokenizer": base.tokenizer.name}  # fmt: skip
+        for key, val in have.items():
+            if key in info and info[key] != val:
+                raise CheckpointError(f"policy {run.path} was trained on a backbone with {key}="
+                                      f"{info[key]!r} but backbone {bpath} has {val!r}")
+        pcfg = config_policy(config, base)
+        policy = ChunkPolicy(pcfg)
+        like = abstract_params(lambda r, x, n: {"params": {"policy": policy.init(r, x, n)[
+            "params"], "ref": policy.init(r, x, n)["params"]}}, jnp.zeros((1, 2, pcfg.d_model)),
+            jnp.array([2]))  # fmt: skip
+        params, _ = run.load_params(like, step)
+        eng = cls(base.config, base.params, base.frontend, base.tokenizer,
+                  max_text_symbols=base.max_text_symbols)  # fmt: skip
+        eng.policy, eng.policy_params = policy, params["policy"]
+        eng.decode_config = {**base.decode_config, "strategy": "dcar"}
+        eng.backbone_path = str(bpath)
+        return eng
+
+    def decode_models(self) -> dict:
+        return {"target": self.model, "policy": self.policy}
+
+    def decode_params(self) -> dict:
+        return {"target": self.params, "policy": self.policy_params}
+
+
+def chunk_schedule(engine: DCAREngine, text: str, prompt=None, *, seed: int = 0,
+                   max_seconds: float = 10.0, sample: bool = False):
+    """One sentence decoded with `dcar` keeping the policy's decisions: -> (tokens int32 [T],
+    chunks int32 [S] (the size chosen at each step; their sum is T up to an EOS cut),
+    probs float32 [S, K] (the policy's distribution at each step))."""
+    import jax
+    import numpy as np
+
+    from jaxtts.decode.driver import PromptBatch, decode
+    from jaxtts.decode.sampling import row_keys
+    from jaxtts.methods.dcar.policy import ChunkPolicy
+    from jaxtts.methods.dcar.strategies import DCAR
+
+    p_ids, p_units = engine.encode_prompt(prompt)
+    ids = np.concatenate([p_ids, engine.frontend.encode(text)]).astype(np.int32)[None]
+    units = np.asarray(p_units, np.int32).reshape(1, -1)
+    if units.shape[1] == 0:
+        units = np.zeros((1, 1), np.int32)
+    batch = PromptBatch(ids, np.array([ids.shape[1]], np.int32), units,
+                        np.array([len(p_units)], np.int32))  # fmt: skip
+    opts = engine.options(max_seconds=max_seconds)
+    out = jax.device_get(decode(DCAR(sample=sample, record=True), engine.decode_models(),
+                                engine.decode_params(), batch, row_keys(seed, [0]),
+                                max_new_tokens=engine.max_new_units(opts),
+                                sampling=opts.sampling))  # fmt: skip
+    n, s = int(out.length[0]), int(out.steps[0])
+    logits = ChunkPolicy(engine.policy.cfg).apply({"params": engine.policy_params},
+                                                  out.stats["policy_inputs"][:, :s],
+                                                  out.steps)  # fmt: skip
+    probs = np.asarray(jax.nn.softmax(logits[0], axis=-1))
+    return np.asarray(out.tokens[0, :n]), np.asarray(out.stats["actions"][0, :s]), probs

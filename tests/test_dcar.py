@@ -1,0 +1,335 @@
+"""DCAR policy + `dcar` / `vadusa` strategies on a tiny random backbone: exact equivalences."""
+
+import os
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from lm_reference import TINY, batch_of, init_params, random_rows, run  # noqa: E402
+
+from jaxtts.decode import registry  # noqa: E402
+from jaxtts.decode.driver import decode  # noqa: E402
+from jaxtts.decode.sampling import SamplingConfig, row_keys  # noqa: E402
+from jaxtts.errors import ConfigError  # noqa: E402
+from jaxtts.methods.dcar.policy import ChunkPolicy, PolicyConfig, action_logp  # noqa: E402
+from jaxtts.methods.lm.model import TTSLM  # noqa: E402
+
+GREEDY = SamplingConfig(greedy=True)
+SAMPLE = SamplingConfig(temperature=1.0, top_k=8)
+PCFG = PolicyConfig(d_model=TINY.d_model, num_actions=TINY.num_mtp_heads, num_heads=2,
+                    head_dim=8, d_ff=32)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def params():
+    return init_params(eos_bias=0.9)
+
+
+def policy_params(seed=0, always=None, scale=1.0):
+    """Random policy parameters (kernel scaled so rows choose different sizes), or one that
+    always picks chunk size `always`."""
+    p = nn.unbox(ChunkPolicy(PCFG).init(jax.random.key(seed), jnp.zeros((1, 3, PCFG.d_model)),
+                                        jnp.array([3])))["params"]  # fmt: skip
+    k = p["out"]["kernel"]
+    p["out"]["kernel"] = scale * jax.random.normal(jax.random.key(seed + 1), k.shape)
+    if always is not None:
+        p["out"]["kernel"] = jnp.zeros_like(k)
+        p["out"]["bias"] = jnp.zeros_like(p["out"]["bias"]).at[always - 1].set(100.0)
+    return p
+
+
+def run_dcar(spec, params, pparams, batch, keys, sampling, forced=None, max_new=20):
+    models = {"target": TTSLM(TINY), "policy": ChunkPolicy(PCFG)}
+    ps = {"target": params, "policy": pparams}
+    if forced is not None:
+        ps["forced_chunk"] = jnp.asarray(forced, jnp.int32)
+    return decode(registry.get(spec), models, ps, batch, keys, max_new_tokens=max_new,
+                  sampling=sampling)  # fmt: skip
+
+
+def test_policy_cached_steps_equal_full_forward():
+    pol = ChunkPolicy(PCFG)
+    pp = policy_params(3)
+    x = jax.random.normal(jax.random.key(0), (2, 5, PCFG.d_model))  # [B, S, D]
+    full = pol.apply({"params": pp}, x, jnp.array([5, 3]))  # [B, S, A]
+    cache = pol.apply({"params": pp}, 2, 7, method="init_cache")
+    steps = []
+    for j in range(5):
+        lg, cache = pol.apply({"params": pp}, x[:, j], cache, method="step")
+        steps.append(lg)
+    steps = jnp.stack(steps, 1)
+    np.testing.assert_allclose(steps[0], full[0], atol=1e-5)
+    np.testing.assert_allclose(steps[1, :3], full[1, :3], atol=1e-5)  # row 1: 3 valid decisions
+    # an untrained (zero output layer) policy is uniform
+    p0 = nn.unbox(pol.init(jax.random.key(0), x, jnp.array([5, 3])))["params"]
+    np.testing.assert_allclose(pol.apply({"params": p0}, x, jnp.array([5, 3])), 0.0)
+
+
+def test_action_logp_values():
+    logits = jnp.log(jnp.array([[0.1, 0.2, 0.3, 0.4]]))
+    np.testing.assert_allclose(action_logp(logits, jnp.array([3])), [np.log(0.3)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 4])
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLE], ids=["greedy", "sampling"])
+def test_constant_policy_reproduces_car(params, chunk, sampling):
+    rows = random_rows(4, seed=chunk)
+    keys = row_keys(7, range(4))
+    ref = run(registry.get("far" if chunk == 1 else f"car:{chunk}"), params, batch_of(rows),
+              keys, max_new_tokens=20, sampling=sampling)  # fmt: skip
+    out = run_dcar("dcar", params, policy_params(always=chunk), batch_of(rows), keys, sampling)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    np.testing.assert_array_equal(out.steps, ref.steps)
+    hist = np.asarray(out.stats["chunk_hist"])
+    np.testing.assert_array_equal(hist[:, chunk - 1], np.asarray(ref.steps))
+
+
+def test_forced_rows_reproduce_car_and_others_follow_the_policy(params):
+    rows = random_rows(4, seed=11)
+    keys = row_keys(1, range(4))
+    forced = [2, 0, 3, 0]
+    out = run_dcar("dcar:sample", params, policy_params(always=4), batch_of(rows), keys, SAMPLE,
+                   forced=forced)  # fmt: skip
+    for i, c in enumerate(forced):
+        spec = f"car:{c or 4}"
+        ref = run(registry.get(spec), params, batch_of([rows[i]]), keys[i : i + 1],
+                  max_new_tokens=20, sampling=SAMPLE)  # fmt: skip
+        n = int(ref.length[0])
+        assert int(out.length[i]) == n
+        np.testing.assert_array_equal(out.tokens[i, :n], ref.tokens[0, :n])
+
+
+@pytest.mark.parametrize("spec,sampling", [("dcar", GREEDY), ("dcar:sample", SAMPLE)])
+def test_dcar_batch_n_equals_batch_1(params, spec, sampling):
+    rows = random_rows(5, seed=5)
+    pp = policy_params(2, scale=3.0)
+    big = run_dcar(spec, params, pp, batch_of(rows, 14, 8), row_keys(3, range(5)), sampling)
+    chunks = set()
+    for i, row in enumerate(rows):
+        one = run_dcar(spec, params, pp, batch_of([row]), row_keys(3, [i]), sampling)
+        n = int(one.length[0])
+        assert int(big.length[i]) == n and int(big.steps[i]) == int(one.steps[0])
+        np.testing.assert_array_equal(big.tokens[i, :n], one.tokens[0, :n])
+        chunks |= {k + 1 for k in np.flatnonzero(np.asarray(one.stats["chunk_hist"][0]))}
+    assert len(chunks) >= 2  # rows really took different chunk sizes
+
+
+def test_dcar_records_what_the_policy_saw(params):
+    """Recorded inputs through the policy's full forward give the recorded log-probs."""
+    from jaxtts.methods.dcar.strategies import DCAR
+
+    rows = random_rows(3, seed=8)
+    pp = policy_params(4, scale=3.0)
+    models = {"target": TTSLM(TINY), "policy": ChunkPolicy(PCFG)}
+    out = decode(DCAR(sample=True, record=True), models, {"target": params, "policy": pp},
+                 batch_of(rows), row_keys(0, range(3)), max_new_tokens=20, sampling=SAMPLE)
+    st = out.stats
+    steps = np.asarray(out.steps)
+    logits = ChunkPolicy(PCFG).apply({"params": pp}, st["policy_inputs"], out.steps)
+    lp = np.asarray(action_logp(logits, st["actions"]))
+    for i in range(3):
+        s = steps[i]
+        np.testing.assert_allclose(lp[i, :s], np.asarray(st["logp"])[i, :s], atol=1e-5)
+        assert np.all(np.asarray(st["actions"])[i, :s] >= 1)
+        assert np.all(np.asarray(st["actions"])[i, s:] == 0)
+        # tokens = sum of chosen chunk sizes, except the last step may be cut by EOS / the cap
+        assert np.asarray(st["actions"])[i, : s - 1].sum() < int(out.length[i]) + 1
+
+
+def test_vadusa_tau1_greedy_equals_far(params):
+    rows = random_rows(5, seed=9)
+    keys = row_keys(0, range(5))
+    far = run(registry.get("far"), params, batch_of(rows), keys, max_new_tokens=24,
+              sampling=GREEDY)  # fmt: skip
+    vad = run(registry.get("vadusa:1"), params, batch_of(rows), keys, max_new_tokens=24,
+              sampling=GREEDY)  # fmt: skip
+    np.testing.assert_array_equal(vad.tokens, far.tokens)
+    assert np.all(np.asarray(vad.steps) <= np.asarray(far.steps))
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLE], ids=["greedy", "sampling"])
+def test_vadusa_batch_n_equals_batch_1(params, sampling):
+    rows = random_rows(4, seed=10)
+    strat = registry.get("vadusa:3")
+    big = run(strat, params, batch_of(rows, 14, 8), row_keys(2, range(4)), max_new_tokens=20,
+              sampling=sampling)  # fmt: skip
+    for i, row in enumerate(rows):
+        one = run(strat, params, batch_of([row]), row_keys(2, [i]), max_new_tokens=20,
+                  sampling=sampling)  # fmt: skip
+        n = int(one.length[0])
+        assert int(big.length[i]) == n
+        np.testing.assert_array_equal(big.tokens[i, :n], one.tokens[0, :n])
+
+
+def test_vadusa_accepts_more_with_more_tolerance(params):
+    rows = random_rows(6, seed=12)
+    keys = row_keys(0, range(6))
+    acc = []
+    for tau in (1, 4, TINY.out_vocab):
+        out = run(registry.get(f"vadusa:{tau}"), params, batch_of(rows), keys,
+                  max_new_tokens=24, sampling=GREEDY)  # fmt: skip
+        acc.append(float(np.sum(out.length) / np.sum(out.steps)))
+    assert acc[0] <= acc[1] <= acc[2]
+    # tau = V accepts every draft: exactly car:K
+    car = run(registry.get(f"car:{TINY.num_mtp_heads}"), params, batch_of(rows), keys,
+              max_new_tokens=24, sampling=GREEDY)  # fmt: skip
+    np.testing.assert_array_equal(out.tokens, car.tokens)
+    np.testing.assert_array_equal(out.steps, car.steps)
+
+
+def test_strategy_errors(params):
+    with pytest.raises(ConfigError, match="vadusa:0"):
+        registry.get("vadusa:0")
+    with pytest.raises(ConfigError, match="vadusa:x"):
+        registry.get("vadusa:x")
+    with pytest.raises(ConfigError, match="needs a chunk-size policy"):
+        run(registry.get("dcar"), params, batch_of(random_rows(1)), row_keys(0, [0]),
+            max_new_tokens=4, sampling=GREEDY)  # fmt: skip
+    with pytest.raises(ConfigError, match="dcar:foo"):
+        registry.get("dcar:foo")
+
+
+# ----------------------------------------------------------------------------- DCPO pieces
+
+
+def test_out_of_range_and_reward_hand_computed():
+    from jaxtts.methods.dcar.dcpo import decision_mask, out_of_range, rewards
+
+    actions = np.array([[1, 2, 4, 3], [3, 3, 0, 0], [4, 4, 1, 0]])
+    mask = decision_mask(np.array([4, 2, 0]), 4)
+    np.testing.assert_array_equal(mask, [[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]])
+    # guidance {2, 3}: sizes 1 and 4 are 1 outside; row 0: (1 + 0 + 1 + 0) / 4; row 2: no action
+    dist = out_of_range(actions, mask, (2, 3))
+    np.testing.assert_allclose(dist, [0.5, 0.0, 0.0])
+    np.testing.assert_allclose(out_of_range(actions, mask, (2,)), [(1 + 0 + 2 + 1) / 4, 1.0, 0])
+    r = rewards([0.30, 0.10, 0.50], [0.10, 0.10, 0.20], dist, gamma=0.1)
+    np.testing.assert_allclose(r, [-(0.30 - 0.10) - 0.05, 0.0, -(0.50 - 0.20)], atol=1e-7)
+
+
+def test_chase_then_exceed_groups():
+    from jaxtts.methods.dcar.dcpo import chase_groups
+
+    f = chase_groups(np.random.default_rng(0), 5, 8, (2, 3)).reshape(5, 8)
+    assert np.all(np.isin(f[:, :4], [2, 3])) and np.all(f[:, 4:] == 0)
+    assert set(np.unique(f[:, :4])) == {2, 3}
+    assert np.all(chase_groups(np.random.default_rng(0), 5, 8, (2, 3), chase=False) == 0)
+
+
+def test_dcpo_loss_masks_inner_positions_and_moves_toward_reward():
+    """The loss only sees decision positions (changing a masked entry changes nothing), its
+    value at the start equals the hand-computed GRPO value, and Adam steps on a known reward
+    (size 3 rewarded) raise pi(3)."""
+    import optax
+    from ml_collections import ConfigDict
+
+    from jaxtts.methods.dcar.dcpo import DCPOTask
+
+    dcfg = ConfigDict(dict(clip_eps=0.2, kl_beta=0.1, kl_warmup_steps=0))
+    task = DCPOTask(PCFG, dcfg)
+    params = nn.unbox(task.init(jax.random.key(0), None))
+    n, s = 4, 3
+    inputs = jax.random.normal(jax.random.key(1), (n, s, PCFG.d_model))
+    actions = jnp.array([[3, 3, 3], [1, 2, 1], [3, 3, 1], [4, 1, 1]])
+    steps = jnp.array([3, 2, 2, 1])
+    mask = jnp.arange(s)[None] < steps[:, None]
+    adv = jnp.array([1.5, -0.5, 0.5, -1.5])
+    logits = ChunkPolicy(PCFG).apply({"params": params["policy"]}, inputs, steps)
+    batch = {"inputs": inputs, "steps": steps, "actions": actions, "mask": mask,
+             "logp_old": action_logp(logits, actions), "advantages": adv,
+             "forced": jnp.zeros(n, jnp.int32)}  # fmt: skip
+    for k in ("reward", "wer", "mean_chunk", "out_of_range"):
+        batch[k] = jnp.zeros(n)
+    loss, m = task.loss(params, batch, None, train=True, step=jnp.asarray(0))
+    # ratio 1, KL 0 at the start: loss = -(sum_valid A) / #valid
+    expected = -(3 * 1.5 + 2 * -0.5 + 2 * 0.5 + 1 * -1.5) / 8
+    assert float(loss) == pytest.approx(expected, abs=1e-6)
+    changed = dict(batch, actions=batch["actions"].at[3, 2].set(2))  # a masked position
+    assert float(task.loss(params, changed, None, train=True)[0]) == pytest.approx(float(loss))
+
+    opt = optax.adam(1e-2)
+    pol = params["policy"]
+    state = opt.init(pol)
+
+    def f(p):
+        return task.loss({"policy": p, "ref": params["ref"]}, batch, None, train=True,
+                         step=jnp.asarray(5))[0]  # fmt: skip
+
+    x = inputs[:1]
+    p3 = jax.nn.softmax(ChunkPolicy(PCFG).apply({"params": pol}, x, steps[:1]))[0, 0, 2]
+    for _ in range(10):
+        g = jax.grad(f)(pol)
+        upd, state = opt.update(g, state)
+        pol = optax.apply_updates(pol, upd)
+    p3_after = jax.nn.softmax(ChunkPolicy(PCFG).apply({"params": pol}, x, steps[:1]))[0, 0, 2]
+    assert float(p3) == pytest.approx(0.25, abs=1e-6)  # uniform start
+    assert float(p3_after) > 0.3  # past 1.2 x 0.25: the clip bounds each ratio, not pi
+    _, m = task.loss({"policy": pol, "ref": params["ref"]}, batch, None, train=True)
+    assert float(m["kl"]) > 0  # moved away from the reference
+
+
+def test_guidance_above_k_is_an_error():
+    from jaxtts.methods.dcar.dcpo import check_guidance
+
+    with pytest.raises(ConfigError, match=r"guidance=\[2, 5\]: expected chunk sizes in 1..K=4"):
+        check_guidance((2, 5), 4)
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """2 DCPO steps of configs/dcar.py:tiny on the shipped backbone and reward ASR."""
+    from configs import dcar as dcar_config
+    from jaxtts.methods.dcar.dcpo import train
+
+    wd = str(tmp_path_factory.mktemp("dcar") / "run")
+    res = train(dcar_config.get_config("tiny"), wd, progress=False)
+    return wd, res
+
+
+def test_dcpo_tiny_trains_logs_and_resumes(tiny_run):
+    import json
+
+    from configs import dcar as dcar_config
+    from jaxtts.methods.dcar.dcpo import train
+
+    wd, res = tiny_run
+    rows = [json.loads(x) for x in open(os.path.join(wd, "metrics.jsonl"))]
+    assert [r["step"] for r in rows] == [1, 2]
+    for key in ("train/reward", "train/wer", "train/mean_chunk", "train/kl", "train/loss"):
+        assert np.isfinite(rows[-1][key])
+    assert 1.0 <= rows[-1]["train/mean_chunk"] <= 4.0
+    cfg = dcar_config.get_config("tiny")
+    cfg.train.steps = 3
+    res2 = train(cfg, wd, progress=False)  # resumes at 2, takes one more step
+    assert int(res2.state.step) == 3 and len(res2.history) == 1
+
+
+def test_dcar_engine_synthesizes_and_checks_its_backbone(tiny_run, tmp_path):
+    import json
+    import shutil
+
+    from jaxtts.engine import load_engine
+    from jaxtts.errors import CheckpointError
+    from jaxtts.synthesize import Synthesizer
+
+    wd, _ = tiny_run
+    eng = load_engine(wd)
+    assert eng.decode_config["strategy"] == "dcar"
+    synth = Synthesizer(eng)
+    res = synth.synthesize(["the cat sat."], None, max_seconds=1.0, progress=False)
+    assert res[0].info["strategy"] == "dcar" and res[0].info["num_tokens"] > 0
+    assert eng.check_strategy("vadusa:2") == "vadusa:2"
+    bad = tmp_path / "bad"
+    shutil.copytree(wd, bad)
+    info = json.loads((bad / "data.json").read_text())
+    info["d_model"] = 512
+    (bad / "data.json").write_text(json.dumps(info))
+    with pytest.raises(CheckpointError, match=r"d_model=512.*car_small has 256"):
+        load_engine(str(bad))
