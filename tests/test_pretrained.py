@@ -21,7 +21,7 @@ def _utts(corpus):
     return [u for s in ("train", "dev", "test") for u in read_split(corpus, s)]
 
 
-@pytest.mark.parametrize("name", ["car_small", "speaker_encoder", "ctc_asr"])
+@pytest.mark.parametrize("name", ["car_small", "speaker_encoder", "ctc_asr", "dcar"])
 def test_shipped_folder_is_self_contained(name):
     run = PRETRAINED / name
     card = (run / "MODEL_CARD.md").read_text()
@@ -93,6 +93,23 @@ def test_ctc_asr_transcribes_the_corpus(tiny_corpus):
     hyps = asr.transcribe([load_audio(u.path, 16000) for u in utts], 16000)
     rates = error_rates([u.text for u in utts], hyps)
     assert rates["cer"] < 0.15, rates
+
+
+def test_dcar_policy_keeps_to_its_guidance_range(tiny_corpus):
+    """The shipped DCAR policy (argmax) on 5 tiny-corpus sentences: >= 90 % of its decisions
+    inside the guidance range {2, 3} it was trained with (the out-of-range penalty and the
+    chase-then-exceed rollouts teach that); the untrained policy is uniform over 1..4 (50 %)."""
+    from jaxtts.data.manifest import read_split
+    from jaxtts.engine import load_engine
+    from jaxtts.methods.dcar.engine import chunk_schedule
+    from jaxtts.synthesize import Prompt
+
+    eng = load_engine(PRETRAINED / "dcar")
+    utts = read_split(tiny_corpus, "test")[:5]
+    chunks = np.concatenate([chunk_schedule(eng, u.text, Prompt.from_utterance(utts[-1]),
+                                            max_seconds=6.0)[1] for u in utts])  # fmt: skip
+    inside = np.isin(chunks, [2, 3]).mean()
+    assert inside >= 0.9, np.bincount(chunks)
 
 
 def test_broken_shipped_folder_is_a_one_line_error(tmp_path):

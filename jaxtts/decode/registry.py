@@ -17,8 +17,9 @@ _FACTORIES: dict[str, str] = {
     "car": "jaxtts.methods.lm.strategies:car",
     "dcar": "jaxtts.methods.dcar.strategies:dcar",
     "vadusa": "jaxtts.methods.dcar.strategies:vadusa",
+    "ssd": "jaxtts.methods.ssd.strategy:ssd",
 }
-_EXAMPLES = "e.g. far, car:3, vadusa:2, dcar"
+_EXAMPLES = "e.g. far, car:3, vadusa:2, dcar, ssd:L=3,beta=0.4"
 
 
 def register(name: str, target: str) -> None:

@@ -1,0 +1,225 @@
+r"""`ssd`: speech speculative decoding (METHODS.md section 2, Algorithm 1 of the SSD paper) for
+the generic decode driver. models {"target": TTSLM, "draft": TTSLM (a shallower model made
+from the target's own layers, `jaxtts.methods.ssd.draft`)}.
+
+One step, every row at once (L = draft length, beta = tolerance):
+1. the draft proposes x_1..x_L autoregressively, x_i ~ p_i (L draft forwards of one token;
+   the first also appends the row's pending tokens, see below);
+2. the target scores [y, x_1..x_L] in ONE forward (y = the row's last committed token, not
+   yet in its cache), giving q_1..q_{L+1} (q_i the distribution of x_i);
+3. `verify`: accept x_i while r_i < min(1, q_i(x_i) / p_i(x_i)) + beta (r_i ~ U[0, 1]); at
+   the first rejection draw the row's last token from normalize(max(0, q_i - p_i)) and stop;
+   if all L are accepted draw a bonus token from q_{L+1}. The row takes n + 1 tokens;
+4. per-row rollback: the target cache keeps y and the n accepted drafts; the draft cache
+   keeps what it saw of them (when all L were accepted it has not seen x_L yet: x_L joins
+   the next step's pending tokens). The drawn token becomes the row's pending token.
+
+Sampling settings (temperature, top-k/top-p, early-EOS suppression) shape p and q alike, so
+beta = 0 samples exactly the filtered target distribution (tested statistically). Greedy:
+accept x_i iff it is the target's argmax, then the target's argmax: exactly greedy FAR.
+
+The prefill leaves each row's last speech-prompt input (BOS or the last prompt token) out of
+both caches: it is the first pending token, so every step has the same shape.
+
+Axis letters: B batch, L draft length, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from jaxtts.decode.driver import Proposal, Strategy
+from jaxtts.decode.sampling import filter_logits, step_keys, suppress_early_eos
+from jaxtts.errors import ConfigError
+from jaxtts.methods.lm.model import KVCache, with_bos
+
+
+@flax.struct.dataclass
+class SSDCarry:
+    target: KVCache
+    draft: KVCache
+    pending: jax.Array  # int32 [B, 2] tokens committed but not in the draft cache (first n)
+    n_pending: jax.Array  # int32 [B] 1 or 2
+    accepted: jax.Array  # int32 [B] accepted draft tokens so far
+    proposed: jax.Array  # int32 [B] proposed draft tokens so far
+
+
+def probs_of(logits: jax.Array, sampling) -> jax.Array:
+    """The sampling distribution float32 [..., V] (filtered; one-hot argmax when greedy)."""
+    if sampling.greedy:
+        return jax.nn.one_hot(jnp.argmax(logits, -1), logits.shape[-1], dtype=jnp.float32)
+    return jax.nn.softmax(filter_logits(logits, sampling), axis=-1)
+
+
+def residual(q: jax.Array, p: jax.Array) -> jax.Array:
+    """normalize(max(0, q - p)) over the last axis; q itself where q <= p everywhere."""
+    r = jnp.maximum(q - p, 0.0)
+    z = jnp.sum(r, -1, keepdims=True)
+    return jnp.where(z > 0, r / jnp.where(z > 0, z, 1.0), q)
+
+
+def verify(x: jax.Array, p: jax.Array, q: jax.Array, u: jax.Array, beta: float,
+           key: jax.Array, greedy: bool = False) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+    """One row's acceptance (vmap it for a batch).
+
+    x int [L] drafted tokens, p [L, V] their draft distributions, q [L + 1, V] the target's,
+    u [L] uniforms, key for the final draw. -> (n accepted, the final token: the residual
+    resample at the first rejection, or the bonus from q[L])."""
+    L = x.shape[0]
+    px = jnp.take_along_axis(p, x[:, None], -1)[:, 0]  # [L]
+    qx = jnp.take_along_axis(q[:L], x[:, None], -1)[:, 0]  # [L]
+    if greedy:
+        ok = x == jnp.argmax(q[:L], -1)
+    else:
+        ok = u < jnp.minimum(1.0, qx / jnp.maximum(px, 1e-30)) + beta
+    n = jnp.sum(jnp.cumprod(ok.astype(jnp.int32)))
+    qn, pn = q[n], jnp.where(n < L, p[jnp.minimum(n, L - 1)], 0.0)
+    dist = jnp.where(n < L, residual(qn, pn), qn)  # [V]
+    if greedy:
+        z = jnp.argmax(dist)
+    else:
+        z = jax.random.categorical(key, jnp.log(jnp.maximum(dist, 1e-38)))
+        z = jnp.where(jnp.sum(dist) > 0, z, jnp.argmax(qn))
+    return n.astype(jnp.int32), z.astype(jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class SSD(Strategy):
+    draft_len: int = 3
+    beta: float = 0.0
+
+    def __post_init__(self):
+        if self.draft_len < 1:
+            raise ConfigError(f"--strategy {self.name}: expected draft length L >= 1")
+        if self.beta < 0:
+            raise ConfigError(f"--strategy {self.name}: expected tolerance beta >= 0")
+
+    @property
+    def name(self) -> str:
+        return f"ssd:L={self.draft_len},beta={self.beta:g}"
+
+    @property
+    def max_chunk(self) -> int:
+        return self.draft_len + 1
+
+    def check(self, models) -> None:
+        if "draft" not in models:
+            raise ConfigError("strategy ssd needs a draft model: load an SSD run "
+                              "(--workdir runs/ssd or pretrained/ssd)")  # fmt: skip
+        t, d = models["target"].cfg, models["draft"].cfg
+        for key in ("num_speech_tokens", "num_text_symbols", "d_model"):
+            if getattr(t, key) != getattr(d, key):
+                raise ConfigError(f"strategy ssd: draft {key}={getattr(d, key)} but target "
+                                  f"{key}={getattr(t, key)}")  # fmt: skip
+
+    def eos(self, models) -> int:
+        return models["target"].cfg.eos
+
+    def _slots(self, batch, max_new_tokens) -> int:
+        return batch.prompt.shape[1] + 2 + max_new_tokens + self.draft_len
+
+    def init(self, models, params, batch, max_new_tokens):
+        speech, speech_len = with_bos(batch.prompt, batch.prompt_len, models["target"].cfg)
+        b, x = batch.text.shape
+        slots = self._slots(batch, max_new_tokens)
+        caches = {}
+        for name in ("target", "draft"):
+            m, p = models[name], {"params": params[name]}
+            cache = m.apply(p, b, x, slots, method="init_cache")
+            # everything but the last speech input: it is the first pending token
+            _, cache = m.apply(p, batch.text, batch.text_len, speech, speech_len - 1, cache,
+                               method="prefill")  # fmt: skip
+            caches[name] = cache
+        last = jnp.take_along_axis(speech, (speech_len - 1)[:, None], 1)[:, 0]  # [B]
+        pending = jnp.stack([last, last], 1).astype(jnp.int32)
+        ones = jnp.ones((b,), jnp.int32)
+        zeros = jnp.zeros((b,), jnp.int32)
+        return SSDCarry(caches["target"], caches["draft"], pending, ones, zeros, zeros)
+
+    def step(self, models, params, state, keys, sampling):
+        tm, dm = models["target"], models["draft"]
+        tp, dp = {"params": params["target"]}, {"params": params["draft"]}
+        c: SSDCarry = state.carry
+        L, eos = self.draft_len, tm.cfg.eos
+        k = step_keys(keys, state.step)  # [B]
+        fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
+
+        # 1. draft: pending tokens (1 or 2 per row), then L - 1 more single-token forwards
+        d_start = c.draft.speech_len
+        h, dcache = dm.apply(dp, c.pending, c.draft, method="extend")  # [B, 2, D]
+        dcache = dcache.rollback(d_start + c.n_pending)
+        hd = jnp.take_along_axis(h, (c.n_pending - 1)[:, None, None], 1)[:, 0]  # [B, D]
+        xs, ps = [], []
+        for i in range(L):
+            lg = dm.apply(dp, hd, method="base_logits")[:, None]  # [B, 1, V]
+            lg = suppress_early_eos(lg, state.length + i, sampling, eos)[:, 0]
+            p_i = probs_of(lg, sampling)  # [B, V]
+            if sampling.greedy:
+                x_i = jnp.argmax(p_i, -1)
+            else:
+                x_i = jax.vmap(jax.random.categorical)(fold(k, i),
+                                                       jnp.log(jnp.maximum(p_i, 1e-38)))
+            x_i = x_i.astype(jnp.int32)
+            xs.append(x_i)
+            ps.append(p_i)
+            if i < L - 1:
+                h1, dcache = dm.apply(dp, x_i[:, None], dcache, method="extend")
+                hd = h1[:, 0]
+        x = jnp.stack(xs, 1)  # [B, L]
+        p = jnp.stack(ps, 1)  # [B, L, V]
+
+        # 2. target: [y, x_1..x_L] in one forward -> q_1..q_{L+1}
+        t_start = c.target.speech_len
+        y = jnp.take_along_axis(c.pending, (c.n_pending - 1)[:, None], 1)  # [B, 1]
+        ht, tcache = tm.apply(tp, jnp.concatenate([y, x], 1), c.target, method="extend")
+        lq = tm.apply(tp, ht, method="base_logits")  # [B, L + 1, V]
+        lq = suppress_early_eos(lq, state.length, sampling, eos)
+        q = probs_of(lq, sampling)
+
+        # 3. accept / resample / bonus, per row
+        u = jax.vmap(lambda kk: jax.random.uniform(kk, (L,)))(fold(k, 1000))  # [B, L]
+        n, z = jax.vmap(lambda x_, p_, q_, u_, k_: verify(x_, p_, q_, u_, self.beta, k_,
+                                                          sampling.greedy))(
+            x, p, q, u, fold(k, 2000))  # fmt: skip
+        j = jnp.arange(L + 1)[None]
+        xpad = jnp.concatenate([x, x[:, -1:]], 1)
+        tokens = jnp.where(j < n[:, None], xpad, z[:, None]).astype(jnp.int32)  # [B, L + 1]
+
+        # 4. per-row rollback; the drawn token is pending for both models
+        tcache = tcache.rollback(t_start + 1 + n)
+        all_acc = n == L
+        dcache = dcache.rollback(d_start + c.n_pending + jnp.minimum(n, L - 1))
+        pending = jnp.where(all_acc[:, None], jnp.stack([x[:, -1], z], 1),
+                            jnp.stack([z, z], 1)).astype(jnp.int32)  # fmt: skip
+        n_pending = jnp.where(all_acc, 2, 1).astype(jnp.int32)
+        active = ~state.done
+        carry = SSDCarry(tcache, dcache, pending, n_pending,
+                         c.accepted + jnp.where(active, n, 0),
+                         c.proposed + jnp.where(active, L, 0))  # fmt: skip
+        return Proposal(tokens=tokens, count=(n + 1).astype(jnp.int32), carry=carry)
+
+    def finish(self, models, state):
+        return {"accepted_drafts": state.carry.accepted, "proposed_drafts": state.carry.proposed}
+
+
+def ssd(arg: str | None) -> SSD:
+    """'ssd' | 'ssd:3' | 'ssd:L=3,beta=0.4' (also 'ssd:3,0.4')."""
+    spec = f"ssd:{arg}" if arg else "ssd"
+    vals = {"L": 3, "beta": 0.0}
+    if arg:
+        parts = [s.strip() for s in arg.split(",") if s.strip()]
+        for i, part in enumerate(parts):
+            key, eq, val = part.partition("=")
+            if not eq:
+                key, val = ("L", "beta")[min(i, 1)], part
+            if key not in vals:
+                raise ConfigError(f"--strategy {spec}: unknown key {key!r}, expected L, beta")
+            try:
+                vals[key] = int(val) if key == "L" else float(val)
+            except ValueError:
+                raise ConfigError(f"--strategy {spec}: {key}={val!r} is not a number") from None
+    return SSD(vals["L"], vals["beta"])
