@@ -206,3 +206,86 @@ def test_spec_parsing():
     assert registry.get("ssd:L=3,beta=0.4") == SSD(3, 0.4)
     assert registry.get("ssd:2,0.1") == SSD(2, 0.1)
     assert registry.get("ssd").name == "ssd:L=3,beta=0"
+
+
+# ----------------------------------------------------------------------------- draft + engine
+
+
+def test_draft_is_made_of_the_targets_layers(params):
+    from jaxtts.methods.ssd.draft import draft_config, draft_layers, draft_params, forward_cost
+
+    assert draft_layers(24, 2, 6) == (0, 1, 18, 19, 20, 21, 22, 23)  # the paper's draft
+    assert draft_layers(4, 1, 1) == (0, 3)
+    with pytest.raises(ConfigError, match="first \\+ last <= the target's 4 layers"):
+        draft_layers(4, 2, 3)
+    cfg = draft_config(TINY, (1,))
+    dp = draft_params(params, (1,))
+    np.testing.assert_array_equal(dp["stack"]["layer_0"]["attn"]["q"]["kernel"],
+                                  params["stack"]["layer_1"]["attn"]["q"]["kernel"])
+    assert not any(k.startswith("head_") for k in dp)
+    # the one-layer draft of layer 1 is the target run with layers=(1,): same hidden states
+    text = np.array([[3, 4, 5, 6]], np.int32)
+    speech = np.array([[TINY.bos, 1, 2]], np.int32)
+    _, h_draft = TTSLM(cfg).apply({"params": dp}, text, np.array([4]), speech, np.array([3]))
+    m = TTSLM(TINY)
+    cache = m.apply({"params": params}, 1, 4, 3, layers=(1,), method="init_cache")
+    h_sub, _ = m.apply({"params": params}, text, np.array([4]), speech, np.array([3]), cache,
+                       layers=(1,), method="prefill")  # fmt: skip
+    np.testing.assert_allclose(h_draft, h_sub, atol=1e-5)
+    big = dataclasses.replace(TINY, num_layers=24, num_mtp_heads=1)
+    paper = draft_config(big, draft_layers(24, 2, 6))
+    assert 0.3 < forward_cost(paper) / forward_cost(big) < 0.36  # ~8/24 plus the head
+
+
+@pytest.fixture(scope="module")
+def tiny_ssd_run(tmp_path_factory):
+    from configs import ssd as ssd_config
+    from jaxtts.methods.ssd.task import train
+
+    wd = str(tmp_path_factory.mktemp("ssd") / "run")
+    res = train(ssd_config.get_config("tiny"), wd, progress=False)
+    return wd, res
+
+
+def test_ssd_tiny_trains_only_the_first_layer_and_head(tiny_ssd_run):
+    """Trained: the draft's first layer and its head; frozen (= the target's values): the
+    rest. After 2 steps the frozen layer still equals its initial (target) values."""
+    from jaxtts.run_folder import RunFolder
+
+    wd, res = tiny_ssd_run
+
+    def paths(tree):
+        return {"/".join(str(getattr(k, "key", k)) for k in path): v
+                for path, v in jax.tree_util.tree_flatten_with_path(tree)[0]}  # fmt: skip
+
+    trained = paths(res.state.params)
+    assert trained and all(p.startswith(("stack/layer_0/", "base_head/")) for p in trained)
+    init = paths(RunFolder(os.path.join(wd, "draft_init")).saved_params())
+    frozen = paths(res.state.frozen)
+    assert any(p.startswith("stack/layer_1/") for p in frozen)
+    for p, v in frozen.items():
+        np.testing.assert_array_equal(np.asarray(v), np.asarray(init[p]), err_msg=p)
+    moved = [p for p, v in trained.items() if not np.array_equal(np.asarray(v), init[p])]
+    assert moved
+
+
+def test_ssd_engine_decodes_and_checks_its_target(tiny_ssd_run, tmp_path):
+    import json
+    import shutil
+
+    from jaxtts.engine import load_engine
+    from jaxtts.errors import CheckpointError
+    from jaxtts.synthesize import Synthesizer
+
+    wd, _ = tiny_ssd_run
+    eng = load_engine(wd)
+    res = Synthesizer(eng).synthesize(["the cat sat."], None, max_seconds=1.0, progress=False)
+    assert res[0].info["strategy"] == "ssd:L=3,beta=0.4" and res[0].info["num_tokens"] > 0
+    bad = tmp_path / "bad"
+    shutil.copytree(wd, bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["model"]["d_model"] = 128
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=r"draft .*bad has d_model=128 but its target "
+                                              r".*car_small has 256"):
+        load_engine(str(bad))

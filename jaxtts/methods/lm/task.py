@@ -256,12 +256,13 @@ def _drop_retired_keys(run: RunFolder) -> None:
         log.info("%s: dropped retired keys %s", run.config_path, retired)
 
 
-def train(config, workdir: str, *, progress: bool = True, mesh=None):
-    """Train the LM; returns the trainer's `TrainResult` (see `jaxtts.train.loop`)."""
+def train(config, workdir: str, *, progress: bool = True, mesh=None, task_name: str = "lm"):
+    """Train the LM; returns the trainer's `TrainResult` (see `jaxtts.train.loop`).
+    `task_name`: the family whose run this is ('ssd' trains a draft LM this way)."""
     from jaxtts.train import loop
 
-    if config.get("task") != "lm":
-        raise ConfigError(f"config.task={config.get('task')!r}: expected 'lm'")
+    if config.get("task") != task_name:
+        raise ConfigError(f"config.task={config.get('task')!r}: expected {task_name!r}")
     Path(workdir).mkdir(parents=True, exist_ok=True)
     _drop_retired_keys(RunFolder(workdir))
     data = prepare_data(config, workdir, progress)

@@ -1,0 +1,47 @@
+"""SSD draft: a shallower LM made of the target's own layers, trained on next-token CE with
+everything but its first layers and output head frozen (jaxtts/methods/ssd/; METHODS.md 2).
+
+Variants (`--config configs/ssd.py:<variant>`):
+  tiny   tests: 2 steps on a 40-utterance corpus, target pretrained/car_small
+  small  the draft of pretrained/car_small (4 layers): layers (0, 3), i.e. first=1, last=1
+
+  python train.py --config configs/ssd.py:small --workdir runs/ssd
+  python -m jaxtts.evaluate --workdir runs/ssd --strategies far,ssd:L=3,beta=0.4
+
+The target's data, tokenizer, symbol table, loss and decode settings are used (the run's
+config.json holds the resolved LM config of the draft). The paper takes the first two and the
+last six of 24 layers so that a draft forward costs 1/3 of the target's; the shipped backbone
+has only 4 layers, so the small draft keeps one of each (1/2 of the stack): see RESULTS.md.
+"""
+
+import ml_collections as mlc
+
+from configs import common
+
+
+def get_config(arg: str | None = None) -> mlc.ConfigDict:
+    args = common.parse_arg(arg, variant="small")
+    if args.variant not in ("tiny", "small"):
+        raise KeyError(f"configs/ssd.py: unknown variant '{args.variant}', expected "
+                       "['tiny', 'small']")  # fmt: skip
+    v = args.variant
+    config = mlc.ConfigDict()
+    config.variant = v
+    config.task = "ssd"
+    config.ssd = mlc.ConfigDict(dict(
+        target="pretrained/car_small",  # the frozen target LM (run folder)
+        first=1,  # the target's first layers (trained in the draft)
+        last=1,  # the target's last layers (frozen in the draft)
+        corpus_utterances=0,  # 0 = the target's training corpus
+    ))  # fmt: skip
+    config.train = common.train_config(
+        steps=800, learning_rate=1e-3, warmup_steps=50, weight_decay=0.0, log_every=20,
+        eval_every=400, checkpoint_every=200,
+    )  # fmt: skip
+    config.eval = mlc.ConfigDict(dict(num_samples=0))
+    config.mesh = common.mesh_config()
+    if v == "tiny":
+        config.ssd.corpus_utterances = 40
+        config.train.update(steps=2, warmup_steps=1, log_every=1, eval_every=2,
+                            checkpoint_every=0, tensorboard=False)  # fmt: skip
+    return config

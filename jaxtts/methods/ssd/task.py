@@ -1,0 +1,94 @@
+"""Training the SSD draft: the LM trainer on the target's data, tokenizer and symbol table,
+with the draft initialised from the target's layers and only its first `ssd.first` layers and
+its output head trained (`train.trainable`; everything else frozen).
+
+    python train.py --config configs/ssd.py:small --workdir runs/ssd
+
+The run folder is an LM run of the draft (config.json: the target's config with the draft's
+model, `task = "ssd"` and the `ssd` section naming the target), so the draft alone also loads
+(`jaxtts.methods.ssd.engine.SSDEngine` pairs it with its target for `ssd:` decoding).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import ml_collections as mlc
+
+from jaxtts.errors import ConfigError
+from jaxtts.run_folder import RunFolder
+
+log = logging.getLogger("jaxtts.ssd")
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def resolve_run(path: str, where: str) -> RunFolder:
+    p = Path(path)
+    for cand in (p, REPO / p):
+        if (cand / "config.json").is_file():
+            return RunFolder(cand)
+    raise ConfigError(f"{where}={path!r}: no run folder there (config.json missing); expected "
+                      "e.g. pretrained/car_small")  # fmt: skip
+
+
+def draft_run_config(config, target: RunFolder) -> mlc.ConfigDict:
+    """The LM config the draft trains with (see the module docstring)."""
+    from jaxtts.methods.lm.model import LMConfig
+    from jaxtts.methods.ssd.draft import draft_config, draft_layers
+
+    tcfg = target.read_config("lm").to_dict()
+    s = config.ssd
+    tm = LMConfig.from_config(tcfg["model"], saved=True)
+    layers = draft_layers(tm.num_layers, int(s.first), int(s.last))
+    dm = draft_config(tm, layers)
+    out = dict(tcfg)
+    out["model"] = {**tcfg["model"], "num_layers": dm.num_layers, "num_mtp_heads": 1,
+                    "dropout": 0.0}  # fmt: skip
+    out["loss"] = {**tcfg.get("loss", {}), "align_layers": []}  # the draft reads the text anew
+    out["data"] = dict(tcfg["data"], tokenizer_dir=str(target.tokenizer_dir.resolve()))
+    if int(s.corpus_utterances) > 0:
+        out["data"]["corpus_utterances"] = int(s.corpus_utterances)
+    out["train"] = config.train.to_dict()
+    out["mesh"] = config.mesh.to_dict()
+    out["eval"] = dict(tcfg.get("eval", {}), **config.eval.to_dict())
+    out["task"] = "ssd"
+    out["variant"] = config.get("variant", "")
+    out["ssd"] = dict(s.to_dict(), target=str(target.path), layers=list(layers))
+    first = int(s.first)
+    out["train"]["trainable"] = "prefix:" + ",".join(
+        [f"stack/layer_{j}" for j in range(first)] + ["base_head"])
+    return mlc.ConfigDict(out)
+
+
+def train(config, workdir: str, *, progress: bool = True, mesh=None):
+    from jaxtts.methods.lm.engine import LMEngine
+    from jaxtts.methods.lm.task import train as lm_train
+    from jaxtts.methods.ssd.draft import draft_params, forward_cost
+    from jaxtts.train.checkpoint import write_params_file
+
+    if config.get("task") != "ssd":
+        raise ConfigError(f"config.task={config.get('task')!r}: expected 'ssd'")
+    target = resolve_run(str(config.ssd.target), "ssd.target")
+    dconf = draft_run_config(config, target)
+    run = RunFolder(workdir)
+    run.path.mkdir(parents=True, exist_ok=True)
+    # the target's symbol table (prepare_data keeps a run's own) and its initial parameters
+    if not (run.text_frontend_dir / "text_frontend.json").is_file():
+        shutil.copytree(target.text_frontend_dir, run.text_frontend_dir, dirs_exist_ok=True)
+    init_dir = run.path / "draft_init"
+    if not (init_dir / "params.msgpack").is_file():
+        eng = LMEngine.from_run(target)
+        init_dir.mkdir(exist_ok=True)
+        write_params_file(init_dir / "params.msgpack",
+                          draft_params(eng.params, dconf.ssd.layers), None)  # fmt: skip
+    dconf.train.init_from = str(init_dir)
+    from jaxtts.methods.lm.model import LMConfig
+
+    tm = LMConfig.from_config(target.read_config("lm").model, saved=True)
+    dm = LMConfig.from_config(dconf.model)
+    log.info("draft layers %s of %d: %.2f of a target forward (stack + base head)",
+             list(dconf.ssd.layers), tm.num_layers, forward_cost(dm) / forward_cost(tm))
+    return lm_train(dconf, workdir, progress=progress, mesh=mesh, task_name="ssd")
