@@ -119,8 +119,9 @@ def main(argv=None) -> int:
     ap.add_argument("--num", type=int, default=240)
     ap.add_argument("--out", default="out/dcar")
     args = ap.parse_args(argv)
-    curves([r for r in args.runs.split(",") if r and Path(r, "metrics.jsonl").is_file()],
-           args.out)  # fmt: skip
+    runs = [r for r in args.runs.split(",") if r and Path(r, "metrics.jsonl").is_file()]
+    if runs:  # --runs "" skips the curves (and keeps an earlier plot)
+        curves(runs, args.out)
     if args.num > 0:
         chunk_histogram(args.policy, args.corpus, args.num, args.out)
     return 0

@@ -147,9 +147,9 @@ def test_registry_imports_only_what_it_uses():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=120)  # fmt: skip
     assert out.stdout.strip() == "ok", out.stderr[-500:]
-    with pytest.raises(ConfigError, match=r"unknown strategy 'ssd', expected one of \['car', "
-                                          r"'far'\]"):
-        registry.get("ssd:3")
+    with pytest.raises(ConfigError, match=r"unknown strategy 'palle', expected one of \['car', "
+                                          r"'dcar', 'far', 'ssd', 'vadusa'\]"):
+        registry.get("palle:3")
 
 
 def test_configs_reject_unknown_and_dead_keys():
