@@ -1,8 +1,8 @@
 """DCPO curves (reward, reward-ASR WER, mean chunk of the policy's rollouts, KL) of one or
 more DCAR runs, and the histogram of the chunk sizes a policy chooses on test sentences.
 
-    python benchmarks/dcar_report.py --runs runs/dcar,runs/dcar_nochase,runs/dcar_nopenalty,runs/dcar_234 \
-        --policy pretrained/dcar --num 240 --out benchmarks/dcar
+    python benchmarks/dcar_report.py --out benchmarks/dcar --policy pretrained/dcar --num 240 \
+        --runs runs/dcar,runs/dcar_nochase,runs/dcar_nopenalty,runs/dcar_234
 
 Writes <out>_curves.png, <out>_chunks.png and prints a markdown table (time per step and per
 epoch of the qualifying prompts, last-25-step means) and the histogram.
