@@ -84,12 +84,16 @@ def chunk_schedule(engine: DCAREngine, text: str, prompt=None, *, seed: int = 0,
     from jaxtts.methods.dcar.strategies import DCAR
 
     p_ids, p_units = engine.encode_prompt(prompt)
-    ids = np.concatenate([p_ids, engine.frontend.encode(text)]).astype(np.int32)[None]
-    units = np.asarray(p_units, np.int32).reshape(1, -1)
-    if units.shape[1] == 0:
-        units = np.zeros((1, 1), np.int32)
-    batch = PromptBatch(ids, np.array([ids.shape[1]], np.int32), units,
-                        np.array([len(p_units)], np.int32))  # fmt: skip
+    ids = np.concatenate([p_ids, engine.frontend.encode(text)]).astype(np.int32)
+    units = np.asarray(p_units, np.int32).reshape(-1)
+
+    def padded(a, step=64):  # bucketed widths: sentences share compiled shapes
+        out = np.zeros((1, max(step, -(-a.size // step) * step)), np.int32)
+        out[0, : a.size] = a
+        return out
+
+    batch = PromptBatch(padded(ids), np.array([ids.size], np.int32), padded(units),
+                        np.array([units.size], np.int32))  # fmt: skip
     opts = engine.options(max_seconds=max_seconds)
     out = jax.device_get(decode(DCAR(sample=sample, record=True), engine.decode_models(),
                                 engine.decode_params(), batch, row_keys(seed, [0]),
