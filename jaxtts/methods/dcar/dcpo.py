@@ -131,12 +131,10 @@ class DCPOTask:
         ref_logits = self.policy.apply({"params": params["ref"]}, inputs, steps)
         logp_ref = jax.lax.stop_gradient(action_logp(ref_logits, actions))
         mask = batch["mask"]
+        beta = self.beta(step)
         loss, m = grpo_loss(logp, batch["logp_old"], batch["advantages"], mask,
-                            clip_eps=self.clip_eps, kl_beta=0.0)  # fmt: skip
-        d = jnp.where(mask, logp_ref - logp, 0.0)
-        kl = jnp.sum((jnp.exp(d) - d - 1.0) * mask) / jnp.maximum(jnp.sum(mask), 1.0)
-        loss = loss + self.beta(step) * kl
-        m = dict(m, kl=kl, kl_beta=self.beta(step))
+                            clip_eps=self.clip_eps, kl_beta=beta, logp_ref=logp_ref)
+        m = dict(m, kl_beta=beta)
         for k in ("reward", "wer", "mean_chunk", "out_of_range"):
             m[k] = jnp.mean(batch[k])
         fixed = batch["forced"] > 0

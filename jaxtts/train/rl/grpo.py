@@ -73,8 +73,9 @@ def grpo_loss(logp: jax.Array, logp_old: jax.Array, advantages: jax.Array, mask:
 
     logp, logp_old, logp_ref: float [N, T] per-action log-probs (current, behaviour, reference);
     `logp_old` and `logp_ref` get no gradient. advantages: [N] one per rollout. mask: bool or
-    float [N, T] (1 = valid action). `clip_eps`, `kl_beta` and `token_level` are Python values
-    (static under jit).
+    float [N, T] (1 = valid action). `clip_eps` and `token_level` are Python values (static
+    under jit); `kl_beta` a Python float or a traced scalar (a warm-up schedule; then
+    `logp_ref` is required).
 
     Returns (loss float32 scalar, metrics): 'clip_frac' (fraction of valid actions whose
     gradient is cut by the clip), 'ratio_mean', 'kl' (mean k3 KL; 0 when kl_beta == 0) and
@@ -82,9 +83,10 @@ def grpo_loss(logp: jax.Array, logp_old: jax.Array, advantages: jax.Array, mask:
     """
     if clip_eps < 0:
         raise ConfigError(f"grpo_loss: clip_eps={clip_eps}, expected >= 0")
-    if kl_beta < 0:
+    static_beta = isinstance(kl_beta, (int, float))  # else a traced schedule value (>= 0)
+    if static_beta and kl_beta < 0:
         raise ConfigError(f"grpo_loss: kl_beta={kl_beta}, expected >= 0")
-    if kl_beta > 0 and logp_ref is None:
+    if (not static_beta or kl_beta > 0) and logp_ref is None:
         raise ConfigError(f"grpo_loss: kl_beta={kl_beta} > 0 needs logp_ref [N, T], got None")
     logp = jnp.asarray(logp, jnp.float32)  # [N, T]
     logp_old = jax.lax.stop_gradient(jnp.asarray(logp_old, jnp.float32))  # [N, T]
@@ -105,7 +107,7 @@ def grpo_loss(logp: jax.Array, logp_old: jax.Array, advantages: jax.Array, mask:
     obj = jnp.minimum(ratio * a, clipped * a)  # [N, T]
     is_clipped = ((a > 0) & (ratio > 1.0 + clip_eps)) | ((a < 0) & (ratio < 1.0 - clip_eps))
 
-    if kl_beta > 0:
+    if not static_beta or kl_beta > 0:
         ref = jax.lax.stop_gradient(jnp.asarray(logp_ref, jnp.float32))  # [N, T]
         if ref.shape != logp.shape:
             raise ConfigError(f"grpo_loss: logp_ref {ref.shape}, expected {logp.shape}")
