@@ -2,7 +2,8 @@
 reward ASR (jaxtts/methods/dcar/dcpo.py; METHODS.md section 1).
 
 Variants (`--config configs/dcar.py:<variant>`):
-  tiny   tests and smoke runs: 2 steps of 4 prompts x 2 rollouts, 1 s cap (shipped models)
+  tiny   tests and smoke runs: 2 steps of 4 prompts x 2 rollouts, 1 s cap, 40-utterance corpus
+         (shipped backbone and ASR)
   small  the shipped policy: pretrained/car_small + pretrained/ctc_asr, 8 prompts x 8
          rollouts a step, guidance {2, 3}
 
@@ -53,6 +54,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     config.mesh = common.mesh_config()
     if v == "tiny":
         config.policy.update(num_heads=2, head_dim=16, d_ff=64)
+        config.data.corpus_utterances = 40  # built in seconds on a fresh clone
         config.dcpo.update(group_size=2, prompts_per_step=4, max_seconds=1.0, num_utterances=4,
                            kl_warmup_steps=2)  # fmt: skip
         config.train.update(steps=2, warmup_steps=1, log_every=1, checkpoint_every=0,

@@ -279,13 +279,13 @@ def load_reward_asr(path: str, batch_size: int = 64):
 def training_rows(config, engine, asr, progress: bool = True) -> list[_Row]:
     """Training utterances >= min_seconds with their prompt and the ASR's ground-truth WER."""
     from jaxtts.data.audio import utterance_mels
-    from jaxtts.data.corpus import resolve_corpus_dir
     from jaxtts.data.manifest import read_split
+    from jaxtts.methods.lm.task import ensure_builtin_corpus
     from jaxtts.eval.metrics import wer_details
     from jaxtts.synthesize import prompts_from_utterances
 
     d = config.dcpo
-    corpus = resolve_corpus_dir(config.data)
+    corpus = ensure_builtin_corpus(config.data, progress)  # built on first use
     pool = read_split(corpus, "train")
     utts = [u for u in pool if u.duration >= float(d.min_seconds)]
     utts = utts[: int(d.num_utterances)] if int(d.num_utterances) > 0 else utts
