@@ -7,7 +7,8 @@ second of audio, at several batch sizes; compile time reported separately.
 
 EOS is suppressed until `--tokens` (`SamplingConfig.min_tokens`), so every row of every
 strategy generates exactly `--tokens` tokens (random or trained weights alike).
-Audio seconds = tokens / frame rate (50 Hz). Each (strategy, batch) is run once to compile
+Audio seconds = tokens / the model's token rate (its tokenizer's, or the config's
+`data.tokenizer_frames` mel frames per token). Each (strategy, batch) is run once to compile
 (timed as `compile_s`), then `--repeats` times; the median run is reported.
 Output: a markdown table on stdout and `--out` JSON.
 """
@@ -37,7 +38,7 @@ def _load(args):
 
         synth = Synthesizer.from_workdir(args.workdir)
         cfg, params = synth.engine.cfg, synth.engine.params
-        source = args.workdir
+        source, frame_rate = args.workdir, float(synth.engine.frame_rate)
     else:
         import importlib.util
 
@@ -55,7 +56,11 @@ def _load(args):
         params = nn.unbox(jax.jit(TTSLM(cfg).init)(jax.random.key(0), one, np.array([4]), one,
                                                    np.array([4])))["params"]  # fmt: skip
         source = args.config
-    return cfg, params, source
+        from jaxtts.data.audio import MelConfig
+
+        frames = int(config.data.get("tokenizer_frames", 1))  # mel frames per token
+        frame_rate = MelConfig().frame_rate / frames
+    return cfg, params, source, frame_rate
 
 
 def main(argv=None) -> int:
@@ -79,18 +84,17 @@ def main(argv=None) -> int:
     from jaxtts.decode.sampling import SamplingConfig, row_keys
     from jaxtts.methods.lm.model import TTSLM
 
-    cfg, params, source = _load(args)
+    cfg, params, source, frame_rate = _load(args)
     strategies = [s for s in args.strategies.split(",") if s] or (
         ["far"] + [f"car:{c}" for c in range(2, cfg.num_mtp_heads + 1)])
     sampling = SamplingConfig(temperature=1.0, top_k=0, min_tokens=args.tokens)
-    frame_rate = 50.0
     rng = np.random.default_rng(0)
     rows = []
     dev = jax.devices()[0]
     print(f"device: {dev.device_kind} ({jax.default_backend()}), {jax.device_count()} device(s); "
           f"model {source}: L={cfg.num_layers} D={cfg.d_model} K={cfg.num_mtp_heads} "
           f"V={cfg.out_vocab}; {args.tokens} tokens/row, text {args.text_len}, prompt "
-          f"{args.prompt_len}", flush=True)  # fmt: skip
+          f"{args.prompt_len}, {frame_rate:g} tokens per audio second", flush=True)  # fmt: skip
     per_pos = cfg.kv_bytes_per_token()
     models = {"target": TTSLM(cfg)}
     for b in [int(x) for x in args.batch.split(",")]:

@@ -197,7 +197,8 @@ class Synthesizer:
         if len(prompts) != len(texts):
             raise ConfigError(f"{len(texts)} texts but {len(prompts)} prompts")
 
-        # 1. rows: (line index, piece index, text ids, prompt ids, prompt tokens)
+        # 1. rows: (line index, piece index, prompt + target text ids, prompt units,
+        #    prompt transcript length)
         rows, results, pieces_of = [], {}, {}
         cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for i, (text, prompt) in enumerate(zip(texts, prompts, strict=True)):
@@ -218,7 +219,8 @@ class Synthesizer:
                 continue
             pieces_of[i] = len(pieces)
             for j, ids in enumerate(encoded):
-                rows.append((i, j, np.concatenate([p_ids, ids]).astype(np.int32), p_units))
+                rows.append((i, j, np.concatenate([p_ids, ids]).astype(np.int32), p_units,
+                             p_ids.size))
 
         # 2. batches of similar length
         order = sorted(range(len(rows)), key=lambda r: (rows[r][2].size, len(rows[r][3])))
@@ -275,14 +277,16 @@ class Synthesizer:
         text_len = np.zeros((b,), np.int32)
         prompt = np.zeros((b, p, *units.shape[1:]), units.dtype)  # [B, P] or [B, P, M]
         prompt_len = np.zeros((b,), np.int32)
+        prompt_text_len = np.zeros((b,), np.int32)
         for k in range(b):
-            _, _, ids, unit = rows[min(k, n - 1)]
+            _, _, ids, unit, n_ptext = rows[min(k, n - 1)]
             text[k, : ids.size], text_len[k] = ids, ids.size
+            prompt_text_len[k] = n_ptext
             prompt[k, : len(unit)], prompt_len[k] = unit, len(unit)
         # a row's key depends only on (seed, line index, piece index): not on its batch
-        ids = [line * _MAX_PIECES + piece for line, piece, _, _ in rows]
+        ids = [line * _MAX_PIECES + piece for line, piece, *_ in rows]
         keys = row_keys(seed, ids + [0] * (b - n))
-        batch = PromptBatch(text, text_len, prompt, prompt_len)
+        batch = PromptBatch(text, text_len, prompt, prompt_len, prompt_text_len)
 
         shape = (options, b, x, p)
         compile_s = 0.0
@@ -297,7 +301,7 @@ class Synthesizer:
         res = {}
         t1 = time.perf_counter()
         for k in range(n):
-            line, piece, ids, unit = rows[k]
+            line, piece, ids, unit, _ = rows[k]
             length = int(out.length[k])
             gen = np.asarray(out.units[k, :length])
             mel = engine.units_to_mel(gen) if length else np.zeros((0, engine.mel_cfg.n_mels))

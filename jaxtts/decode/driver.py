@@ -57,6 +57,9 @@ class PromptBatch:
     text_len: jax.Array  # int32 [B]
     prompt: jax.Array  # [B, P, ...] speech prompt (tokens [B, P] or frames [B, P, M]), padded
     prompt_len: jax.Array  # int32 [B] (0 = no prompt)
+    # int32 [B]: how many of `text`'s first ids are the prompt's transcript (families that
+    # estimate the output length from the prompt's speaking rate read it; None = unknown)
+    prompt_text_len: jax.Array | None = None
 
     @property
     def batch_size(self) -> int:

@@ -280,8 +280,8 @@ def training_rows(config, engine, asr, progress: bool = True) -> list[_Row]:
     """Training utterances >= min_seconds with their prompt and the ASR's ground-truth WER."""
     from jaxtts.data.audio import utterance_mels
     from jaxtts.data.manifest import read_split
-    from jaxtts.methods.lm.task import ensure_builtin_corpus
     from jaxtts.eval.metrics import wer_details
+    from jaxtts.methods.lm.task import ensure_builtin_corpus
     from jaxtts.synthesize import prompts_from_utterances
 
     d = config.dcpo
