@@ -34,6 +34,7 @@ def main(argv=None) -> int:
     import jax
 
     from jaxtts.data.manifest import read_split
+    from jaxtts.evaluate import split_specs
     from jaxtts.synthesize import Synthesizer, prompts_from_utterances
 
     synth = Synthesizer.from_workdir(args.workdir)
@@ -45,7 +46,7 @@ def main(argv=None) -> int:
           f"{args.workdir}; {len(utts)} {args.split} sentences", flush=True)
     rows = []
     for b in [int(x) for x in args.batch.split(",")]:
-        for spec in [s for s in args.strategies.split(",") if s]:
+        for spec in split_specs(args.strategies):  # 'ssd:L=3,beta=0.4' stays one spec
             synth.synthesize(texts[:b], prompts[:b], strategy=spec, batch_size=b,
                              progress=False)  # compile this shape  # fmt: skip
             t0 = time.perf_counter()

@@ -605,13 +605,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def split_specs(text: str) -> list[str]:
+    """'far,ssd:L=3,beta=0.4,palle:steps=50,refine=3,car:3' -> ['far', 'ssd:L=3,beta=0.4',
+    'palle:steps=50,refine=3', 'car:3']: a comma piece without ':' that is a `k=v` setting or a
+    number continues the previous strategy's settings."""
+    out: list[str] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if not piece:
+            continue
+        setting = ":" not in piece and ("=" in piece or piece.replace(".", "", 1).isdigit())
+        if setting and out and ":" in out[-1]:
+            out[-1] += "," + piece
+        else:
+            out.append(piece)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from jaxtts import cli
 
     cli.setup_logging()
     a = parse_args(argv)
-    rows = [r for r in a.rows.split(",") if r]
-    rows += [f"model:{s}" for s in a.strategies.split(",") if s]
+    rows = split_specs(a.rows)
+    rows += [f"model:{s}" for s in split_specs(a.strategies)]
     enc = None if a.speaker_encoder.lower() == "none" else a.speaker_encoder
     try:
         with warnings.catch_warnings():

@@ -203,3 +203,10 @@ def test_failed_adaptation_falls_back_to_stock_model(tiny_corpus, tmp_path, monk
     asrs, warn = make_asrs(tiny_corpus, progress=False, cache_dir=str(tmp_path),
                            lm_generated=0, adapt=False)
     assert not asrs["domain"].adapted and not any("not adapted" in w for w in warn)
+
+
+def test_split_specs_keeps_strategy_settings_together():
+    from jaxtts.evaluate import split_specs
+
+    assert split_specs("far,ssd:L=3,beta=0.4,palle:steps=50,refine=3,car:3,ssd:3,0.4,draft") == [
+        "far", "ssd:L=3,beta=0.4", "palle:steps=50,refine=3", "car:3", "ssd:3,0.4", "draft"]

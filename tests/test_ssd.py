@@ -281,6 +281,29 @@ def test_ssd_engine_decodes_and_checks_its_target(tiny_ssd_run, tmp_path):
     eng = load_engine(wd)
     res = Synthesizer(eng).synthesize(["the cat sat."], None, max_seconds=1.0, progress=False)
     assert res[0].info["strategy"] == "ssd:L=3,beta=0.4" and res[0].info["num_tokens"] > 0
+    # `draft`: greedy FAR on the draft alone equals the driver run on the draft's parameters
+    from jaxtts.decode import registry
+    from jaxtts.decode.driver import decode
+
+    synth = Synthesizer(eng)
+    alone = synth.synthesize(["the cat sat."], None, strategy="draft", greedy=True,
+                             max_seconds=1.0, progress=False)[0]  # fmt: skip
+    ids = eng.frontend.encode("the cat sat.").astype(np.int32)
+    from jaxtts.decode.driver import PromptBatch
+    from jaxtts.decode.sampling import SamplingConfig, row_keys
+
+    batch = PromptBatch(ids[None], np.array([ids.size], np.int32), np.zeros((1, 1), np.int32),
+                        np.array([0], np.int32))  # fmt: skip
+    ref = decode(registry.get("far"), {"target": eng.draft}, {"target": eng.draft_params}, batch,
+                 row_keys(0, [0]), max_new_tokens=eng.max_new_units(eng.options(max_seconds=1.0)),
+                 sampling=SamplingConfig(greedy=True))  # fmt: skip
+    assert np.array_equal(alone.tokens, np.asarray(ref.tokens)[0, : int(ref.length[0])])
+    # the recorded schedule: each step took accepted + 1 tokens (up to the EOS / length cut)
+    from jaxtts.methods.ssd.engine import acceptance_schedule
+
+    toks, acc = acceptance_schedule(eng, "the cat sat.", max_seconds=1.0)
+    assert acc.size > 0 and ((acc >= 0) & (acc <= 3)).all()
+    assert int((acc + 1).sum()) - 4 <= toks.size <= int((acc + 1).sum())
     bad = tmp_path / "bad"
     shutil.copytree(wd, bad)
     cfg = json.loads((bad / "config.json").read_text())

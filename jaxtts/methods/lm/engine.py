@@ -90,9 +90,12 @@ class LMEngine(Engine):
         return strategy.name
 
     def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
-        strategy = registry.get(options.strategy)
-        out = jax.device_get(decode(strategy, self.decode_models(), self.decode_params(),
-                                    batch, keys, max_new_tokens=self.max_new_units(options),
+        return self._generate(registry.get(options.strategy), self.decode_models(),
+                              self.decode_params(), batch, keys, options)  # fmt: skip
+
+    def _generate(self, strategy, models, params, batch, keys, options) -> Generated:
+        out = jax.device_get(decode(strategy, models, params, batch, keys,
+                                    max_new_tokens=self.max_new_units(options),
                                     sampling=options.sampling))  # fmt: skip
         return Generated(units=np.asarray(out.tokens), length=np.asarray(out.length),
                          steps=np.asarray(out.steps), hit_max=np.asarray(out.hit_max),

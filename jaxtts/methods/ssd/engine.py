@@ -1,7 +1,8 @@
 """The SSD engine: a draft run (`configs/ssd.py`) paired with the target it was made from.
 
 `infer.py --workdir runs/ssd --strategy ssd:L=3,beta=0.4` decodes speculatively; `far`,
-`car:c` and `vadusa:tau` run on the target. A draft whose vocabulary, width or tokenizer
+`car:c` and `vadusa:tau` run on the target, and `draft` runs FAR on the draft alone (the
+quality floor speculative decoding starts from). A draft whose vocabulary, width or tokenizer
 differs from its target's is a one-line error naming both runs.
 """
 
@@ -53,3 +54,48 @@ class SSDEngine(LMEngine):
 
     def decode_params(self) -> dict:
         return {"target": self.params, "draft": self.draft_params}
+
+    def check_strategy(self, spec: str) -> str:
+        if spec == "draft":
+            return "draft"
+        return super().check_strategy(spec)
+
+    def generate(self, batch, keys, options):
+        if options.strategy != "draft":
+            return super().generate(batch, keys, options)
+        from jaxtts.decode import registry
+
+        return self._generate(registry.get("far"), {"target": self.draft},
+                              {"target": self.draft_params}, batch, keys, options)  # fmt: skip
+
+
+def acceptance_schedule(engine: SSDEngine, text: str, prompt=None, *, draft_len: int = 3,
+                        beta: float = 0.4, seed: int = 0, max_seconds: float = 10.0,
+                        greedy: bool = False):  # fmt: skip
+    """One sentence decoded with `ssd:L=<draft_len>,beta=<beta>` keeping each step's outcome:
+    -> (tokens int32 [T], accepted int32 [S]: draft tokens accepted at each step; the step
+    took accepted + 1 tokens, the last one drawn by the target)."""
+    import jax
+
+    from jaxtts.decode.driver import PromptBatch, decode
+    from jaxtts.decode.sampling import row_keys
+    from jaxtts.methods.ssd.strategy import SSD
+
+    p_ids, p_units = engine.encode_prompt(prompt)
+    ids = np.concatenate([p_ids, engine.frontend.encode(text)]).astype(np.int32)
+    units = np.asarray(p_units, np.int32).reshape(-1)
+
+    def padded(a, step=64):  # bucketed widths: sentences share compiled shapes
+        out = np.zeros((1, max(step, -(-a.size // step) * step)), np.int32)
+        out[0, : a.size] = a
+        return out
+
+    batch = PromptBatch(padded(ids), np.array([ids.size], np.int32), padded(units),
+                        np.array([units.size], np.int32))  # fmt: skip
+    opts = engine.options(max_seconds=max_seconds, greedy=greedy)
+    out = jax.device_get(decode(SSD(draft_len, beta, record=True), engine.decode_models(),
+                                engine.decode_params(), batch, row_keys(seed, [0]),
+                                max_new_tokens=engine.max_new_units(opts),
+                                sampling=opts.sampling))  # fmt: skip
+    n, s = int(out.length[0]), int(out.steps[0])
+    return np.asarray(out.tokens[0, :n]), np.asarray(out.stats["accepted_per_step"][0, :s])

@@ -46,6 +46,7 @@ class SSDCarry:
     n_pending: jax.Array  # int32 [B] 1 or 2
     accepted: jax.Array  # int32 [B] accepted draft tokens so far
     proposed: jax.Array  # int32 [B] proposed draft tokens so far
+    history: jax.Array  # int32 [B, S] accepted drafts at each step (S = 1 unless recording)
 
 
 def probs_of(logits: jax.Array, sampling) -> jax.Array:
@@ -91,6 +92,7 @@ def verify(x: jax.Array, p: jax.Array, q: jax.Array, u: jax.Array, beta: float,
 class SSD(Strategy):
     draft_len: int = 3
     beta: float = 0.0
+    record: bool = False  # keep each step's accepted count (`stats['accepted_per_step']`)
 
     def __post_init__(self):
         if self.draft_len < 1:
@@ -138,7 +140,8 @@ class SSD(Strategy):
         pending = jnp.stack([last, last], 1).astype(jnp.int32)
         ones = jnp.ones((b,), jnp.int32)
         zeros = jnp.zeros((b,), jnp.int32)
-        return SSDCarry(caches["target"], caches["draft"], pending, ones, zeros, zeros)
+        history = jnp.full((b, max_new_tokens if self.record else 1), -1, jnp.int32)
+        return SSDCarry(caches["target"], caches["draft"], pending, ones, zeros, zeros, history)
 
     def step(self, models, params, state, keys, sampling):
         tm, dm = models["target"], models["draft"]
@@ -199,11 +202,16 @@ class SSD(Strategy):
         active = ~state.done
         carry = SSDCarry(tcache, dcache, pending, n_pending,
                          c.accepted + jnp.where(active, n, 0),
-                         c.proposed + jnp.where(active, L, 0))  # fmt: skip
+                         c.proposed + jnp.where(active, L, 0),
+                         c.history.at[:, state.step].set(jnp.where(active, n, -1))
+                         if self.record else c.history)  # fmt: skip
         return Proposal(tokens=tokens, count=(n + 1).astype(jnp.int32), carry=carry)
 
     def finish(self, models, state):
-        return {"accepted_drafts": state.carry.accepted, "proposed_drafts": state.carry.proposed}
+        out = {"accepted_drafts": state.carry.accepted, "proposed_drafts": state.carry.proposed}
+        if self.record:
+            out["accepted_per_step"] = state.carry.history  # [B, S], -1 after the row ended
+        return out
 
 
 def ssd(arg: str | None) -> SSD:
