@@ -6,8 +6,8 @@ row's last hidden state and picks c_b in {1..K} (argmax, or sampled with `dcar:s
 row samples tokens from heads 1..w, the batch extends by w = max_b c_b in one forward (one
 `lax.switch` branch per width, so a step costs what its widest chunk costs, not K) and each row
 rolls back to its own c_b (`chunk_step_switch`). A row whose `params["forced_chunk"][b]` > 0
-takes that fixed chunk instead (DCPO's chase-then-exceed rollouts; the policy still runs and its log-prob
-of the forced size is recorded). A policy that always picks c reproduces `car:c` exactly, also
+takes that fixed chunk instead (DCPO's chase-then-exceed rollouts; the policy still runs and
+its log-prob of the forced size is recorded). A policy that always picks c reproduces `car:c` exactly, also
 when sampling (`sample_tokens` keys each slot apart). With `record=True` the strategy keeps
 what DCPO trains on: each decision's policy input [B, S, D], chosen size and log-prob.
 
