@@ -9,7 +9,7 @@ rolls back to its own c_b (`chunk_step_switch`). A row whose `params["forced_chu
 takes that fixed chunk instead (DCPO's chase-then-exceed rollouts; the policy still runs and
 its log-prob of the forced size is recorded). A policy that always picks c reproduces `car:c`
 exactly, also when sampling (`sample_tokens` keys each slot apart). With `record=True` the
-strategy keeps what DCPO trains on: each decision's policy input [B, S, D], chosen size and log-prob.
+strategy keeps what DCPO trains on: each decision's policy input [B, S, D], chosen size, log-prob.
 
 vadusa:tau: models {"target"}. From h_t the base head samples y_{t+1} and heads 2..K draft
 d_2..d_K; one forward appends all K; the base head at the hidden state of each appended token
