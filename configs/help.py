@@ -111,6 +111,13 @@ HELP = {
     "decode.top_p": "nucleus sampling mass (1 = all)",
     "decode.greedy": "take the most likely token instead of sampling",
     "decode.max_seconds": "length cap per piece of text (seconds of audio)",
+    # PALLE (configs/palle.py)
+    "model.convnext_ff": "PALLE: pointwise MLP width of the text ConvNeXt V2 block",
+    "model.conv_pos_kernel": "PALLE: kernel of the convolutional positional embedding",
+    "model.conv_pos_groups": "PALLE: groups of that (depthwise-grouped) convolution",
+    "palle.stage": "PALLE stage trained: par (stage one) | refine (stage two) | nar (baseline)",
+    "palle.refine_p": "stage two: masking probability beyond the visible first 30 %",
+    "palle.par_run": "stage two: the stage-one run folder the 'palle' strategy starts from",
     # eval during training
     "eval.num_samples": "dev sentences synthesised (and scored by the ASR) at each evaluation",
     "eval.vocoder": "vocoder of the training samples: griffin_lim",
