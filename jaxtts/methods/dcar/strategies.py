@@ -3,13 +3,12 @@ head verifies with tolerance) for the generic decode driver (`jaxtts.decode.driv
 
 dcar: models {"target": TTSLM, "policy": ChunkPolicy}. At every step the policy reads each
 row's last hidden state and picks c_b in {1..K} (argmax, or sampled with `dcar:sample`); every
-row samples tokens from heads 1..w, the batch extends by w = max_b c_b in one forward (one
-`lax.switch` branch per width, so a step costs what its widest chunk costs, not K) and each row
-rolls back to its own c_b (`chunk_step_switch`). A row whose `params["forced_chunk"][b]` > 0
-takes that fixed chunk instead (DCPO's chase-then-exceed rollouts; the policy still runs and
-its log-prob of the forced size is recorded). A policy that always picks c reproduces `car:c`
-exactly, also when sampling (`sample_tokens` keys each slot apart). With `record=True` the
-strategy keeps what DCPO trains on: each decision's policy input [B, S, D], chosen size, log-prob.
+row samples K tokens from heads 1..K, the batch extends by K in one forward and each row rolls
+back to its own c_b (`chunk_step`). A row whose `params["forced_chunk"][b]` > 0 takes that
+fixed chunk instead (DCPO's chase-then-exceed rollouts; the policy still runs and its log-prob
+of the forced size is recorded). A policy that always picks c reproduces `car:c` exactly, also
+when sampling (`sample_tokens` keys each slot apart). With `record=True` the strategy keeps
+what DCPO trains on: each decision's policy input [B, S, D], chosen size and log-prob.
 
 vadusa:tau: models {"target"}. From h_t the base head samples y_{t+1} and heads 2..K draft
 d_2..d_K; one forward appends all K; the base head at the hidden state of each appended token
@@ -36,7 +35,7 @@ from jaxtts.methods.dcar.policy import PolicyCache, action_logp
 from jaxtts.methods.lm.strategies import (
     ChunkCarry,
     cache_windows,
-    chunk_step_switch,
+    chunk_step,
     prefill,
     window_fits,
 )
@@ -136,8 +135,7 @@ class DCAR(_SpeechSlots, Strategy):
             chosen = jnp.where(forced > 0, forced, chosen)
         count = chosen.astype(jnp.int32)  # [B]
         logp = action_logp(logits, count)  # [B]
-        prop = chunk_step_switch(target, params["target"], c.chunk, state, keys, sampling, k,
-                                 count)  # extends by the widest chosen chunk, not K
+        prop = chunk_step(target, params["target"], c.chunk, state, keys, sampling, k, count)
         active = ~state.done
         i = jnp.minimum(state.steps, c.actions.shape[1] - 1)  # this row's decision index
         if self.record:

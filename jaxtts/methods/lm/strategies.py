@@ -13,7 +13,6 @@ Per-row dynamic chunks (`chunk_step` with a `count` per row, e.g. a DCAR policy'
 sample K tokens from heads 1..K, extend every row by K in one forward, then roll each row's
 cache back to its own count and continue from the hidden state of its last kept token
 (`extend_rows`). With count == c for every row this is exactly `car:c`.
-`chunk_step_switch` does the same with the cost of the widest chosen chunk instead of K.
 """
 
 from __future__ import annotations
@@ -89,33 +88,6 @@ def chunk_step(model: TTSLM, params, carry: ChunkCarry, state: DecodeState, keys
     toks = sample_tokens(step_keys(keys, state.step), logits, sampling)  # [B, C]
     hidden, cache = extend_rows(model, params, toks, count, carry.cache)
     return Proposal(tokens=toks, count=count, carry=ChunkCarry(cache, hidden))
-
-
-def chunk_step_switch(model: TTSLM, params, carry: ChunkCarry, state: DecodeState,
-                      keys: jax.Array, sampling: SamplingConfig, heads: int, count: jax.Array
-                      ) -> Proposal:  # fmt: skip
-    """`chunk_step` whose cost follows the chunk: the widest count among active rows, w, picks
-    one of `heads` branches (`lax.switch`, one compiled body per width) that evaluates heads
-    1..w, samples w tokens per row and extends by w. Same tokens as `chunk_step` (slot i draws
-    with fold_in(row key, i) whatever the width; causal attention makes the kept positions'
-    states independent of the positions after them); tokens [B, heads], slots >= w are -1."""
-    b = count.shape[0]
-    width = jnp.max(jnp.where(state.done, 1, count))
-    width = jnp.clip(width, 1, heads).astype(jnp.int32)
-
-    def branch(w):
-        def run(carry):
-            logits = model.apply({"params": params}, carry.hidden, method="heads")[:, :w]
-            logits = suppress_early_eos(logits, state.length, sampling, model.cfg.eos)
-            toks = sample_tokens(step_keys(keys, state.step), logits, sampling)  # [B, w]
-            hidden, cache = extend_rows(model, params, toks, jnp.minimum(count, w), carry.cache)
-            toks = jnp.concatenate([toks, jnp.full((b, heads - w), -1, jnp.int32)], axis=1)
-            return toks, ChunkCarry(cache, hidden)
-
-        return run
-
-    toks, new = jax.lax.switch(width - 1, [branch(w) for w in range(1, heads + 1)], carry)
-    return Proposal(tokens=toks, count=count, carry=new)
 
 
 @dataclasses.dataclass(frozen=True)
