@@ -78,22 +78,13 @@ def chunk_schedule(engine: DCAREngine, text: str, prompt=None, *, seed: int = 0,
     import jax
     import numpy as np
 
-    from jaxtts.decode.driver import PromptBatch, decode
+    from jaxtts.decode.driver import decode
     from jaxtts.decode.sampling import row_keys
     from jaxtts.methods.dcar.policy import ChunkPolicy
     from jaxtts.methods.dcar.strategies import DCAR
+    from jaxtts.methods.lm.engine import sentence_batch
 
-    p_ids, p_units = engine.encode_prompt(prompt)
-    ids = np.concatenate([p_ids, engine.frontend.encode(text)]).astype(np.int32)
-    units = np.asarray(p_units, np.int32).reshape(-1)
-
-    def padded(a, step=64):  # bucketed widths: sentences share compiled shapes
-        out = np.zeros((1, max(step, -(-a.size // step) * step)), np.int32)
-        out[0, : a.size] = a
-        return out
-
-    batch = PromptBatch(padded(ids), np.array([ids.size], np.int32), padded(units),
-                        np.array([units.size], np.int32))  # fmt: skip
+    batch = sentence_batch(engine, text, prompt)
     opts = engine.options(max_seconds=max_seconds)
     out = jax.device_get(decode(DCAR(sample=sample, record=True), engine.decode_models(),
                                 engine.decode_params(), batch, row_keys(seed, [0]),

@@ -103,3 +103,19 @@ class LMEngine(Engine):
 
     def memory_bytes(self, text_len: int, prompt_len: int, length: int) -> int:
         return self.cfg.kv_bytes_per_token() * (text_len + 1 + prompt_len + length)
+
+
+def sentence_batch(engine: LMEngine, text: str, prompt=None) -> PromptBatch:
+    """One sentence (+ its optional prompt) as a batch of one, widths bucketed to 64 so that
+    sentences share compiled shapes (the per-sentence schedule helpers of DCAR and SSD)."""
+    p_ids, p_units = engine.encode_prompt(prompt)
+    ids = np.concatenate([p_ids, engine.frontend.encode(text)]).astype(np.int32)
+    units = np.asarray(p_units, np.int32).reshape(-1)
+
+    def padded(a, step=64):
+        out = np.zeros((1, max(step, -(-a.size // step) * step)), np.int32)
+        out[0, : a.size] = a
+        return out
+
+    return PromptBatch(padded(ids), np.array([ids.size], np.int32), padded(units),
+                       np.array([units.size], np.int32))  # fmt: skip

@@ -77,21 +77,12 @@ def acceptance_schedule(engine: SSDEngine, text: str, prompt=None, *, draft_len:
     took accepted + 1 tokens, the last one drawn by the target)."""
     import jax
 
-    from jaxtts.decode.driver import PromptBatch, decode
+    from jaxtts.decode.driver import decode
     from jaxtts.decode.sampling import row_keys
+    from jaxtts.methods.lm.engine import sentence_batch
     from jaxtts.methods.ssd.strategy import SSD
 
-    p_ids, p_units = engine.encode_prompt(prompt)
-    ids = np.concatenate([p_ids, engine.frontend.encode(text)]).astype(np.int32)
-    units = np.asarray(p_units, np.int32).reshape(-1)
-
-    def padded(a, step=64):  # bucketed widths: sentences share compiled shapes
-        out = np.zeros((1, max(step, -(-a.size // step) * step)), np.int32)
-        out[0, : a.size] = a
-        return out
-
-    batch = PromptBatch(padded(ids), np.array([ids.size], np.int32), padded(units),
-                        np.array([units.size], np.int32))  # fmt: skip
+    batch = sentence_batch(engine, text, prompt)
     opts = engine.options(max_seconds=max_seconds, greedy=greedy)
     out = jax.device_get(decode(SSD(draft_len, beta, record=True), engine.decode_models(),
                                 engine.decode_params(), batch, row_keys(seed, [0]),
