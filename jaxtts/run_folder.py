@@ -40,6 +40,33 @@ TENSORBOARD = "tb"
 SAMPLES = "samples"
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def find_run(path: str | os.PathLike, *bases: str | os.PathLike) -> Path | None:
+    """The run folder a config names (`path` as given, else under the repository, else under
+    each of `bases`), or None: callers raise their own one-line error."""
+    p = Path(path)
+    for cand in (p, REPO / p, *(Path(b) / p for b in bases)):
+        if (cand / "config.json").is_file():
+            return cand
+    return None
+
+
+def check_vocab_files(run: RunFolder, frontend, tokenizer, num_text: int, num_speech: int
+                      ) -> None:  # fmt: skip
+    """A run folder assembled from pieces of different runs: name the file that disagrees
+    with config.json's model sizes."""
+    for what, have, want, key in (
+        (run.text_frontend_dir, frontend.vocab_size, num_text, "num_text_symbols"),
+        (run.tokenizer_dir, tokenizer.vocab_size, num_speech, "num_speech_tokens"),
+    ):  # fmt: skip
+        if have != want:
+            raise CheckpointError(f"{what}: holds {have} symbols/tokens but {run.config_path} "
+                                  f"says model.{key}={want}; copy the folder from the same "
+                                  "run as the parameters")  # fmt: skip
+
+
 class RunFolder:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)

@@ -14,16 +14,13 @@ import jax.numpy as jnp
 
 from jaxtts.errors import CheckpointError
 from jaxtts.methods.lm.engine import LMEngine
-from jaxtts.run_folder import RunFolder
-
-REPO = Path(__file__).resolve().parents[3]
+from jaxtts.run_folder import REPO, RunFolder, find_run
 
 
 def resolve_backbone(path: str, run: RunFolder) -> Path:
-    p = Path(path)
-    for cand in (p, REPO / p, run.path / p):
-        if (cand / "config.json").is_file():
-            return cand
+    found = find_run(path, run.path)
+    if found is not None:
+        return found
     raise CheckpointError(f"{run.data_path}: backbone {path!r} not found (looked in the working "
                           f"directory and {REPO}); pass a DCAR run whose backbone exists")
 

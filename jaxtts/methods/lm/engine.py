@@ -13,7 +13,7 @@ from jaxtts.decode.options import DecodeOptions
 from jaxtts.engine import Engine, Generated
 from jaxtts.errors import CheckpointError
 from jaxtts.methods.lm.model import TTSLM, LMConfig
-from jaxtts.run_folder import RunFolder
+from jaxtts.run_folder import RunFolder, check_vocab_files
 
 
 class LMEngine(Engine):
@@ -50,15 +50,7 @@ class LMEngine(Engine):
         frontend = TextFrontend.load(run.text_frontend_dir)
         tokenizer = load_tokenizer(run.tokenizer_dir)
         cfg = LMConfig.from_config(config.model, saved=True)
-        # a run folder assembled from pieces of different runs: name the file that disagrees
-        for what, have, want, key in (
-            (run.text_frontend_dir, frontend.vocab_size, cfg.num_text_symbols, "num_text_symbols"),
-            (run.tokenizer_dir, tokenizer.vocab_size, cfg.num_speech_tokens, "num_speech_tokens"),
-        ):  # fmt: skip
-            if have != want:
-                raise CheckpointError(f"{what}: holds {have} symbols/tokens but {run.config_path} "
-                                      f"says model.{key}={want}; copy the folder from the same "
-                                      "run as the parameters")  # fmt: skip
+        check_vocab_files(run, frontend, tokenizer, cfg.num_text_symbols, cfg.num_speech_tokens)
         rate = run.read_data_info().get("frame_rate")
         if rate is not None and abs(float(rate) - tokenizer.frame_rate) > 1e-6:
             raise CheckpointError(f"{run.tokenizer_dir}: a {tokenizer.frame_rate:g} Hz tokenizer "

@@ -38,9 +38,8 @@ from jaxtts.engine import Engine, Generated
 from jaxtts.errors import CheckpointError, ConfigError, DataError
 from jaxtts.methods.palle import decode as dec
 from jaxtts.methods.palle.model import MaskedGenTransformer, PALLEConfig, init_params
-from jaxtts.run_folder import RunFolder
+from jaxtts.run_folder import REPO, RunFolder, check_vocab_files, find_run
 
-REPO = Path(__file__).resolve().parents[3]
 DEFAULTS = {
     "par": dict(steps=100, ratio=0.01, scale=1.0),
     "palle": dict(steps=100, ratio=0.01, refine=7, gamma=0.05, scale=1.0),
@@ -77,10 +76,9 @@ def canonical(name: str, settings: dict) -> str:
 
 
 def _resolve(path: str, run: RunFolder) -> Path:
-    p = Path(path)
-    for cand in (p, REPO / p, run.path / p):
-        if (cand / "config.json").is_file():
-            return cand
+    found = find_run(path, run.path)
+    if found is not None:
+        return found
     raise CheckpointError(f"{run.config_path}: palle.par_run {path!r} not found (looked in the "
                           f"working directory and {REPO})")  # fmt: skip
 
@@ -113,14 +111,7 @@ class PALLEEngine(Engine):
         cfg = PALLEConfig.from_config(config.model)
         frontend = TextFrontend.load(run.text_frontend_dir)
         tokenizer = load_tokenizer(run.tokenizer_dir)
-        for what, have, want, key in (
-            (run.text_frontend_dir, frontend.vocab_size, cfg.num_text_symbols, "num_text_symbols"),
-            (run.tokenizer_dir, tokenizer.vocab_size, cfg.num_speech_tokens, "num_speech_tokens"),
-        ):  # fmt: skip
-            if have != want:
-                raise CheckpointError(f"{what}: holds {have} symbols/tokens but {run.config_path} "
-                                      f"says model.{key}={want}; copy the folder from the same "
-                                      "run as the parameters")  # fmt: skip
+        check_vocab_files(run, frontend, tokenizer, cfg.num_text_symbols, cfg.num_speech_tokens)
         like = jax.eval_shape(lambda: init_params(cfg))
         params, _ = run.load_params(like, step)
         return config, params, frontend, tokenizer

@@ -13,23 +13,20 @@ from __future__ import annotations
 
 import logging
 import shutil
-from pathlib import Path
 
 import ml_collections as mlc
 
 from jaxtts.errors import ConfigError
-from jaxtts.run_folder import RunFolder
+from jaxtts.run_folder import RunFolder, find_run
 
 log = logging.getLogger("jaxtts.ssd")
 
-REPO = Path(__file__).resolve().parents[3]
 
 
 def resolve_run(path: str, where: str) -> RunFolder:
-    p = Path(path)
-    for cand in (p, REPO / p):
-        if (cand / "config.json").is_file():
-            return RunFolder(cand)
+    found = find_run(path)
+    if found is not None:
+        return RunFolder(found)
     raise ConfigError(f"{where}={path!r}: no run folder there (config.json missing); expected "
                       "e.g. pretrained/car_small")  # fmt: skip
 
