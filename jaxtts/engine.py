@@ -82,8 +82,10 @@ class Engine(abc.ABC):
     def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
         """Decode a padded batch (numpy arrays); keys: [B] per-row PRNG keys."""
 
-    def memory_bytes(self, text_len: int, prompt_len: int, length: int) -> int:
-        """Decoding-state bytes of one row (e.g. its KV cache); 0 if not tracked."""
+    def memory_bytes(self, text_len: int, prompt_len: int, length: int,
+                     strategy: str | None = None) -> int:  # fmt: skip
+        """Decoding-state bytes of one row (e.g. its KV cache) that decoded `length` units
+        with `strategy`; 0 if not tracked."""
         return 0
 
     # -- shared

@@ -177,18 +177,30 @@ class RunFolder:
             return serialization.msgpack_restore(self.params_file.read_bytes())
         return self.checkpointer(read_only=True).restore_full_as_saved(step)
 
+    def trained_params(self, step: int | None = None) -> Any:
+        """The trained parameters only, as saved: a shipped run's params file (exported with
+        `trained_only`), else the checkpoint's `params` item (TLDR: the adapters and new
+        modules, its frozen backbone comes from the backbone's own run)."""
+        if step is None and self.params_file.is_file() and not self.checkpoints_dir.is_dir():
+            from flax import serialization
+
+            return serialization.msgpack_restore(self.params_file.read_bytes())
+        return self.checkpointer(read_only=True).restore_as_saved("params", step)
+
     # -- shipping
     def export(self, dest: str | os.PathLike, step: int | None = None,
-               dtype: str | None = "float16") -> RunFolder:  # fmt: skip
+               dtype: str | None = "float16", trained_only: bool = False) -> RunFolder:
         """A self-contained copy for inference (e.g. `pretrained/<name>`): config.json,
         data.json, text_frontend/, tokenizer/ and the parameters of the latest (or `step`)
         checkpoint, trained and frozen merged, as ONE `params.msgpack` file, stored as
         `dtype` (float16 by default: half the size; loaded back as float32; None = as
-        trained). Numbers of a shipped model are measured on the exported file."""
+        trained). `trained_only`: the trained parameters alone (runs whose frozen part is
+        another shipped run, e.g. TLDR). Numbers of a shipped model are measured on the
+        exported file."""
         from jaxtts.train import checkpoint as ckpt_lib
 
         self.read_config()  # a one-line error if this is not a run folder
-        params = self.saved_params(step)
+        params = self.trained_params(step) if trained_only else self.saved_params(step)
         out = RunFolder(dest)
         out.path.mkdir(parents=True, exist_ok=True)
         for name in (CONFIG, DATA):
@@ -217,9 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
     ex.add_argument("--dtype", default="float16", choices=["float16", "float32"],
                     help="storage type of the parameters (loaded back as float32)")
+    ex.add_argument("--trained_only", action="store_true",
+                    help="only the trained parameters (TLDR: its frozen backbone ships apart)")
     args = ap.parse_args(argv)
     try:
-        out = RunFolder(args.workdir).export(args.dest, args.step, args.dtype)
+        out = RunFolder(args.workdir).export(args.dest, args.step, args.dtype,
+                                             args.trained_only)  # fmt: skip
     except JaxttsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -309,7 +309,8 @@ class Synthesizer:
             res[(line, piece)] = {
                 "wav": wav, "tokens": gen, "num_tokens": length, "steps": int(out.steps[k]),
                 "hit_max": bool(out.hit_max[k]), "lm_s": lm_s, "compile_s": compile_s,
-                "kv_cache_bytes": engine.memory_bytes(ids.size, len(unit), length),
+                "kv_cache_bytes": engine.memory_bytes(ids.size, len(unit), length,
+                                                     options.strategy),
             }  # fmt: skip
         voc_s = (time.perf_counter() - t1) / n
         for v in res.values():

@@ -18,8 +18,9 @@ _FACTORIES: dict[str, str] = {
     "dcar": "jaxtts.methods.dcar.strategies:dcar",
     "vadusa": "jaxtts.methods.dcar.strategies:vadusa",
     "ssd": "jaxtts.methods.ssd.strategy:ssd",
+    "tldr": "jaxtts.methods.tldr.strategy:tldr",
 }
-_EXAMPLES = "e.g. far, car:3, vadusa:2, dcar, ssd:L=3,beta=0.4"
+_EXAMPLES = "e.g. far, car:3, vadusa:2, dcar, ssd:L=3,beta=0.4, tldr"
 
 
 def register(name: str, target: str) -> None:

@@ -83,13 +83,15 @@ class Attention(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
                  cache: LayerCache | None = None, write_start: jax.Array | None = None,
-                 bias: jax.Array | None = None, capture: bool = False
-                 ) -> tuple[jax.Array, LayerCache | None]:  # fmt: skip
+                 bias: jax.Array | None = None, capture: bool = False,
+                 context: jax.Array | None = None) -> tuple[jax.Array, LayerCache | None]:
         """x [B, T, D], positions [B, T] (RoPE; ignored when rope_theta == 0), mask bool
         [B, T, S]; bias [B, N, T, S] added to the attention logits (None: none); capture: sow
         the logits [B, N, T, S] (after the bias) as `intermediates/.../attn_logits` (the
         alignment loss reads them; `apply(..., mutable=['intermediates'])`).
 
+        context [B, S, D]: keys/values from another sequence (cross-attention: TLDR's
+        compressor and extractor; use rope_theta=0, positions then go unused).
         cache None: keys are the T positions of x (S == T). Else the new keys/values are
         written into the cache at slots write_start[b] .. + T - 1 and attention runs over the
         whole buffer (S = cache length); returns the updated cache.
@@ -99,9 +101,10 @@ class Attention(nn.Module):
         kw = dict(dtype=self.dtype, lora_rank=self.lora_rank, lora_alpha=self.lora_alpha)
         names = (axes.EMBED, axes.HEADS, axes.KV)
         q = Dense(nh, names, name="q", **kw)(x)  # [B, T, N, H]
-        k = Dense(nh, names, name="k", **kw)(x)
-        v = Dense(nh, names, name="v", **kw)(x)
-        if self.rope_theta:  # 0 = no rotary embedding (e.g. the conformer ASR)
+        kv_in = x if context is None else context
+        k = Dense(nh, names, name="k", **kw)(kv_in)
+        v = Dense(nh, names, name="v", **kw)(kv_in)
+        if self.rope_theta and context is None:  # 0 = no rotary embedding (e.g. the conformer ASR)
             q = apply_rope(q, positions, self.rope_theta)
             k = apply_rope(k, positions, self.rope_theta)
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, N, T, H]

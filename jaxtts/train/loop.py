@@ -517,6 +517,9 @@ def train_and_evaluate(
     first = (train_source.get_batch(0, None) if feeder.on_policy
              else train_source.get_batch(0))  # fmt: skip
     state = trainer.init_state(init_rng, first)
+    n_train, n_frozen = (sum(int(np.prod(x.shape)) for x in jax.tree.leaves(t))
+                         for t in (state.params, state.frozen))  # fmt: skip
+    log.info("parameters: %s trained, %s frozen", f"{n_train:,}", f"{n_frozen:,}")
 
     ckpt = run.checkpointer(read_only=False, max_to_keep=int(tcfg.get("keep_checkpoints", 3)),
                             async_save=bool(tcfg.get("async_checkpoint", True)))  # fmt: skip

@@ -9,7 +9,8 @@ a TTS model next to its chunk-size policy (DCAR). The task's loss always sees th
 
 Which leaves train is `config.train.trainable` (`trainable_predicate`): 'all' (default),
 'lora' (LoRA adapters only) or 'prefix:<p1>,<p2>,...' (leaves whose '/'-joined path starts
-with one of the prefixes, e.g. 'prefix:draft,policy'). `config.train.init_from` names a run
+with one of the prefixes, e.g. 'prefix:draft,policy'), or a union of these joined by '|'
+('lora|prefix:compressor,extractor': TLDR's adapters and new modules). `config.train.init_from` names a run
 folder whose parameters overwrite the fresh initialisation wherever the paths match (a
 LoRA run starts at its backbone; new leaves such as the adapters keep their init).
 """
@@ -89,6 +90,9 @@ def merge_trees(a: Tree, b: Tree) -> dict:
 def trainable_predicate(spec: str | None) -> Callable[[str], bool]:
     """`config.train.trainable` -> path -> bool (see the module docstring)."""
     spec = (spec or "all").strip()
+    if "|" in spec:  # a union, e.g. 'lora|prefix:compressor,extractor' (TLDR)
+        preds = [trainable_predicate(part) for part in spec.split("|")]
+        return lambda path: any(p(path) for p in preds)
     if spec == "all":
         return lambda path: True
     if spec == "lora":
@@ -97,7 +101,7 @@ def trainable_predicate(spec: str | None) -> Callable[[str], bool]:
         prefixes = tuple(p.strip().strip("/") for p in spec[len("prefix:"):].split(",") if p)
         return lambda path: any(path == p or path.startswith(p + "/") for p in prefixes)
     raise ConfigError(f"train.trainable={spec!r}: expected 'all', 'lora' or "
-                      "'prefix:<path>,<path>,...'")  # fmt: skip
+                      "'prefix:<path>,<path>,...' (or a union joined by '|')")  # fmt: skip
 
 
 def overlay(tree: Tree, source: Tree, where: str) -> tuple[dict, int]:

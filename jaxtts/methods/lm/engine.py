@@ -93,7 +93,8 @@ class LMEngine(Engine):
                          steps=np.asarray(out.steps), hit_max=np.asarray(out.hit_max),
                          stats={k: np.asarray(v) for k, v in out.stats.items()})  # fmt: skip
 
-    def memory_bytes(self, text_len: int, prompt_len: int, length: int) -> int:
+    def memory_bytes(self, text_len: int, prompt_len: int, length: int,
+                     strategy: str | None = None) -> int:  # fmt: skip
         return self.cfg.kv_bytes_per_token() * (text_len + 1 + prompt_len + length)
 
 

@@ -213,8 +213,9 @@ class MTPHead(nn.Module):
 
 
 class TTSLM(nn.Module):
-    """The TTS LM. Methods: `__call__` (training forward), `embed_text`, `embed_speech`,
-    `heads`, `init_cache`, `prefill`, `extend`, `extend_embedded`. See the module docstring."""
+    """The TTS LM. Methods: `__call__` (training forward), `hidden_embedded`, `embed_text`,
+    `embed_speech`, `heads`, `init_cache`, `prefill`, `prefill_embedded`, `extend`,
+    `extend_embedded`. See the module docstring."""
 
     cfg: LMConfig
 
@@ -274,14 +275,25 @@ class TTSLM(nn.Module):
         token k positions after it. attn_bias [B, N, X+T, X+T] / bias_layers: the training-only
         alignment prior and captured attention logits (`TransformerStack`, `LMTask`).
         """
-        x_len, t_len = text.shape[1], speech.shape[1]
+        hidden = self.hidden_embedded(text, text_len, self.embed_speech(speech), speech_len,
+                                      train=train, attn_bias=attn_bias,
+                                      bias_layers=bias_layers)  # [B, T, D]  # fmt: skip
+        return self.heads(hidden), hidden
+
+    def hidden_embedded(
+        self, text: jax.Array, text_len: jax.Array, speech_emb: jax.Array, speech_len: jax.Array,
+        *, train: bool = False, attn_bias: jax.Array | None = None,
+        bias_layers: Sequence[int] = (),
+    ) -> jax.Array:
+        """The training forward over input vectors in the speech segment: text [B, X] +
+        speech_emb [B, T, D] (token embeddings, or TLDR's patch vectors) -> hidden [B, T, D]."""
+        x_len, t_len = text.shape[1], speech_emb.shape[1]
         is_speech, idx, valid, pos = self._segments(text_len, speech_len, x_len, t_len)
         mask = prefix_lm_mask(is_speech, idx, is_speech, idx, valid)  # [B, X+T, X+T]
-        emb = jnp.concatenate([self.embed_text(text), self.embed_speech(speech)], axis=1)
+        emb = jnp.concatenate([self.embed_text(text), speech_emb.astype(jnp.float32)], axis=1)
         h, _ = self.stack(emb, pos, mask, train=train, attn_bias=attn_bias,
                           bias_layers=tuple(bias_layers))  # fmt: skip
-        hidden = h[:, x_len:]  # [B, T, D]
-        return self.heads(hidden), hidden
+        return h[:, x_len:]  # [B, T, D]
 
     # -- decoding
     def init_cache(self, batch: int, text_slots: int, speech_slots: int, dtype: Any = None,
@@ -300,13 +312,20 @@ class TTSLM(nn.Module):
                 ) -> tuple[jax.Array, KVCache]:  # fmt: skip
         """One forward over text [B, X] + speech [B, P] ([BOS, prompt]); X must equal
         cache.text_slots. Returns (hidden [B, P, D], cache with text_len / speech_len set)."""
-        x_len, p_len = text.shape[1], speech.shape[1]
+        return self.prefill_embedded(text, text_len, self.embed_speech(speech), speech_len,
+                                     cache, layers)  # fmt: skip
+
+    def prefill_embedded(self, text: jax.Array, text_len: jax.Array, speech_emb: jax.Array,
+                         speech_len: jax.Array, cache: KVCache,
+                         layers: Sequence[int] | None = None) -> tuple[jax.Array, KVCache]:
+        """`prefill` over input vectors speech_emb [B, P, D] in the speech segment."""
+        x_len, p_len = text.shape[1], speech_emb.shape[1]
         if x_len != cache.text_slots:
             raise ValueError(f"prefill: text width {x_len} != cache.text_slots {cache.text_slots}")
         is_speech, idx, _, pos = self._segments(text_len, speech_len, x_len, p_len)
         cache = cache.replace(text_len=text_len.astype(jnp.int32))
         mask = prefix_lm_mask(is_speech, idx, *cache.key_segments(speech_len))  # [B, X+P, S]
-        emb = jnp.concatenate([self.embed_text(text), self.embed_speech(speech)], axis=1)
+        emb = jnp.concatenate([self.embed_text(text), speech_emb.astype(jnp.float32)], axis=1)
         start = jnp.zeros((text.shape[0],), jnp.int32)
         h, caches = self.stack(emb, pos, mask, cache.layers, start, layers=layers)
         cache = cache.replace(layers=caches, speech_len=speech_len.astype(jnp.int32))

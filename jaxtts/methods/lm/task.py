@@ -340,9 +340,11 @@ def save_attention_png(p: np.ndarray, path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def _sample_eval(config, workdir: str, data: LMData, n: int, progress: bool):
+def _sample_eval(config, workdir: str, data: LMData, n: int, progress: bool,
+                 make_engine=None):  # fmt: skip
     """on_eval hook: synthesize `n` dev sentences with the current params, write the wavs to
-    `samples/step_<k>/` and score them with the evaluation ASR (domain LM) when available."""
+    `samples/step_<k>/` and score them with the evaluation ASR (domain LM) when available.
+    make_engine(params) -> Engine (default: an LMEngine of `config`; TLDR passes its own)."""
     from jaxtts.methods.lm.engine import LMEngine
     from jaxtts.synthesize import Synthesizer, prompts_from_utterances
 
@@ -358,7 +360,8 @@ def _sample_eval(config, workdir: str, data: LMData, n: int, progress: bool):
             log.warning("sample WER disabled: %s", e)
 
     def on_eval(step, state) -> dict[str, float]:
-        engine = LMEngine(config, state.full_params, data.frontend, data.tokenizer)
+        engine = (make_engine(state.full_params) if make_engine is not None
+                  else LMEngine(config, state.full_params, data.frontend, data.tokenizer))
         synth = Synthesizer(engine, vocoder=config.eval.get("vocoder", "griffin_lim"))
         out_dir = RunFolder(workdir).samples_dir(step)
         results = synth.synthesize([u.text for u in utts], prompts,

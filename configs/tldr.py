@@ -1,0 +1,73 @@
+"""TLDR: patch-level AR on the frozen TTS LM with LoRA, a token-to-patch compressor and a
+speaker-conditioned patch-to-token extractor (jaxtts/methods/tldr/; METHODS.md section 5).
+
+Variants (`--config configs/tldr.py:<variant>`):
+  tiny         tests: 2 steps on a 40-utterance corpus, small modules, backbone
+               pretrained/car_small
+  small        P = 4 on pretrained/car_small (the shipped recipe, benchmarks/RESULTS.md)
+  small_p2 / small_p8                  patch size 2 / 8
+  small_meanpool / small_nolora / small_nospk   the paper's ablations (compressor = mean
+               pool; lora_rank 0; no speaker embedding)
+
+  python train.py --config configs/tldr.py:small --workdir runs/tldr
+  python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
+
+The backbone's data recipe, tokenizer, symbol table and decode settings are used. The paper's
+modules are D 896 (the backbone's width); here the compressor works at the backbone's width
+(256) and the extractor is 2 layers of width 256 so that it stays light next to a 4-layer
+backbone (the paper: 4 extractor layers next to 24 backbone layers).
+"""
+
+import ml_collections as mlc
+
+from configs import common
+
+VARIANTS = ("tiny", "small", "small_p2", "small_p8", "small_meanpool", "small_nolora",
+            "small_nospk")  # fmt: skip
+
+
+def get_config(arg: str | None = None) -> mlc.ConfigDict:
+    args = common.parse_arg(arg, variant="small")
+    if args.variant not in VARIANTS:
+        raise KeyError(f"configs/tldr.py: unknown variant '{args.variant}', expected "
+                       f"{list(VARIANTS)}")  # fmt: skip
+    v = args.variant
+    config = mlc.ConfigDict()
+    config.variant = v
+    config.task = "tldr"
+    config.tldr = mlc.ConfigDict(dict(
+        backbone="pretrained/car_small",  # the frozen TTS LM (run folder)
+        speaker_encoder="pretrained/speaker_encoder",  # speaker embedding of the prompt
+        corpus_utterances=0,  # 0 = the backbone's training corpus
+        patch=4,  # P speech tokens per patch
+        compressor="attention",  # 'attention' (local layer + cross-attention) | 'mean'
+        window=16,  # compressor's local attention window (tokens)
+        comp_heads=4, comp_ff=768,
+        ext_layers=2, ext_width=256, ext_heads=4, ext_ff=768, slots=4,
+        speaker=True, speaker_proj=128, min_reference_seconds=0.5,
+        lora_rank=32, lora_alpha=32.0,  # paper 64/64 at D 896; scaled to D 256
+    ))  # fmt: skip
+    config.train = common.train_config(
+        steps=2000, learning_rate=1e-3, warmup_steps=100, weight_decay=0.0, log_every=20,
+        eval_every=500, checkpoint_every=100,
+    )  # fmt: skip
+    config.eval = mlc.ConfigDict(dict(num_samples=8))
+    config.mesh = common.mesh_config()
+    t = config.tldr
+    if v == "small_p2":
+        t.patch = 2
+    elif v == "small_p8":
+        t.patch = 8
+    elif v == "small_meanpool":
+        t.compressor = "mean"
+    elif v == "small_nolora":
+        t.lora_rank = 0
+    elif v == "small_nospk":
+        t.speaker = False
+    elif v == "tiny":
+        t.update(corpus_utterances=40, comp_ff=64, ext_layers=1, ext_width=32, ext_heads=2,
+                 ext_ff=64, speaker_proj=16, lora_rank=4, lora_alpha=4.0)  # fmt: skip
+        config.train.update(steps=2, warmup_steps=1, log_every=1, eval_every=2,
+                            checkpoint_every=0, tensorboard=False)  # fmt: skip
+        config.eval.num_samples = 0
+    return config

@@ -1,0 +1,109 @@
+"""The TLDR engine: the frozen backbone named in the run's config (`tldr.backbone`) + the
+trained LoRA adapters, compressor and extractor of a TLDR run folder.
+
+`infer.py --workdir runs/tldr` (or `pretrained/tldr`) decodes with `tldr` by default; the
+backbone's own strategies (far, car:c, vadusa:tau) run on the un-adapted backbone, so one
+evaluate command compares them. A TLDR run whose backbone differs from the loaded one (width,
+layers, heads, tokenizer) is a one-line error naming both; so is a speaker reference shorter
+than the speaker encoder needs.
+
+A shipped TLDR folder holds only the trained parameters (`python -m jaxtts.run_folder export
+runs/tldr pretrained/tldr --trained_only`); the frozen ones come from the backbone and speaker
+encoder runs it names.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxtts.errors import CheckpointError, DataError
+from jaxtts.methods.lm.engine import LMEngine
+from jaxtts.methods.tldr.model import TLDRModel
+from jaxtts.run_folder import RunFolder
+from jaxtts.train.state import tree_from_flat, tree_to_flat
+
+
+class TLDREngine(LMEngine):
+    family = "tldr"
+
+    @classmethod
+    def build(cls, config, base: LMEngine, cfg, speaker_model, params) -> TLDREngine:
+        """An engine from a backbone engine and full TLDR parameters (training samples)."""
+        eng = cls(base.config, base.params, base.frontend, base.tokenizer,
+                  max_text_symbols=base.max_text_symbols)  # fmt: skip
+        eng.tldr, eng.tldr_params = TLDRModel(cfg, speaker_model), params
+        eng.decode_config = {**base.decode_config, **dict(config.decode), "strategy": "tldr"}
+        return eng
+
+    @classmethod
+    def from_run(cls, run: RunFolder, step: int | None = None) -> TLDREngine:
+        from jaxtts.methods.tldr.task import (
+            frozen_params,
+            load_speaker,
+            mel_table,
+            resolve_run,
+            tldr_config,
+        )
+        from jaxtts.train.checkpoint import abstract_params, check_tree_matches
+
+        config = run.read_config("tldr")
+        backbone = resolve_run(str(config.tldr.backbone), f"{run.config_path}: tldr.backbone",
+                               run.path)  # fmt: skip
+        base = LMEngine.from_run(backbone)
+        info = run.read_data_info()
+        have = {"d_model": base.cfg.d_model, "num_layers": base.cfg.num_layers,
+                "num_heads": base.cfg.num_heads, "tokenizer": base.tokenizer.name}  # fmt: skip
+        for key, val in have.items():
+            if key in info and info[key] != val:
+                raise CheckpointError(f"TLDR run {run.path} was trained on a backbone with "
+                                      f"{key}={info[key]!r} but backbone {backbone.path} has "
+                                      f"{val!r}")  # fmt: skip
+        _, spk_model, spk_params = load_speaker(config.tldr, run.path)
+        cfg = tldr_config(config.tldr, base.cfg, base.tokenizer, spk_model)
+        model = TLDRModel(cfg, spk_model)
+        b = np.ones((1, 8), np.int32)
+        like = abstract_params(model.init, b, np.array([8]), b, np.array([8]), np.array([4]))
+        trained = run.trained_params(step)
+        table = mel_table(base.tokenizer) if spk_model is not None else None
+        flat = tree_to_flat(frozen_params(base.params, spk_params, table))
+        flat.update({k: v for k, v in tree_to_flat(trained).items()})
+        like_flat = tree_to_flat(like)
+        params = tree_from_flat({k: jnp.asarray(flat[k], jnp.float32) for k in like_flat
+                                 if k in flat})  # fmt: skip
+        check_tree_matches(params, like, str(run.path))
+        return cls.build(config, base, cfg, spk_model, params)
+
+    def decode_models(self) -> dict:
+        return {"target": self.model, "tldr": self.tldr}
+
+    def decode_params(self) -> dict:
+        return {"target": self.params, "tldr": self.tldr_params}
+
+    def check_reference(self, prompt_len: np.ndarray) -> None:
+        """A speaker reference too short for the speaker encoder: a one-line DataError (no
+        prompt at all is fine: s = 0, as for training rows without a prompt)."""
+        c = self.tldr.cfg
+        if not c.speaker:
+            return
+        frames = np.asarray(prompt_len) * c.token_frames
+        frames = frames[frames > 0]
+        if frames.size and frames.min() < c.min_reference_frames:
+            rate = self.mel_cfg.frame_rate
+            raise DataError(f"tldr: a speaker reference of {frames.min() / rate:.2f} s; the "
+                            f"speaker encoder needs >= {c.min_reference_frames / rate:.2f} s of "
+                            "prompt speech (pass a longer --prompt)")  # fmt: skip
+
+    def generate(self, batch, keys, options):
+        if options.strategy == "tldr":
+            self.check_reference(jax.device_get(batch.prompt_len))
+        return super().generate(batch, keys, options)
+
+    def memory_bytes(self, text_len: int, prompt_len: int, length: int,
+                     strategy: str | None = None) -> int:  # fmt: skip
+        if strategy != "tldr":
+            return super().memory_bytes(text_len, prompt_len, length, strategy)
+        p = self.tldr.cfg.patch
+        return self.cfg.kv_bytes_per_token() * (text_len + 1 + -(-prompt_len // p)
+                                                + -(-length // p))  # fmt: skip

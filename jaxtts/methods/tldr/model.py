@@ -1,0 +1,326 @@
+"""TLDR (METHODS.md section 5): patch-level autoregression on a frozen TTS LM with LoRA, a
+token-to-patch compressor and a speaker-conditioned patch-to-token extractor.
+
+Patches. The speech stream of a row is its prompt tokens, then its target tokens + EOS. Each
+segment is cut into patches of P tokens, the last one of each segment padded; patch j of a row
+is a prompt patch when j < Jp = ceil(prompt_len / P), else target patch j - Jp. `patch_grid`
+lays a batch out as tokens [B, J, P] + a validity mask: the same layout in training, in the
+prompt's prefill and (one patch at a time) in decoding.
+
+  compressor   token embeddings (the backbone's own table) -> one local transformer layer
+               over the flattened grid (causal self-attention within a window of W grid
+               positions, RoPE, SwiGLU), then each patch's query, RMSNorm(mean of its token
+               embeddings), cross-attends to its own tokens' states (+ FFN, final RMSNorm: the
+               patch vector is at the scale of a token embedding). `compressor='mean'` keeps
+               only RMSNorm(mean) (the paper's ablation).
+  backbone     the shipped `TTSLM`, frozen, LoRA on every projection (`lora_rank`), run over
+               [text | BOS, z_0, z_1, ...]: its hidden state at slot j, g_j, has seen BOS and
+               the patches before j only; g_j is the global context of patch j (the shift).
+  extractor    c_j = [g_j ; W_s s] (s: the speaker embedding of the prompt, see below); each of
+               its layers projects c_j into S cross-attention slots, then: token states attend
+               to the slots, causal self-attention within the patch, FFN. Input at position i
+               is the embedding of the patch's token i - 1 (START at 0): it generates the P
+               tokens of a patch autoregressively; EOS ends the utterance.
+
+Speaker embedding: the shipped JAX speaker encoder (`jaxtts.methods.speaker_encoder`) applied to
+the prompt *as the model sees it*: its tokens decoded to log-mel by the tokenizer's centroid
+table (`mel_table`, a frozen parameter). This runs inside the jitted graph, identically in
+training and decoding, with no extra data; a prompt shorter than `min_reference_frames` mel
+frames gets s = 0 in training, and is a one-line error at synthesis. `speaker=False` drops s
+(the ablation).
+
+Parameters: {backbone (frozen, LoRA leaves trained), compressor, extractor (trained),
+speaker_encoder, mel_table (frozen)}.
+
+Axis letters: B batch, X text, J patches, P tokens per patch, T tokens, D backbone width,
+E extractor width, S slots, V output vocabulary (tokens + EOS), M mel bins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxtts.errors import ConfigError
+from jaxtts.methods.lm.model import TTSLM, KVCache, LMConfig
+from jaxtts.nn import axes
+from jaxtts.nn.attention import Attention
+from jaxtts.nn.layers import MLP, Dense, RMSNorm, param_with_axes
+from jaxtts.nn.transformer import Block, StackConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class TLDRConfig:
+    """Static hyper-parameters (`config.tldr` + the backbone's `LMConfig`)."""
+
+    backbone: LMConfig  # the frozen TTS LM, with lora_rank / lora_alpha set
+    patch: int = 4  # P
+    compressor: str = "attention"  # or "mean"
+    window: int = 16  # W: local attention window of the compressor (grid positions)
+    comp_heads: int = 4
+    comp_ff: int = 768
+    ext_layers: int = 4
+    ext_width: int = 256  # E
+    ext_heads: int = 4
+    ext_ff: int = 768
+    slots: int = 4  # S
+    speaker: bool = True
+    speaker_proj: int = 128  # d_s
+    speaker_dim: int = 192  # the speaker encoder's embedding size
+    token_frames: int = 2  # mel frames per speech token (the tokenizer's)
+    n_mels: int = 80
+    min_reference_frames: int = 50  # shortest prompt (mel frames) the speaker encoder reads
+
+    def __post_init__(self):
+        if self.patch < 1:
+            raise ConfigError(f"tldr.patch={self.patch}: expected P >= 1 tokens per patch")
+        if self.compressor not in ("attention", "mean"):
+            raise ConfigError(f"tldr.compressor={self.compressor!r}: expected 'attention' or "
+                              "'mean'")  # fmt: skip
+        if self.window < 1 or self.slots < 1 or self.ext_layers < 1:
+            raise ConfigError("tldr.window, tldr.slots, tldr.ext_layers: expected >= 1")
+
+    @property
+    def eos(self) -> int:
+        return self.backbone.eos
+
+    @property
+    def start(self) -> int:  # the extractor's start-of-patch input id
+        return self.backbone.num_speech_tokens + 1
+
+    @property
+    def pad(self) -> int:  # an invalid grid cell (the backbone's PAD id)
+        return self.backbone.pad
+
+    @property
+    def window_patches(self) -> int:
+        """Previous patches the compressor's window reaches from a patch's first token."""
+        return -(-(self.window - 1) // self.patch)
+
+    def num_patches(self, speech_width: int) -> int:
+        """Grid width J for speech rows of width T (prompt + target): both segments padded
+        and the target's EOS."""
+        return -(-(speech_width + 1) // self.patch) + 1
+
+
+def patch_grid(speech: jax.Array, speech_len: jax.Array, prompt_len: jax.Array,
+               cfg: TLDRConfig, num_patches: int) -> tuple[jax.Array, jax.Array, jax.Array]:  # fmt: skip
+    """speech int [B, T] = prompt tokens then target tokens (valid < speech_len), prompt_len
+    [B] -> (tokens int32 [B, J, P], valid bool [B, J, P], target bool [B, J, P]: the cells the
+    loss scores, i.e. target tokens and the EOS after them). Invalid cells hold PAD."""
+    p = cfg.patch
+    j = jnp.arange(num_patches)[None, :, None]
+    i = jnp.arange(p)[None, None, :]
+    plen, tlen = prompt_len[:, None, None], (speech_len - prompt_len)[:, None, None]
+    jp = -(-plen // p)  # prompt patches
+    in_prompt = j < jp
+    pidx, tidx = j * p + i, (j - jp) * p + i
+    valid = jnp.where(in_prompt, pidx < plen, (tidx >= 0) & (tidx <= tlen))
+    src = jnp.clip(jnp.where(in_prompt, pidx, plen + tidx), 0, speech.shape[1] - 1)
+    tok = jax.vmap(lambda s, ix: s[ix])(speech, src.reshape(src.shape[0], -1)).reshape(src.shape)
+    tok = jnp.where(in_prompt | (tidx < tlen), tok, cfg.eos)
+    tok = jnp.where(valid, tok, cfg.pad).astype(jnp.int32)
+    return tok, valid, valid & ~in_prompt
+
+
+class Compressor(nn.Module):
+    """Token embeddings [B, J, P, D] + valid -> patch vectors [B, J, D] (module docstring)."""
+
+    cfg: TLDRConfig
+
+    @nn.compact
+    def __call__(self, emb: jax.Array, valid: jax.Array) -> jax.Array:
+        c = self.cfg
+        b, nj, p, d = emb.shape
+        w = valid.astype(jnp.float32)[..., None]  # [B, J, P, 1]
+        mean = (emb * w).sum(2) / jnp.maximum(w.sum(2), 1.0)  # [B, J, D]
+        query = RMSNorm(name="init_norm")(mean)  # [B, J, D]
+        if c.compressor == "mean":
+            return query
+        # local layer over the flattened grid: causal within W grid positions, valid keys
+        n = nj * p
+        x = emb.reshape(b, n, d)
+        kv = valid.reshape(b, n)
+        pos = jnp.arange(n)
+        dist = pos[:, None] - pos[None, :]  # [T, T] query - key
+        mask = ((dist >= 0) & (dist < c.window))[None] & kv[:, None, :]  # [B, T, T]
+        stack = StackConfig(num_layers=1, num_heads=c.comp_heads,
+                            head_dim=d // c.comp_heads, d_ff=c.comp_ff,
+                            rope_theta=c.backbone.rope_theta)  # fmt: skip
+        h, _ = Block(stack, name="local")(x, jnp.broadcast_to(pos, (b, n)), mask)
+        h = RMSNorm(name="token_norm")(h).reshape(b * nj, p, d)  # [BJ, P, D]
+        # masked patch -> token cross-attention: each patch sees only its own valid tokens
+        q = query.reshape(b * nj, 1, d)
+        cmask = valid.reshape(b * nj, 1, p)  # [BJ, 1, P]
+        att, _ = Attention(c.comp_heads, d // c.comp_heads, rope_theta=0.0, name="cross")(
+            RMSNorm(name="cross_norm")(q), jnp.zeros((b * nj, 1), jnp.int32), cmask,
+            context=h)  # fmt: skip
+        z = q + att
+        z = z + MLP(c.comp_ff, name="mlp")(RMSNorm(name="mlp_norm")(z))
+        return RMSNorm(name="out_norm")(z).reshape(b, nj, d)
+
+
+class ExtractorLayer(nn.Module):
+    cfg: TLDRConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array, cond: jax.Array) -> jax.Array:
+        """x [N, P, E] token states, cond [N, C] conditioning vectors -> [N, P, E]."""
+        c = self.cfg
+        n, p, e = x.shape
+        hd = e // c.ext_heads
+        slots = Dense((c.slots, e), (axes.EMBED, None, None), name="slots")(cond)  # [N, S, E]
+        slots = RMSNorm(name="slot_norm")(slots)
+        zeros = jnp.zeros((n, p), jnp.int32)
+        att, _ = Attention(c.ext_heads, hd, rope_theta=0.0, name="cross")(
+            RMSNorm(name="cross_norm")(x), zeros, jnp.ones((n, p, c.slots), bool),
+            context=slots)  # fmt: skip
+        x = x + att
+        causal = jnp.broadcast_to(jnp.tril(jnp.ones((p, p), bool)), (n, p, p))
+        pos = jnp.broadcast_to(jnp.arange(p), (n, p))
+        att, _ = Attention(c.ext_heads, hd, rope_theta=c.backbone.rope_theta, name="self")(
+            RMSNorm(name="self_norm")(x), pos, causal)  # fmt: skip
+        x = x + att
+        return x + MLP(c.ext_ff, name="mlp")(RMSNorm(name="mlp_norm")(x))
+
+
+class Extractor(nn.Module):
+    """(global contexts g [N, D], speaker embeddings s [N, E_s] or None, inputs [N, P] ids:
+    START then the patch's tokens shifted by one) -> logits float32 [N, P, V]."""
+
+    cfg: TLDRConfig
+
+    @nn.compact
+    def __call__(self, g: jax.Array, s: jax.Array | None, inputs: jax.Array) -> jax.Array:
+        c = self.cfg
+        bb = c.backbone
+        cond = g
+        if c.speaker:
+            sp = Dense(c.speaker_proj, (None, axes.EMBED), name="speaker_proj")(s)
+            cond = jnp.concatenate([g, sp], axis=-1)  # [N, D + d_s]
+        table = param_with_axes(self, "embed", nn.initializers.normal(1.0),
+                                (bb.padded(bb.num_speech_tokens + 2), c.ext_width),
+                                (axes.VOCAB, axes.EMBED))  # fmt: skip
+        x = jnp.take(table, inputs, axis=0)  # [N, P, E]
+        pos = param_with_axes(self, "pos_embed", nn.initializers.normal(0.02),
+                              (c.patch, c.ext_width), (None, axes.EMBED))  # fmt: skip
+        x = x + pos[None, : inputs.shape[1]]
+        for i in range(c.ext_layers):
+            x = ExtractorLayer(c, name=f"layer_{i}")(x, cond)
+        x = RMSNorm(name="final_norm")(x)
+        v = bb.padded(bb.out_vocab)
+        logits = Dense(v, (axes.EMBED, axes.VOCAB), use_bias=True, name="out")(x)
+        return logits[..., : bb.out_vocab].astype(jnp.float32)
+
+
+class TLDRModel(nn.Module):
+    """The whole TLDR model; `speaker_encoder` is the frozen `SpeakerEncoderModel` (None when
+    `cfg.speaker` is False). Methods: `__call__` (teacher-forced training forward),
+    `speaker_embedding`, `compress`, `extract`, `prefill`, `extend`, `init_cache`."""
+
+    cfg: TLDRConfig
+    speaker_encoder: Any = None
+
+    def setup(self):
+        c = self.cfg
+        self.backbone = TTSLM(c.backbone)
+        self.compressor = Compressor(c)
+        self.extractor = Extractor(c)
+        if c.speaker:
+            self.mel_table = self.param("mel_table", nn.initializers.zeros,
+                                        (c.backbone.num_speech_tokens, c.token_frames,
+                                         c.n_mels))  # fmt: skip
+
+    # -- pieces
+    def speaker_embedding(self, prompt: jax.Array, prompt_len: jax.Array) -> jax.Array | None:
+        """Prompt tokens [B, P'] -> speaker embedding [B, E_s] of their centroid log-mel (zero
+        for prompts shorter than `min_reference_frames`); None without speaker conditioning."""
+        c = self.cfg
+        if not c.speaker:
+            return None
+        b = prompt.shape[0]
+        ids = jnp.clip(prompt, 0, c.backbone.num_speech_tokens - 1)
+        mel = jnp.take(self.mel_table, ids, axis=0).reshape(b, -1, c.n_mels)  # [B, P' f, M]
+        frames = prompt_len * c.token_frames
+        s = self.speaker_encoder(mel, frames)  # [B, E_s]
+        s = jnp.where((frames >= c.min_reference_frames)[:, None], s, 0.0)
+        return jax.lax.stop_gradient(s)
+
+    def compress(self, tokens: jax.Array, valid: jax.Array) -> jax.Array:
+        """Grid tokens [B, J, P] + valid -> patch vectors [B, J, D]."""
+        emb = self.backbone.embed_speech(tokens)  # [B, J, P, D]
+        return self.compressor(emb, valid)
+
+    def extract(self, g: jax.Array, s: jax.Array | None, inputs: jax.Array) -> jax.Array:
+        """g [B, J, D], s [B, E_s] or None, inputs [B, J, P] -> logits [B, J, P, V]."""
+        b, nj, p = inputs.shape
+        flat_s = None if s is None else jnp.repeat(s, nj, axis=0)  # [B J, E_s]
+        logits = self.extractor(g.reshape(b * nj, -1), flat_s, inputs.reshape(b * nj, p))
+        return logits.reshape(b, nj, p, -1)
+
+    def shifted_inputs(self, tokens: jax.Array) -> jax.Array:
+        """Grid tokens [..., P] -> the extractor's teacher-forced inputs [START, t_0..t_{P-2}]."""
+        start = jnp.full(tokens.shape[:-1] + (1,), self.cfg.start, jnp.int32)
+        return jnp.concatenate([start, tokens[..., :-1]], axis=-1)
+
+    def bos_vector(self, b: int) -> jax.Array:
+        bos = jnp.full((b, 1), self.cfg.backbone.bos, jnp.int32)
+        return self.backbone.embed_speech(bos)  # [B, 1, D]
+
+    # -- training
+    def __call__(self, text, text_len, speech, speech_len, prompt_len):
+        """Teacher-forced forward. text [B, X], speech [B, T] (prompt then target tokens, no
+        BOS), lengths [B] -> (logits [B, J, P, V], targets int32 [B, J, P], loss mask [B, J, P])."""
+        c = self.cfg
+        b = text.shape[0]
+        nj = c.num_patches(speech.shape[1])
+        tokens, valid, target = patch_grid(speech, speech_len, prompt_len, c, nj)
+        z = self.compress(tokens, valid)  # [B, J, D]
+        n_patches = valid.any(-1).sum(-1).astype(jnp.int32)  # [B] prompt + target patches
+        emb = jnp.concatenate([self.bos_vector(b), z[:, :-1]], axis=1)  # [B, J, D]: shift
+        g = self.backbone.hidden_embedded(text, text_len, emb, n_patches)  # [B, J, D]
+        s = self.speaker_embedding(speech, prompt_len)
+        logits = self.extract(g, s, self.shifted_inputs(tokens))
+        return logits, tokens, target
+
+    # -- decoding (the backbone's cache grows by one slot per patch)
+    def init_cache(self, batch: int, text_slots: int, patch_slots: int) -> KVCache:
+        return self.backbone.init_cache(batch, text_slots, patch_slots)
+
+    def prefill(self, text, text_len, prompt, prompt_len, cache: KVCache):
+        """text [B, X] + prompt tokens [B, P'] -> (g of the first target patch [B, D], cache
+        holding [text | BOS, prompt patches], speaker embedding [B, E_s] or None, the last
+        `window_patches` prompt patches (tokens [B, NW, P], valid [B, NW, P]) for the
+        compressor's window)."""
+        c = self.cfg
+        b = text.shape[0]
+        nj = -(-prompt.shape[1] // c.patch)
+        tokens, valid, eos = patch_grid(prompt, prompt_len, prompt_len, c, nj + 1)
+        valid = (valid & ~eos)[:, :nj]  # without the (empty) target's EOS patch
+        tokens = jnp.where(valid, tokens[:, :nj], c.pad)
+        z = self.compress(tokens, valid) if nj else jnp.zeros((b, 0, c.backbone.d_model))
+        jp = (-(-prompt_len // c.patch)).astype(jnp.int32)  # [B]
+        emb = jnp.concatenate([self.bos_vector(b), z], axis=1)  # [B, 1 + Jp, D]
+        h, cache = self.backbone.prefill_embedded(text, text_len, emb, jp + 1, cache)
+        g = jnp.take_along_axis(h, jp[:, None, None], axis=1)[:, 0]  # [B, D]
+        nw = c.window_patches
+        pad_t = jnp.full((b, nw, c.patch), c.pad, jnp.int32)
+        all_t = jnp.concatenate([pad_t, tokens], axis=1)  # [B, NW + Jp', P]
+        all_v = jnp.concatenate([jnp.zeros((b, nw, c.patch), bool), valid], axis=1)
+        idx = jp[:, None] + jnp.arange(nw)[None]  # the NW patches before patch jp
+        win_t = jnp.take_along_axis(all_t, idx[:, :, None], axis=1)
+        win_v = jnp.take_along_axis(all_v, idx[:, :, None], axis=1)
+        return g, cache, self.speaker_embedding(prompt, prompt_len), win_t, win_v
+
+    def extend(self, win_tokens, win_valid, tokens, cache: KVCache):
+        """Compress the new patch tokens [B, P] (after the window's NW patches) and append it
+        to the backbone's cache -> (g of the next patch [B, D], cache)."""
+        grid = jnp.concatenate([win_tokens, tokens[:, None]], axis=1)  # [B, NW + 1, P]
+        valid = jnp.concatenate([win_valid, jnp.ones_like(tokens[:, None], bool)], axis=1)
+        z = self.compress(grid, valid)[:, -1:]  # [B, 1, D]
+        h, cache = self.backbone.extend_embedded(z, cache)
+        return h[:, 0], cache

@@ -1,0 +1,121 @@
+"""`tldr`: patch-level decoding for the generic decode driver (`jaxtts.decode.driver`).
+models {"tldr": TLDRModel}; the backbone's KV cache grows by one slot per patch.
+
+One step, every row at once:
+1. the extractor generates the patch's P tokens autoregressively from the global context
+   g_j (and the speaker embedding): P extractor calls over at most P positions, each token
+   sampled with the run's sampling settings (per-row keys folded with the step and the
+   position, so batch-N == batch-1);
+2. the compressor turns them into the patch vector z_j (its window reads the previous
+   `window_patches` patches, kept in the carry), and ONE backbone forward appends z_j to the
+   cache, giving g_{j+1}.
+The driver keeps the tokens before the first EOS (an EOS anywhere in the patch ends the row).
+Backbone forwards per row = ceil(T / P) for T generated tokens (+ the prefill).
+
+Axis letters: B batch, P tokens per patch, NW window patches, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from jaxtts.decode.driver import Proposal, Strategy
+from jaxtts.decode.sampling import sample_tokens, step_keys, suppress_early_eos
+from jaxtts.errors import ConfigError
+from jaxtts.methods.lm.model import KVCache
+from jaxtts.methods.lm.strategies import cache_windows, window_fits
+
+
+@flax.struct.dataclass
+class TLDRCarry:
+    cache: KVCache  # the backbone's, one speech slot per patch (BOS + prompt patches + ...)
+    hidden: jax.Array  # float32 [B, D] g of the next patch
+    speaker: jax.Array | None  # [B, E_s] speaker embedding (None without conditioning)
+    win_tokens: jax.Array  # int32 [B, NW, P] the last NW patches (compressor window)
+    win_valid: jax.Array  # bool [B, NW, P]
+
+
+@dataclasses.dataclass(frozen=True)
+class TLDR(Strategy):
+    patch: int = 0  # P, read from the model (`bind`)
+
+    name = "tldr"
+
+    @property
+    def max_chunk(self) -> int:
+        return max(self.patch, 1)
+
+    def bind(self, models):
+        if "tldr" not in models:
+            return self
+        return dataclasses.replace(self, patch=models["tldr"].cfg.patch)
+
+    def check(self, models) -> None:
+        if "tldr" not in models:
+            raise ConfigError("strategy tldr needs a TLDR run (--workdir runs/tldr or "
+                              "pretrained/tldr)")  # fmt: skip
+
+    def eos(self, models) -> int:
+        return models["tldr"].cfg.eos
+
+    def max_steps(self, max_new_tokens: int) -> int:
+        return -(-max_new_tokens // self.patch)
+
+    def _slots(self, batch, max_new_tokens: int) -> int:
+        return 1 + -(-batch.prompt.shape[1] // self.patch) + self.max_steps(max_new_tokens)
+
+    def windows(self, models, batch, max_new_tokens):
+        first = 1 + -(-batch.prompt.shape[1] // self.patch)
+        return cache_windows(first, self._slots(batch, max_new_tokens), 1)
+
+    def resize(self, models, carry, window):
+        return carry.replace(cache=carry.cache.resize(window))
+
+    def window_fits(self, state, window):
+        return window_fits(state.carry.cache, state.done, 1)
+
+    def init(self, models, params, batch, max_new_tokens):
+        m, p = models["tldr"], {"params": params["tldr"]}
+        b, x = batch.text.shape
+        cache = m.apply(p, b, x, self.windows(models, batch, max_new_tokens)[0],
+                        method="init_cache")  # fmt: skip
+        g, cache, s, win_t, win_v = m.apply(p, batch.text, batch.text_len, batch.prompt,
+                                            batch.prompt_len, cache, method="prefill")
+        return TLDRCarry(cache, g.astype(jnp.float32), s, win_t, win_v)
+
+    def step(self, models, params, state, keys, sampling):
+        m, p = models["tldr"], {"params": params["tldr"]}
+        c: TLDRCarry = state.carry
+        cfg = m.cfg
+        b, n = state.length.shape[0], self.patch
+        k = step_keys(keys, state.step)  # [B]
+        inputs = jnp.full((b, 1, n), cfg.start, jnp.int32)  # [B, 1, P]
+        toks = []
+        for i in range(n):
+            logits = m.apply(p, c.hidden[:, None], c.speaker, inputs,
+                             method="extract")[:, 0, i : i + 1]  # [B, 1, V]  # fmt: skip
+            logits = suppress_early_eos(logits, state.length + i, sampling, cfg.eos)
+            ki = jax.vmap(lambda kk, i=i: jax.random.fold_in(kk, i))(k)
+            tok = sample_tokens(ki, logits, sampling)[:, 0]  # [B]
+            toks.append(tok)
+            if i + 1 < n:
+                inputs = inputs.at[:, 0, i + 1].set(tok)
+        tokens = jnp.stack(toks, axis=1)  # [B, P]
+        hidden, cache = m.apply(p, c.win_tokens, c.win_valid, tokens, c.cache, method="extend")
+        win_t, win_v = c.win_tokens, c.win_valid
+        if win_t.shape[1]:  # slide the window by the new patch
+            win_t = jnp.concatenate([win_t[:, 1:], tokens[:, None]], axis=1)
+            win_v = jnp.concatenate([win_v[:, 1:], jnp.ones((b, 1, n), bool)], axis=1)
+        carry = TLDRCarry(cache, hidden.astype(jnp.float32), c.speaker, win_t, win_v)
+        return Proposal(tokens=tokens, count=jnp.full((b,), n, jnp.int32), carry=carry)
+
+
+def tldr(arg: str | None) -> TLDR:
+    if arg is not None:
+        raise ConfigError(f"--strategy tldr:{arg}: 'tldr' takes no argument (the patch size "
+                          "is the model's)")  # fmt: skip
+    return TLDR()

@@ -1,0 +1,214 @@
+"""Training TLDR on a frozen TTS LM (`config.tldr.backbone`, e.g. pretrained/car_small).
+
+    python train.py --config configs/tldr.py:small --workdir runs/tldr
+
+The backbone's data recipe, tokenizer and symbol table are used (its config.json's `data`
+section; `tldr.corpus_utterances` may pick a smaller built-in corpus). The run starts from
+`<workdir>/tldr_init/params.msgpack`: the backbone's parameters, the speaker encoder's and the
+tokenizer's centroid log-mel table, written once; `train.trainable =
+'lora|prefix:compressor,extractor'` trains the LoRA adapters, the compressor and the extractor
+and freezes everything else (the trainer prints both counts). The loss is the token
+cross-entropy of the extractor over the target cells (target tokens and the EOS; prompt and
+padding cells excluded), averaged over them.
+
+Simplification (said in the README too): one learning rate for LoRA and the new modules (the
+paper uses two).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+
+import jax
+import jax.numpy as jnp
+import ml_collections as mlc
+import numpy as np
+import optax
+
+from jaxtts.errors import ConfigError
+from jaxtts.methods.tldr.model import TLDRConfig, TLDRModel
+from jaxtts.run_folder import RunFolder, find_run
+
+log = logging.getLogger("jaxtts.tldr")
+
+TRAINABLE = "lora|prefix:compressor,extractor"
+# config.tldr keys that are not TLDRConfig fields
+RUN_KEYS = ("backbone", "speaker_encoder", "lora_rank", "lora_alpha", "corpus_utterances",
+            "min_reference_seconds")  # fmt: skip
+MODEL_KEYS = ("patch", "compressor", "window", "comp_heads", "comp_ff", "ext_layers",
+              "ext_width", "ext_heads", "ext_ff", "slots", "speaker", "speaker_proj")  # fmt: skip
+
+
+def resolve_run(path: str, where: str, *bases) -> RunFolder:
+    found = find_run(path, *bases)
+    if found is not None:
+        return RunFolder(found)
+    raise ConfigError(f"{where}={path!r}: no run folder there (config.json missing); expected "
+                      "e.g. pretrained/car_small or pretrained/speaker_encoder")  # fmt: skip
+
+
+def check_keys(section) -> None:
+    unknown = sorted(set(dict(section)) - set(RUN_KEYS) - set(MODEL_KEYS))
+    if unknown:
+        raise ConfigError(f"tldr.{unknown[0]}: unknown key, expected one of "
+                          f"{sorted(RUN_KEYS + MODEL_KEYS)}")  # fmt: skip
+
+
+def tldr_config(section, backbone_cfg, tokenizer, speaker_model=None) -> TLDRConfig:
+    """TLDRConfig from `config.tldr`, the backbone's LMConfig (LoRA set from the section), its
+    tokenizer and the speaker encoder model (None: no speaker conditioning)."""
+    check_keys(section)
+    s = dict(section)
+    rank, alpha = int(s.get("lora_rank", 0)), float(s.get("lora_alpha", 0.0))
+    if rank < 0:
+        raise ConfigError(f"tldr.lora_rank={rank}: expected >= 0 (0 = no LoRA)")
+    bb = dataclasses.replace(backbone_cfg, lora_rank=rank, lora_alpha=alpha, dropout=0.0)
+    kw = {k: s[k] for k in MODEL_KEYS if k in s}
+    mel_rate = tokenizer.mel_cfg.frame_rate
+    extra = dict(token_frames=int(round(mel_rate / tokenizer.frame_rate)),
+                 n_mels=int(tokenizer.mel_cfg.n_mels),
+                 min_reference_frames=int(round(float(s.get("min_reference_seconds", 0.5))
+                                                * mel_rate)))  # fmt: skip
+    if speaker_model is not None:
+        if speaker_model.n_mels != extra["n_mels"]:
+            raise ConfigError(f"tldr.speaker_encoder: reads {speaker_model.n_mels} mel bins, the "
+                              f"tokenizer decodes {extra['n_mels']}")  # fmt: skip
+        extra["speaker_dim"] = int(speaker_model.embed_dim)
+    return TLDRConfig(backbone=bb, **kw, **extra)
+
+
+def mel_table(tokenizer) -> np.ndarray:
+    """The tokenizer's decoded log-mel of every token: float32 [K, f, M]."""
+    k = tokenizer.vocab_size
+    mel = np.asarray(tokenizer.decode(np.arange(k, dtype=np.int32)), np.float32)
+    return mel.reshape(k, -1, mel.shape[-1])
+
+
+def frozen_params(backbone_params, speaker_params, table) -> dict:
+    """The frozen part of TLDR's tree (what `tldr_init` holds)."""
+    out = {"backbone": backbone_params}
+    if speaker_params is not None:
+        out["speaker_encoder"] = speaker_params
+        out["mel_table"] = table
+    return out
+
+
+def load_speaker(section, *bases):
+    """(speaker encoder run path, SpeakerEncoderModel, params) or (None, None, None)."""
+    if not bool(dict(section).get("speaker", True)):
+        return None, None, None
+    from jaxtts.methods.speaker_encoder import load_params, model_from_config
+
+    run = resolve_run(str(section.speaker_encoder), "tldr.speaker_encoder", *bases)
+    model_cfg, params = load_params(run.path)
+    return run, model_from_config(model_cfg), params
+
+
+class TLDRTask:
+    """`jaxtts.train.loop.Task`: the extractor's token cross-entropy on target cells."""
+
+    def __init__(self, cfg: TLDRConfig, speaker_model=None):
+        self.cfg = cfg
+        self.model = TLDRModel(cfg, speaker_model)
+
+    def _args(self, batch):
+        return tuple(jnp.asarray(batch[k]) for k in ("text", "text_len", "speech", "speech_len",
+                                                     "prompt_len"))  # fmt: skip
+
+    def init(self, rng, batch):
+        return self.model.init(rng, *self._args(batch))["params"]
+
+    def loss(self, params, batch, rng, *, train: bool, step=None):
+        logits, targets, mask = self.model.apply({"params": params}, *self._args(batch))
+        mask = mask & (jnp.asarray(batch["text_len"]) > 0)[:, None, None]  # padding rows
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)  # [B, J, P]
+        w = mask.astype(jnp.float32)
+        n = jnp.sum(w)
+        loss = jnp.sum(ce * w) / jnp.maximum(n, 1.0)
+        acc = jnp.sum((jnp.argmax(logits, -1) == targets) * w) / jnp.maximum(n, 1.0)
+        # CE by position inside the patch: the first token of a patch is the hardest
+        w_i = w.sum(axis=(0, 1))  # [P]
+        ce_i = (ce * w).sum(axis=(0, 1)) / jnp.maximum(w_i, 1.0)
+        metrics = {"loss": loss, "accuracy": acc, "weight": n}
+        metrics.update({f"ce_pos{i}": ce_i[i] for i in range(self.cfg.patch)})
+        return loss, metrics
+
+
+def run_config(config, backbone: RunFolder) -> mlc.ConfigDict:
+    """The config a TLDR run writes: the backbone's data / decode / model sections, the
+    `tldr` section (backbone path resolved), train / mesh / eval from `config`."""
+    check_keys(config.tldr)
+    bcfg = backbone.read_config("lm").to_dict()
+    out = dict(bcfg)
+    out["data"] = dict(bcfg["data"], tokenizer_dir=str(backbone.tokenizer_dir.resolve()))
+    n = int(config.tldr.get("corpus_utterances", 0))
+    if n > 0:
+        out["data"]["corpus_utterances"] = n
+    out.pop("loss", None)
+    out["train"] = config.train.to_dict()
+    out["mesh"] = config.mesh.to_dict()
+    out["eval"] = dict(bcfg.get("eval", {}), **config.eval.to_dict())
+    out["decode"] = dict(bcfg["decode"], strategy="tldr")
+    out["task"] = "tldr"
+    out["variant"] = config.get("variant", "")
+    out["tldr"] = config.tldr.to_dict()
+    trainable = str(config.train.get("trainable", "all"))
+    out["train"]["trainable"] = TRAINABLE if trainable == "all" else trainable
+    return mlc.ConfigDict(out)
+
+
+def train(config, workdir: str, *, progress: bool = True, mesh=None):
+    from jaxtts.methods.lm.engine import LMEngine
+    from jaxtts.methods.lm.task import _sample_eval, prepare_data
+    from jaxtts.train import loop
+    from jaxtts.train.checkpoint import write_params_file
+
+    if config.get("task") != "tldr":
+        raise ConfigError(f"config.task={config.get('task')!r}: expected 'tldr'")
+    backbone = resolve_run(str(config.tldr.backbone), "tldr.backbone")
+    rconf = run_config(config, backbone)
+    run = RunFolder(workdir)
+    run.path.mkdir(parents=True, exist_ok=True)
+    if not (run.text_frontend_dir / "text_frontend.json").is_file():
+        shutil.copytree(backbone.text_frontend_dir, run.text_frontend_dir, dirs_exist_ok=True)
+    base = LMEngine.from_run(backbone)
+    spk_run, spk_model, spk_params = load_speaker(config.tldr)
+    cfg = tldr_config(config.tldr, base.cfg, base.tokenizer, spk_model)
+    init_dir = run.path / "tldr_init"
+    if not (init_dir / "params.msgpack").is_file():
+        init_dir.mkdir(exist_ok=True)
+        table = mel_table(base.tokenizer) if spk_model is not None else None
+        write_params_file(init_dir / "params.msgpack",
+                          frozen_params(jax.device_get(base.params), spk_params, table), None)
+    rconf.train.init_from = str(init_dir)
+    data = prepare_data(rconf, workdir, progress)
+    run.write_data_info({
+        "corpus_dir": str(data.corpus_dir), "tokenizer": data.tokenizer.name,
+        "frame_rate": data.tokenizer.frame_rate, "train_records": len(data.train.records),
+        "max_target_text": int(max(r.text_ids.size for r in data.train.records)),
+        "backbone": str(config.tldr.backbone),
+        "speaker_encoder": str(config.tldr.speaker_encoder) if spk_run else None,
+        "d_model": base.cfg.d_model, "num_layers": base.cfg.num_layers,
+        "num_heads": base.cfg.num_heads,
+    })  # fmt: skip
+    task = TLDRTask(cfg, spk_model)
+    dev = data.dev
+
+    def eval_batches():
+        return (dev.get_batch(s) for s in range(len(dev)))
+
+    on_eval = None
+    n_samples = int(rconf.eval.get("num_samples", 0))
+    if n_samples > 0 and dev is not None:
+        from jaxtts.methods.tldr.engine import TLDREngine
+
+        def make_engine(params):
+            return TLDREngine.build(rconf, base, cfg, spk_model, params)
+
+        on_eval = _sample_eval(rconf, workdir, data, n_samples, progress,
+                               make_engine=make_engine)  # fmt: skip
+    return loop.train_and_evaluate(rconf, workdir, task, data.train,
+                                   eval_batches if dev is not None else None, mesh=mesh,
+                                   progress=progress, on_eval=on_eval)  # fmt: skip

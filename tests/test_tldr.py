@@ -1,0 +1,285 @@
+"""TLDR: the patch grid, the shift, the compressor's mask, LoRA at zero, frozen parameters,
+padding, decoding == the teacher-forced model, batch-N == batch-1, bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxtts.decode.driver import PromptBatch, decode
+from jaxtts.decode.sampling import SamplingConfig, row_keys
+from jaxtts.errors import CheckpointError, ConfigError, DataError
+from jaxtts.methods.lm.model import TTSLM, LMConfig
+from jaxtts.methods.speaker_encoder import SpeakerEncoderModel
+from jaxtts.methods.tldr.model import TLDRConfig, TLDRModel, patch_grid
+from jaxtts.methods.tldr.strategy import TLDR
+from jaxtts.train.state import tree_from_flat, tree_to_flat
+
+K = 40  # speech tokens
+LM = LMConfig(num_text_symbols=20, num_speech_tokens=K, d_model=32, num_layers=2, num_heads=2,
+              head_dim=16, d_ff=64, num_mtp_heads=1, vocab_multiple=8)  # fmt: skip
+
+
+def make_cfg(**kw) -> TLDRConfig:
+    base = dict(backbone=dataclasses.replace(LM, lora_rank=4, lora_alpha=4.0), patch=4,
+                window=6, comp_heads=2, comp_ff=64, ext_layers=2, ext_width=32, ext_heads=2,
+                ext_ff=64, slots=3, speaker=True, speaker_proj=8, speaker_dim=16,
+                token_frames=2, n_mels=8, min_reference_frames=4)  # fmt: skip
+    base.update(kw)
+    return TLDRConfig(**base)
+
+
+SPK = SpeakerEncoderModel(channels=8, num_blocks=1, embed_dim=16, attention_dim=8, n_mels=8)
+
+
+def init_model(cfg: TLDRConfig, seed: int = 0):
+    model = TLDRModel(cfg, SPK if cfg.speaker else None)
+    text, speech = jnp.ones((1, 6), jnp.int32), jnp.ones((1, 12), jnp.int32)
+    params = model.init(jax.random.key(seed), text, jnp.array([6]), speech, jnp.array([12]),
+                        jnp.array([5]))["params"]  # fmt: skip
+    flat = tree_to_flat(nn.unbox(params))
+    # a random LoRA B and mel table so that every path is exercised
+    keys = iter(jax.random.split(jax.random.key(seed + 1), len(flat)))
+    flat = {k: 0.05 * jax.random.normal(next(keys), v.shape)
+            if k.endswith(("lora_b", "mel_table")) else v for k, v in flat.items()}  # fmt: skip
+    return model, tree_from_flat(flat)
+
+
+def rows(seed=0, b=3, x=7, t=20):
+    rng = np.random.default_rng(seed)
+    text = rng.integers(1, LM.num_text_symbols, (b, x)).astype(np.int32)
+    text_len = np.array([7, 5, 6][:b], np.int32)
+    speech = rng.integers(0, K, (b, t)).astype(np.int32)
+    prompt_len = np.array([5, 8, 0][:b], np.int32)
+    speech_len = np.array([17, 20, 9][:b], np.int32)
+    return text, text_len, speech, speech_len, prompt_len
+
+
+def test_patch_grid_exact():
+    cfg = make_cfg(patch=3)
+    speech = jnp.array([[10, 11, 12, 13, 14, 20, 21, 22, 23, 0]])  # prompt 5, target 4
+    tok, valid, target = patch_grid(speech, jnp.array([9]), jnp.array([5]), cfg,
+                                    cfg.num_patches(10))  # fmt: skip
+    pad, eos = cfg.pad, cfg.eos
+    want = [[10, 11, 12], [13, 14, pad], [20, 21, 22], [23, eos, pad], [pad, pad, pad]]
+    assert cfg.num_patches(10) == 5
+    np.testing.assert_array_equal(tok[0], want)
+    np.testing.assert_array_equal(target[0].astype(int),
+                                  [[0, 0, 0], [0, 0, 0], [1, 1, 1], [1, 1, 0], [0, 0, 0]])
+    np.testing.assert_array_equal(valid[0].astype(int).sum(-1), [3, 2, 3, 2, 0])
+
+
+def _hidden_and_logits(model, params, args):
+    (logits, _, _), inter = model.apply(
+        {"params": params}, *map(jnp.asarray, args),
+        capture_intermediates=lambda mdl, name: name == "hidden_embedded")  # fmt: skip
+    g = inter["intermediates"]["backbone"]["hidden_embedded"][0]
+    return np.asarray(g), np.asarray(logits)
+
+
+def test_shift_no_leak_from_target_patch():
+    """Changing the tokens of target patch j changes no global context g_k for k <= j, no
+    logits of patches < j, and inside patch j no logit at or before the changed position."""
+    cfg = make_cfg()
+    model, params = init_model(cfg)
+    text, text_len, speech, speech_len, prompt_len = rows()
+    g0, l0 = _hidden_and_logits(model, params, (text, text_len, speech, speech_len, prompt_len))
+    # row 0: prompt 5 tokens = patches 0-1; target patch j = 3 holds target tokens 4..7
+    j, i = 3, 2
+    pos = 5 + (j - 2) * 4 + i
+    s2 = speech.copy()
+    s2[0, pos] = (s2[0, pos] + 1) % K
+    g1, l1 = _hidden_and_logits(model, params, (text, text_len, s2, speech_len, prompt_len))
+    np.testing.assert_array_equal(g0[0, : j + 1], g1[0, : j + 1])
+    np.testing.assert_array_equal(l0[0, :j], l1[0, :j])
+    np.testing.assert_array_equal(l0[0, j, : i + 1], l1[0, j, : i + 1])
+    assert np.abs(l0[0, j, i + 1] - l1[0, j, i + 1]).max() > 1e-6  # the next token sees it
+    assert np.abs(g0[0, j + 1] - g1[0, j + 1]).max() > 1e-6  # the next patch sees it
+    np.testing.assert_array_equal(l0[1:], l1[1:])  # other rows untouched
+
+
+def test_compressor_patch_sees_only_its_tokens():
+    """Window 1 (no token mixing): a patch vector depends on its own tokens only."""
+    cfg = make_cfg(window=1)
+    model, params = init_model(cfg)
+    tok = jnp.array(np.random.default_rng(0).integers(0, K, (2, 5, 4)), jnp.int32)
+    valid = jnp.ones((2, 5, 4), bool).at[1, 4, 2:].set(False)
+    z0 = model.apply({"params": params}, tok, valid, method="compress")
+    z1 = model.apply({"params": params}, tok.at[:, 2, 1].set((tok[:, 2, 1] + 3) % K), valid,
+                     method="compress")  # fmt: skip
+    changed = np.abs(np.asarray(z0 - z1)).max(-1)  # [B, J]
+    assert (changed[:, 2] > 1e-6).all()
+    np.testing.assert_array_equal(changed[:, [0, 1, 3, 4]], 0.0)
+    # an invalid cell's token is never read
+    z2 = model.apply({"params": params}, tok.at[1, 4, 3].set(0), valid, method="compress")
+    np.testing.assert_array_equal(np.asarray(z0), np.asarray(z2))
+
+
+def test_lora_at_zero_is_the_frozen_backbone():
+    cfg = make_cfg()
+    model, _ = init_model(cfg)
+    text, text_len, speech, speech_len, _ = rows()
+    emb = jax.random.normal(jax.random.key(3), (3, 6, LM.d_model))
+    plain = TTSLM(LM)
+    p_plain = nn.unbox(plain.init(jax.random.key(0), jnp.asarray(text), jnp.asarray(text_len),
+                                  jnp.asarray(speech), jnp.asarray(speech_len))["params"])
+    lora = TTSLM(cfg.backbone)
+    p_lora = nn.unbox(lora.init(jax.random.key(1), jnp.asarray(text), jnp.asarray(text_len),
+                                jnp.asarray(speech), jnp.asarray(speech_len))["params"])
+    from jaxtts.train.state import overlay
+
+    p_lora, n = overlay(p_lora, p_plain, "test")  # base weights from the plain model
+    assert n == len(jax.tree.leaves(p_plain))
+    n_len = jnp.array([6, 4, 2])
+    h0 = plain.apply({"params": p_plain}, jnp.asarray(text), jnp.asarray(text_len), emb, n_len,
+                     method="hidden_embedded")  # fmt: skip
+    h1 = lora.apply({"params": p_lora}, jnp.asarray(text), jnp.asarray(text_len), emb, n_len,
+                    method="hidden_embedded")  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(h0), np.asarray(h1))
+
+
+def test_padding_carries_no_loss():
+    from jaxtts.methods.tldr.task import TLDRTask
+
+    cfg = make_cfg()
+    task = TLDRTask(cfg, SPK)
+    _, params = init_model(cfg)
+    text, text_len, speech, speech_len, prompt_len = rows()
+    batch = dict(text=text, text_len=text_len, speech=speech, speech_len=speech_len,
+                 prompt_len=prompt_len)  # fmt: skip
+    loss0, m0 = task.loss(params, batch, None, train=False)
+    s2 = speech.copy()
+    s2[0, 17:] = 0  # beyond row 0's length
+    s2[2, 9:] = 3
+    t2 = text.copy()
+    t2[1, 5:] = 9  # beyond row 1's text
+    loss1, m1 = task.loss(params, dict(batch, speech=s2, text=t2), None, train=False)
+    np.testing.assert_allclose(float(loss0), float(loss1), rtol=0, atol=0)
+    # the weight counts target tokens + one EOS per row
+    assert float(m0["weight"]) == float(np.sum(speech_len - prompt_len + 1))
+
+
+def _decode(model, params, args, max_new=24, greedy=True, seed=0, row_ids=None):
+    text, text_len, speech, speech_len, prompt_len = args
+    pw = max(int(prompt_len.max()), 1)
+    prompt = np.zeros((len(text), pw), np.int32)
+    for r in range(len(text)):
+        prompt[r, : prompt_len[r]] = speech[r, : prompt_len[r]]
+    batch = PromptBatch(jnp.asarray(text), jnp.asarray(text_len), jnp.asarray(prompt),
+                        jnp.asarray(prompt_len))  # fmt: skip
+    out = decode(TLDR(), {"tldr": model}, {"tldr": params}, batch,
+                 row_keys(seed, row_ids or list(range(len(text)))), max_new_tokens=max_new,
+                 sampling=SamplingConfig(greedy=greedy))  # fmt: skip
+    return jax.device_get(out)
+
+
+def test_greedy_decode_equals_teacher_forced_argmax():
+    """Greedy decoding (prefill + per-patch extend with the compressor's window) reproduces
+    the teacher-forced model: fed back its own output, every generated token is the argmax."""
+    cfg = make_cfg()
+    model, params = init_model(cfg)
+    text, text_len, speech, _, prompt_len = rows()
+    out = _decode(model, params, (text, text_len, speech, None, prompt_len), max_new=20)
+    for r in range(3):
+        n = int(out.length[r])
+        gen = np.asarray(out.tokens[r, :n])
+        full = np.concatenate([speech[r, : prompt_len[r]], gen])[None].astype(np.int32)
+        logits, tok, target = model.apply({"params": params}, jnp.asarray(text[r : r + 1]),
+                                          jnp.asarray(text_len[r : r + 1]), jnp.asarray(full),
+                                          jnp.array([full.shape[1]]),
+                                          jnp.asarray(prompt_len[r : r + 1]))  # fmt: skip
+        am = np.asarray(jnp.argmax(logits, -1))[target]  # target cells in order
+        want = np.asarray(tok)[np.asarray(target)]
+        if out.hit_max[r]:  # no EOS was generated: compare the generated tokens only
+            am, want = am[:n], want[:n]
+        np.testing.assert_array_equal(am, want)
+        assert out.steps[r] == -(-n // cfg.patch) or not out.hit_max[r]
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_batch_n_equals_batch_1(greedy):
+    cfg = make_cfg()
+    model, params = init_model(cfg)
+    args = rows()
+    full = _decode(model, params, args, greedy=greedy)
+    for r in range(3):
+        one = _decode(model, params, tuple(a[r : r + 1] for a in args), greedy=greedy,
+                      row_ids=[r])
+        n = int(full.length[r])
+        assert int(one.length[0]) == n
+        np.testing.assert_array_equal(one.tokens[0, :n], full.tokens[r, :n])
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError, match="tldr.patch=0"):
+        make_cfg(patch=0)
+    with pytest.raises(ConfigError, match="tldr.compressor"):
+        make_cfg(compressor="max")
+    from jaxtts.methods.tldr.task import check_keys
+
+    with pytest.raises(ConfigError, match="tldr.patch_size: unknown key"):
+        check_keys({"patch_size": 4})
+    from configs import tldr as tldr_cfg
+
+    with pytest.raises(KeyError, match="unknown variant"):
+        tldr_cfg.get_config("large")
+
+
+# ------------------------------------------------------------------- the tiny recipe, end to end
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from configs import tldr as tldr_cfg
+    from jaxtts.methods.tldr.task import train
+
+    work = tmp_path_factory.mktemp("tldr") / "run"
+    result = train(tldr_cfg.get_config("tiny"), str(work), progress=False)
+    return work, result
+
+
+def test_tiny_training_freezes_the_backbone(tiny_run):
+    from flax import serialization
+
+    work, result = tiny_run
+    init = tree_to_flat(serialization.msgpack_restore(
+        (work / "tldr_init" / "params.msgpack").read_bytes()))  # fmt: skip
+    frozen = tree_to_flat(jax.device_get(result.state.frozen))
+    assert frozen and set(frozen) <= set(init)
+    for k, v in frozen.items():
+        np.testing.assert_array_equal(np.asarray(v), np.asarray(init[k]), err_msg=k)
+    trained = tree_to_flat(jax.device_get(result.state.params))
+    assert any(k.endswith("lora_b") for k in trained)
+    assert all(k.startswith(("compressor", "extractor")) or "lora_" in k for k in trained)
+    assert any(np.abs(np.asarray(v)).max() > 0 for k, v in trained.items() if "lora_b" in k)
+
+
+def test_tiny_run_synthesizes_and_checks_its_backbone(tiny_run, tmp_path):
+    from jaxtts.engine import load_engine
+    from jaxtts.run_folder import RunFolder
+
+    work, _ = tiny_run
+    eng = load_engine(work)
+    assert eng.family == "tldr" and eng.check_strategy("tldr") == "tldr"
+    # shipped form: the trained parameters alone, the backbone from its own run
+    out = RunFolder(work).export(tmp_path / "ship", trained_only=True)
+    shipped = load_engine(out.path)
+    a = jax.tree.leaves(shipped.tldr_params)
+    assert len(a) == len(jax.tree.leaves(eng.tldr_params))
+    with pytest.raises(DataError, match="speaker reference of 0.04 s"):
+        shipped.check_reference(np.array([1, 50]))
+    shipped.check_reference(np.array([0, 50]))  # no prompt: fine
+    # a TLDR run trained on another backbone
+    bad = tmp_path / "bad"
+    shutil.copytree(out.path, bad)
+    info = json.loads((bad / "data.json").read_text())
+    (bad / "data.json").write_text(json.dumps(dict(info, d_model=512)))
+    with pytest.raises(CheckpointError, match="d_model=512"):
+        load_engine(bad)
