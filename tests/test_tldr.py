@@ -77,10 +77,13 @@ def test_patch_grid_exact():
 
 
 def _hidden_and_logits(model, params, args):
-    (logits, _, _), inter = model.apply(
-        {"params": params}, *map(jnp.asarray, args),
-        capture_intermediates=lambda mdl, name: name == "hidden_embedded")  # fmt: skip
-    g = inter["intermediates"]["backbone"]["hidden_embedded"][0]
+    def run(params, *args):
+        (logits, _, _), inter = model.apply(
+            {"params": params}, *args,
+            capture_intermediates=lambda mdl, name: name == "hidden_embedded")  # fmt: skip
+        return inter["intermediates"]["backbone"]["hidden_embedded"][0], logits
+
+    g, logits = jax.jit(run)(params, *map(jnp.asarray, args))
     return np.asarray(g), np.asarray(logits)
 
 
@@ -90,13 +93,18 @@ def test_shift_no_leak_from_target_patch():
     cfg = make_cfg()
     model, params = init_model(cfg)
     text, text_len, speech, speech_len, prompt_len = rows()
-    g0, l0 = _hidden_and_logits(model, params, (text, text_len, speech, speech_len, prompt_len))
-    # row 0: prompt 5 tokens = patches 0-1; target patch j = 3 holds target tokens 4..7
+    # row 0: prompt 5 tokens = patches 0-1; target patch j = 3 holds target tokens 4..7.
+    # One batch: the 3 rows, then row 0 with that token changed
     j, i = 3, 2
     pos = 5 + (j - 2) * 4 + i
     s2 = speech.copy()
     s2[0, pos] = (s2[0, pos] + 1) % K
-    g1, l1 = _hidden_and_logits(model, params, (text, text_len, s2, speech_len, prompt_len))
+    two = (np.concatenate([a, a]) for a in (text, text_len, speech, speech_len, prompt_len))
+    text2, tl2, sp2, sl2, pl2 = two
+    sp2[3:] = s2
+    g, lg = _hidden_and_logits(model, params, (text2, tl2, sp2, sl2, pl2))
+    assert g.shape[:2] == lg.shape[:2] == (6, cfg.num_patches(speech.shape[1]))
+    g0, l0, g1, l1 = g[:3], lg[:3], g[3:], lg[3:]
     np.testing.assert_array_equal(g0[0, : j + 1], g1[0, : j + 1])
     np.testing.assert_array_equal(l0[0, :j], l1[0, :j])
     np.testing.assert_array_equal(l0[0, j, : i + 1], l1[0, j, : i + 1])
@@ -154,21 +162,21 @@ def test_padding_carries_no_loss():
     text, text_len, speech, speech_len, prompt_len = rows()
     batch = dict(text=text, text_len=text_len, speech=speech, speech_len=speech_len,
                  prompt_len=prompt_len)  # fmt: skip
-    loss0, m0 = task.loss(params, batch, None, train=False)
+    loss_fn = jax.jit(lambda p, b: task.loss(p, b, None, train=False))
+    loss0, m0 = loss_fn(params, batch)
     s2 = speech.copy()
     s2[0, 17:] = 0  # beyond row 0's length
     s2[2, 9:] = 3
     t2 = text.copy()
     t2[1, 5:] = 9  # beyond row 1's text
-    loss1, m1 = task.loss(params, dict(batch, speech=s2, text=t2), None, train=False)
+    loss1, m1 = loss_fn(params, dict(batch, speech=s2, text=t2))
     np.testing.assert_allclose(float(loss0), float(loss1), rtol=0, atol=0)
     # the weight counts target tokens + one EOS per row
     assert float(m0["weight"]) == float(np.sum(speech_len - prompt_len + 1))
 
 
-def _decode(model, params, args, max_new=24, greedy=True, seed=0, row_ids=None):
+def _decode(model, params, args, max_new=24, greedy=True, seed=0, row_ids=None, pw=8):
     text, text_len, speech, speech_len, prompt_len = args
-    pw = max(int(prompt_len.max()), 1)
     prompt = np.zeros((len(text), pw), np.int32)
     for r in range(len(text)):
         prompt[r, : prompt_len[r]] = speech[r, : prompt_len[r]]
@@ -187,20 +195,25 @@ def test_greedy_decode_equals_teacher_forced_argmax():
     model, params = init_model(cfg)
     text, text_len, speech, _, prompt_len = rows()
     out = _decode(model, params, (text, text_len, speech, None, prompt_len), max_new=20)
+    # every row fed back its prompt + generated tokens, in one teacher-forced batch
+    n = np.asarray(out.length)
+    full = np.zeros((3, int((prompt_len + n).max())), np.int32)
     for r in range(3):
-        n = int(out.length[r])
-        gen = np.asarray(out.tokens[r, :n])
-        full = np.concatenate([speech[r, : prompt_len[r]], gen])[None].astype(np.int32)
-        logits, tok, target = model.apply({"params": params}, jnp.asarray(text[r : r + 1]),
-                                          jnp.asarray(text_len[r : r + 1]), jnp.asarray(full),
-                                          jnp.array([full.shape[1]]),
-                                          jnp.asarray(prompt_len[r : r + 1]))  # fmt: skip
-        am = np.asarray(jnp.argmax(logits, -1))[target]  # target cells in order
-        want = np.asarray(tok)[np.asarray(target)]
-        if out.hit_max[r]:  # no EOS was generated: compare the generated tokens only
-            am, want = am[:n], want[:n]
-        np.testing.assert_array_equal(am, want)
-        assert out.steps[r] == -(-n // cfg.patch) or not out.hit_max[r]
+        full[r, : prompt_len[r]] = speech[r, : prompt_len[r]]
+        full[r, prompt_len[r] : prompt_len[r] + n[r]] = out.tokens[r, : n[r]]
+    logits, tok, target = jax.jit(model.apply)({"params": params}, jnp.asarray(text),
+                                               jnp.asarray(text_len), jnp.asarray(full),
+                                               jnp.asarray(prompt_len + n),
+                                               jnp.asarray(prompt_len))  # fmt: skip
+    am, tok, target = (np.asarray(a) for a in (jnp.argmax(logits, -1), tok, target))
+    for r in range(3):
+        got, want = am[r][target[r]], tok[r][target[r]]  # target cells in order (+ EOS cell)
+        if out.hit_max[r]:  # no EOS generated: compare the generated tokens only
+            got, want = got[: n[r]], want[: n[r]]
+        np.testing.assert_array_equal(got, want)
+    # one backbone forward per patch (the EOS patch included)
+    want_steps = np.where(out.hit_max, -(-n // cfg.patch), -(-(n + 1) // cfg.patch))
+    np.testing.assert_array_equal(out.steps, want_steps)
 
 
 @pytest.mark.parametrize("greedy", [True, False])
