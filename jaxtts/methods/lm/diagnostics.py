@@ -43,10 +43,11 @@ def utterance_tokens(engine, utts: Sequence) -> dict[str, np.ndarray]:
 
 
 def text_information(engine, utts: Sequence, tokens: dict[str, np.ndarray] | None = None,
-                     batch_size: int = 16) -> TextInformation:  # fmt: skip
+                     batch_size: int = 16, score=None, params=None) -> TextInformation:
     """Per-head CE with the right vs a rolled transcript over `utts` (prompts: other utterances
     of the same speaker, as in training). `engine`: an `LMEngine`; tokens default to
-    `utterance_tokens`."""
+    `utterance_tokens`. `score(params, batch) -> (nll sums [K], counts [K], scored tokens per
+    row [B])` and `params` replace the MTP heads' score (TLDR scores its extractor)."""
     tokens = tokens if tokens is not None else utterance_tokens(engine, utts)
     records = make_lm_records(utts, tokens, engine.frontend)
     data_cfg = mlc.ConfigDict(dict(engine.config.data))
@@ -69,22 +70,26 @@ def text_information(engine, utts: Sequence, tokens: dict[str, np.ndarray] | Non
         return (jnp.sum(nll * valid, (0, 1)), jnp.sum(valid, (0, 1)),
                 jnp.sum(valid[..., 0], 1))  # [K], [K], [B]
 
-    right, other, count = np.zeros(k), np.zeros(k), np.zeros(k)
+    if score is not None:
+        head_ce, k = jax.jit(score), None
+    params = engine.params if params is None else params
+    right = other = count = 0.0
     for s in range(len(loader)):
         b = {name: jnp.asarray(v) for name, v in loader.get_batch(s).items()}
-        ce, n, per_row = head_ce(engine.params, b)
+        ce, n, per_row = head_ce(params, b)
         real = np.asarray(per_row) > 0
         if real.sum() < 2:
             continue  # rolling needs two real rows
         idx = np.arange(real.size)
         r = idx[real]
         idx[r] = np.roll(r, 1)  # padding rows keep their empty text
-        ce2, n2, _ = head_ce(engine.params, dict(b, text=b["text"][idx],
-                                                 text_len=b["text_len"][idx]))  # fmt: skip
+        ce2, n2, _ = head_ce(params, dict(b, text=b["text"][idx],
+                                          text_len=b["text_len"][idx]))  # fmt: skip
         if not np.array_equal(np.asarray(n2), np.asarray(n)):
             raise RuntimeError("token counts changed under the text roll")
         right += np.asarray(ce)
         other += np.asarray(ce2)
         count += np.asarray(n)
-    count = np.maximum(count, 1)
-    return TextInformation(int(count[0]), right / count, other / count)
+    count = np.maximum(np.atleast_1d(count), 1)
+    return TextInformation(int(count[0]), np.atleast_1d(right) / count,
+                           np.atleast_1d(other) / count)  # fmt: skip

@@ -104,6 +104,11 @@ class TLDREngine(LMEngine):
                      strategy: str | None = None) -> int:  # fmt: skip
         if strategy != "tldr":
             return super().memory_bytes(text_len, prompt_len, length, strategy)
-        p = self.tldr.cfg.patch
-        return self.cfg.kv_bytes_per_token() * (text_len + 1 + -(-prompt_len // p)
-                                                + -(-length // p))  # fmt: skip
+        return self.cfg.kv_bytes_per_token() * global_kv_slots(text_len, prompt_len, length,
+                                                               self.tldr.cfg.patch)
+
+
+def global_kv_slots(text_len: int, prompt_len: int, length: int, patch: int = 1) -> int:
+    """Backbone cache slots of one row: text, BOS, prompt and output, the speech at the patch
+    rate (patch = 1: the token-level backbone, FAR)."""
+    return text_len + 1 + -(-prompt_len // patch) + -(-length // patch)

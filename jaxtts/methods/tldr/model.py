@@ -168,13 +168,18 @@ class ExtractorLayer(nn.Module):
     cfg: TLDRConfig
 
     @nn.compact
-    def __call__(self, x: jax.Array, cond: jax.Array) -> jax.Array:
-        """x [N, P, E] token states, cond [N, C] conditioning vectors -> [N, P, E]."""
+    def __call__(self, x: jax.Array | None, cond: jax.Array | None = None,
+                 slots: jax.Array | None = None) -> jax.Array:
+        """x [N, P, E] token states, cond [N, C] conditioning vectors (or their `slots` [N, S,
+        E], computed once per patch in decoding) -> [N, P, E]. x None: the slots only."""
         c = self.cfg
+        if slots is None:
+            slots = Dense((c.slots, c.ext_width), (axes.EMBED, None, None), name="slots")(cond)
+            slots = RMSNorm(name="slot_norm")(slots)  # [N, S, E]
+        if x is None:
+            return slots
         n, p, e = x.shape
         hd = e // c.ext_heads
-        slots = Dense((c.slots, e), (axes.EMBED, None, None), name="slots")(cond)  # [N, S, E]
-        slots = RMSNorm(name="slot_norm")(slots)
         zeros = jnp.zeros((n, p), jnp.int32)
         att, _ = Attention(c.ext_heads, hd, rope_theta=0.0, name="cross")(
             RMSNorm(name="cross_norm")(x), zeros, jnp.ones((n, p, c.slots), bool),
@@ -189,19 +194,29 @@ class ExtractorLayer(nn.Module):
 
 
 class Extractor(nn.Module):
-    """(global contexts g [N, D], speaker embeddings s [N, E_s] or None, inputs [N, P] ids:
-    START then the patch's tokens shifted by one) -> logits float32 [N, P, V]."""
+    """(global contexts g [N, D], speaker embeddings s [N, E_s] or None, inputs [N, P'] ids:
+    START then the patch's tokens shifted by one, P' <= P) -> logits float32 [N, P', V].
+
+    Decoding calls it twice per patch: `inputs=None` returns every layer's slots [N, L, S, E]
+    from (g, s); then each of the P inner steps passes those `slots` and only the first i + 1
+    inputs (causal: the same logits as the full patch)."""
 
     cfg: TLDRConfig
 
     @nn.compact
-    def __call__(self, g: jax.Array, s: jax.Array | None, inputs: jax.Array) -> jax.Array:
+    def __call__(self, g: jax.Array | None, s: jax.Array | None, inputs: jax.Array | None,
+                 slots: jax.Array | None = None) -> jax.Array:
         c = self.cfg
         bb = c.backbone
-        cond = g
-        if c.speaker:
-            sp = Dense(c.speaker_proj, (None, axes.EMBED), name="speaker_proj")(s)
-            cond = jnp.concatenate([g, sp], axis=-1)  # [N, D + d_s]
+        layers = [ExtractorLayer(c, name=f"layer_{i}") for i in range(c.ext_layers)]
+        if slots is None:
+            cond = g
+            if c.speaker:
+                sp = Dense(c.speaker_proj, (None, axes.EMBED), name="speaker_proj")(s)
+                cond = jnp.concatenate([g, sp], axis=-1)  # [N, D + d_s]
+            slots = jnp.stack([layer(None, cond) for layer in layers], axis=1)  # [N, L, S, E]
+        if inputs is None:
+            return slots
         table = param_with_axes(self, "embed", nn.initializers.normal(1.0),
                                 (bb.padded(bb.num_speech_tokens + 2), c.ext_width),
                                 (axes.VOCAB, axes.EMBED))  # fmt: skip
@@ -209,8 +224,8 @@ class Extractor(nn.Module):
         pos = param_with_axes(self, "pos_embed", nn.initializers.normal(0.02),
                               (c.patch, c.ext_width), (None, axes.EMBED))  # fmt: skip
         x = x + pos[None, : inputs.shape[1]]
-        for i in range(c.ext_layers):
-            x = ExtractorLayer(c, name=f"layer_{i}")(x, cond)
+        for i, layer in enumerate(layers):
+            x = layer(x, slots=slots[:, i])
         x = RMSNorm(name="final_norm")(x)
         v = bb.padded(bb.out_vocab)
         logits = Dense(v, (axes.EMBED, axes.VOCAB), use_bias=True, name="out")(x)
@@ -261,6 +276,15 @@ class TLDRModel(nn.Module):
         flat_s = None if s is None else jnp.repeat(s, nj, axis=0)  # [B J, E_s]
         logits = self.extractor(g.reshape(b * nj, -1), flat_s, inputs.reshape(b * nj, p))
         return logits.reshape(b, nj, p, -1)
+
+    def extract_slots(self, g: jax.Array, s: jax.Array | None) -> jax.Array:
+        """Decoding: g [B, D], s [B, E_s] or None -> every extractor layer's slots [B, L, S, E]."""
+        return self.extractor(g, s, None)
+
+    def extract_step(self, slots: jax.Array, inputs: jax.Array) -> jax.Array:
+        """Decoding: slots [B, L, S, E], the patch's first inputs [B, i + 1] -> the logits of
+        its token i [B, V]."""
+        return self.extractor(None, None, inputs, slots=slots)[:, -1]
 
     def shifted_inputs(self, tokens: jax.Array) -> jax.Array:
         """Grid tokens [..., P] -> the extractor's teacher-forced inputs [START, t_0..t_{P-2}]."""

@@ -136,6 +136,24 @@ class TLDRTask:
         return loss, metrics
 
 
+def text_information(engine, utts, batch_size: int = 16):
+    """`jaxtts.methods.lm.diagnostics.text_information` for a TLDR engine: the extractor's
+    teacher-forced CE per target token with the right vs another row's transcript (one
+    'head': index 0)."""
+    from jaxtts.methods.lm.diagnostics import text_information as lm_text_information
+
+    task = TLDRTask(engine.tldr.cfg, engine.tldr.speaker_encoder)
+
+    def score(params, batch):
+        logits, targets, mask = task.model.apply({"params": params}, *task._args(batch))
+        mask = mask & (batch["text_len"] > 0)[:, None, None]
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+        return (jnp.sum(ce * mask)[None], jnp.sum(mask)[None], jnp.sum(mask, (1, 2)))
+
+    return lm_text_information(engine, utts, batch_size=batch_size, score=score,
+                               params=engine.tldr_params)  # fmt: skip
+
+
 def run_config(config, backbone: RunFolder) -> mlc.ConfigDict:
     """The config a TLDR run writes: the backbone's data / decode / model sections, the
     `tldr` section (backbone path resolved), train / mesh / eval from `config`."""

@@ -1,0 +1,85 @@
+"""Global KV-cache bytes against output duration: the token-level backbone (FAR) against TLDR
+with patch sizes P (the backbone caches one slot per patch), one row, a 2 s prompt.
+
+    python benchmarks/tldr_kv.py --backbone pretrained/car_small --patches 2,4,8 \
+        --out benchmarks/tldr_kv
+
+The text prefix (prompt transcript + target text, phonemes) is not compressed: it grows with
+the duration at `--symbols_per_second`. Bytes = slots x the backbone's K+V bytes per slot (all layers, float32), slots from
+`jaxtts.methods.tldr.engine.global_kv_slots` (the same count the evaluate column uses).
+Writes `<out>.png`; prints a markdown table (MiB, and TLDR / FAR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--backbone", default="pretrained/car_small")
+    ap.add_argument("--patches", default="2,4,8")
+    ap.add_argument("--symbols_per_second", type=float, default=15.0,
+                    help="text symbols per second of speech (15.05 on the built-in test split's "
+                         "phonemes): the text prefix is the prompt's and the output's")
+    ap.add_argument("--prompt_seconds", type=float, default=2.0)
+    ap.add_argument("--out", default="benchmarks/tldr_kv")
+    args = ap.parse_args(argv)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from jaxtts.errors import JaxttsError
+    from jaxtts.methods.lm.model import LMConfig
+    from jaxtts.methods.tldr.engine import global_kv_slots
+    from jaxtts.run_folder import RunFolder
+
+    try:
+        run = RunFolder(args.backbone)
+        cfg = LMConfig.from_config(run.read_config("lm").model, saved=True)
+        rate = float(run.read_data_info().get("frame_rate", 25.0))
+    except JaxttsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    per_slot = cfg.kv_bytes_per_token()
+    prompt = int(round(args.prompt_seconds * rate))
+    secs = list(range(4, 21, 2))
+    curves = {"FAR": 1, **{f"TLDR P={p}": int(p) for p in args.patches.split(",")}}
+
+    def text_len(s):
+        return int(round(args.symbols_per_second * (args.prompt_seconds + s)))
+
+    mib = {name: [per_slot * global_kv_slots(text_len(s), prompt, int(s * rate), p) / 2**20
+                  for s in secs] for name, p in curves.items()}  # fmt: skip
+    print(f"{args.backbone}: {per_slot} bytes per slot, {rate:g} tokens/s, text "
+          f"{args.symbols_per_second:g} symbols per second of speech, prompt "
+          f"{args.prompt_seconds:g} s\n")
+    print("| output s | " + " | ".join(f"{n} MiB" for n in curves) + " | "
+          + " | ".join(f"{n} / FAR" for n in list(curves)[1:]) + " |")
+    print("|--:|" + "--:|" * (2 * len(curves) - 1))
+    for i, s in enumerate(secs):
+        vals = [f"{mib[n][i]:.2f}" for n in curves]
+        ratios = [f"{mib[n][i] / mib['FAR'][i]:.2f}" for n in list(curves)[1:]]
+        print(f"| {s} | " + " | ".join(vals + ratios) + " |")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for name in curves:
+        ax.plot(secs, mib[name], "o-" if name == "FAR" else "s--", label=name)
+    ax.set_xlabel("output duration (s)")
+    ax.set_ylabel("global KV cache, one row (MiB)")
+    ax.set_title(f"{args.backbone}: {cfg.num_layers} layers, D {cfg.d_model}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.out + ".png", dpi=100)
+    print(f"\n-> {args.out}.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
