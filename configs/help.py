@@ -135,6 +135,7 @@ HELP = {
     "tldr.speaker": "condition the extractor on the prompt's speaker embedding",
     "tldr.speaker_proj": "width of the projected speaker embedding",
     "tldr.min_reference_seconds": "shortest speaker reference the speaker encoder reads",
+    "tldr.token_rate_positions": "backbone RoPE positions advance P per patch (False: 1)",
     "tldr.lora_rank": "LoRA rank on the backbone's projections (0 = no LoRA)",
     "tldr.lora_alpha": "LoRA alpha (scale alpha / rank)",
     # eval during training

@@ -45,6 +45,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         comp_heads=4, comp_ff=768,
         ext_layers=2, ext_width=256, ext_heads=4, ext_ff=768, slots=4,
         speaker=True, speaker_proj=128, min_reference_seconds=0.5,
+        token_rate_positions=True,  # backbone positions advance P per patch
         lora_rank=32, lora_alpha=32.0,  # paper 64/64 at D 896; scaled to D 256
     ))  # fmt: skip
     config.train = common.train_config(

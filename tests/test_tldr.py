@@ -188,10 +188,12 @@ def _decode(model, params, args, max_new=24, greedy=True, seed=0, row_ids=None, 
     return jax.device_get(out)
 
 
-def test_greedy_decode_equals_teacher_forced_argmax():
+@pytest.mark.parametrize("token_rate", [True, False])
+def test_greedy_decode_equals_teacher_forced_argmax(token_rate):
     """Greedy decoding (prefill + per-patch extend with the compressor's window) reproduces
-    the teacher-forced model: fed back its own output, every generated token is the argmax."""
-    cfg = make_cfg()
+    the teacher-forced model: fed back its own output, every generated token is the argmax
+    (backbone positions at the token rate or one per patch)."""
+    cfg = make_cfg(token_rate_positions=token_rate)
     model, params = init_model(cfg)
     text, text_len, speech, _, prompt_len = rows()
     out = _decode(model, params, (text, text_len, speech, None, prompt_len), max_new=20)

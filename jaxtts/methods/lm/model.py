@@ -254,13 +254,14 @@ class TTSLM(nn.Module):
         return self.base_head(hidden)[..., : self.cfg.out_vocab].astype(jnp.float32)
 
     @staticmethod
-    def _segments(text_len, speech_len, x: int, t: int):
-        """Per-slot (is_speech, index, valid, position) for [text X | speech T] slots."""
+    def _segments(text_len, speech_len, x: int, t: int, stride: int = 1):
+        """Per-slot (is_speech, index, valid, position) for [text X | speech T] slots; speech
+        slot j sits at position text_len + stride * j."""
         b = text_len.shape[0]
         idx = jnp.concatenate([jnp.arange(x), jnp.arange(t)])[None].repeat(b, 0)  # [B, X+T]
         is_speech = jnp.concatenate([jnp.zeros(x, bool), jnp.ones(t, bool)])[None].repeat(b, 0)
         valid = jnp.where(is_speech, idx < speech_len[:, None], idx < text_len[:, None])
-        pos = jnp.where(is_speech, text_len[:, None] + idx, idx)  # [B, X+T]
+        pos = jnp.where(is_speech, text_len[:, None] + stride * idx, idx)  # [B, X+T]
         return is_speech, idx, valid, pos
 
     # -- training forward
@@ -283,12 +284,14 @@ class TTSLM(nn.Module):
     def hidden_embedded(
         self, text: jax.Array, text_len: jax.Array, speech_emb: jax.Array, speech_len: jax.Array,
         *, train: bool = False, attn_bias: jax.Array | None = None,
-        bias_layers: Sequence[int] = (),
+        bias_layers: Sequence[int] = (), stride: int = 1,
     ) -> jax.Array:
         """The training forward over input vectors in the speech segment: text [B, X] +
-        speech_emb [B, T, D] (token embeddings, or TLDR's patch vectors) -> hidden [B, T, D]."""
+        speech_emb [B, T, D] (token embeddings, or TLDR's patch vectors) -> hidden [B, T, D].
+        stride: RoPE positions advance `stride` per speech slot (TLDR's patches: P, so that a
+        patch sits where its first token sat at the token rate)."""
         x_len, t_len = text.shape[1], speech_emb.shape[1]
-        is_speech, idx, valid, pos = self._segments(text_len, speech_len, x_len, t_len)
+        is_speech, idx, valid, pos = self._segments(text_len, speech_len, x_len, t_len, stride)
         mask = prefix_lm_mask(is_speech, idx, is_speech, idx, valid)  # [B, X+T, X+T]
         emb = jnp.concatenate([self.embed_text(text), speech_emb.astype(jnp.float32)], axis=1)
         h, _ = self.stack(emb, pos, mask, train=train, attn_bias=attn_bias,
@@ -317,12 +320,14 @@ class TTSLM(nn.Module):
 
     def prefill_embedded(self, text: jax.Array, text_len: jax.Array, speech_emb: jax.Array,
                          speech_len: jax.Array, cache: KVCache,
-                         layers: Sequence[int] | None = None) -> tuple[jax.Array, KVCache]:
-        """`prefill` over input vectors speech_emb [B, P, D] in the speech segment."""
+                         layers: Sequence[int] | None = None, stride: int = 1
+                         ) -> tuple[jax.Array, KVCache]:  # fmt: skip
+        """`prefill` over input vectors speech_emb [B, P, D] in the speech segment (positions
+        advancing `stride` per slot, as in `hidden_embedded`)."""
         x_len, p_len = text.shape[1], speech_emb.shape[1]
         if x_len != cache.text_slots:
             raise ValueError(f"prefill: text width {x_len} != cache.text_slots {cache.text_slots}")
-        is_speech, idx, _, pos = self._segments(text_len, speech_len, x_len, p_len)
+        is_speech, idx, _, pos = self._segments(text_len, speech_len, x_len, p_len, stride)
         cache = cache.replace(text_len=text_len.astype(jnp.int32))
         mask = prefix_lm_mask(is_speech, idx, *cache.key_segments(speech_len))  # [B, X+P, S]
         emb = jnp.concatenate([self.embed_text(text), speech_emb.astype(jnp.float32)], axis=1)
@@ -337,13 +342,14 @@ class TTSLM(nn.Module):
         return self.extend_embedded(self.embed_speech(tokens), cache, layers)
 
     def extend_embedded(self, emb: jax.Array, cache: KVCache,
-                        layers: Sequence[int] | None = None) -> tuple[jax.Array, KVCache]:
+                        layers: Sequence[int] | None = None, stride: int = 1
+                        ) -> tuple[jax.Array, KVCache]:  # fmt: skip
         """Append input vectors emb [B, C, D] at each row's speech_len (a token's embedding,
         or any other vector in its place); -> (hidden [B, C, D], cache). Every row's
         speech_len + C must fit the cache."""
         b, c = emb.shape[:2]
         q_idx = cache.speech_len[:, None] + jnp.arange(c)[None]  # [B, C]
-        pos = cache.text_len[:, None] + q_idx
+        pos = cache.text_len[:, None] + stride * q_idx
         new_len = cache.speech_len + c
         mask = prefix_lm_mask(jnp.ones((b, c), bool), q_idx,
                               *cache.key_segments(new_len))  # [B, C, S]  # fmt: skip

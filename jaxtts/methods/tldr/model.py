@@ -16,6 +16,9 @@ prompt's prefill and (one patch at a time) in decoding.
   backbone     the shipped `TTSLM`, frozen, LoRA on every projection (`lora_rank`), run over
                [text | BOS, z_0, z_1, ...]: its hidden state at slot j, g_j, has seen BOS and
                the patches before j only; g_j is the global context of patch j (the shift).
+               Slot j's RoPE position is text_len + P j (`token_rate_positions`), where the
+               token-level backbone had the first token of patch j: the text-speech geometry
+               it learned carries over (an implementation choice the paper does not state).
   extractor    c_j = [g_j ; W_s s] (s: the speaker embedding of the prompt, see below); each of
                its layers projects c_j into S cross-attention slots, then: token states attend
                to the slots, causal self-attention within the patch, FFN. Input at position i
@@ -74,6 +77,10 @@ class TLDRConfig:
     token_frames: int = 2  # mel frames per speech token (the tokenizer's)
     n_mels: int = 80
     min_reference_frames: int = 50  # shortest prompt (mel frames) the speaker encoder reads
+    # backbone RoPE positions advance P per patch (a patch sits where its first token sat at
+    # the token rate, so the backbone's learned text-speech geometry carries over); False:
+    # one position per patch
+    token_rate_positions: bool = True
 
     def __post_init__(self):
         if self.patch < 1:
@@ -95,6 +102,10 @@ class TLDRConfig:
     @property
     def pad(self) -> int:  # an invalid grid cell (the backbone's PAD id)
         return self.backbone.pad
+
+    @property
+    def stride(self) -> int:
+        return self.patch if self.token_rate_positions else 1
 
     @property
     def window_patches(self) -> int:
@@ -306,7 +317,8 @@ class TLDRModel(nn.Module):
         z = self.compress(tokens, valid)  # [B, J, D]
         n_patches = valid.any(-1).sum(-1).astype(jnp.int32)  # [B] prompt + target patches
         emb = jnp.concatenate([self.bos_vector(b), z[:, :-1]], axis=1)  # [B, J, D]: shift
-        g = self.backbone.hidden_embedded(text, text_len, emb, n_patches)  # [B, J, D]
+        g = self.backbone.hidden_embedded(text, text_len, emb, n_patches,
+                                          stride=c.stride)  # [B, J, D]
         s = self.speaker_embedding(speech, prompt_len)
         logits = self.extract(g, s, self.shifted_inputs(tokens))
         return logits, tokens, target
@@ -329,7 +341,8 @@ class TLDRModel(nn.Module):
         z = self.compress(tokens, valid) if nj else jnp.zeros((b, 0, c.backbone.d_model))
         jp = (-(-prompt_len // c.patch)).astype(jnp.int32)  # [B]
         emb = jnp.concatenate([self.bos_vector(b), z], axis=1)  # [B, 1 + Jp, D]
-        h, cache = self.backbone.prefill_embedded(text, text_len, emb, jp + 1, cache)
+        h, cache = self.backbone.prefill_embedded(text, text_len, emb, jp + 1, cache,
+                                                  stride=c.stride)  # fmt: skip
         g = jnp.take_along_axis(h, jp[:, None, None], axis=1)[:, 0]  # [B, D]
         nw = c.window_patches
         pad_t = jnp.full((b, nw, c.patch), c.pad, jnp.int32)
@@ -346,5 +359,5 @@ class TLDRModel(nn.Module):
         grid = jnp.concatenate([win_tokens, tokens[:, None]], axis=1)  # [B, NW + 1, P]
         valid = jnp.concatenate([win_valid, jnp.ones_like(tokens[:, None], bool)], axis=1)
         z = self.compress(grid, valid)[:, -1:]  # [B, 1, D]
-        h, cache = self.backbone.extend_embedded(z, cache)
+        h, cache = self.backbone.extend_embedded(z, cache, stride=self.cfg.stride)
         return h[:, 0], cache

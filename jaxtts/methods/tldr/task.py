@@ -38,7 +38,8 @@ TRAINABLE = "lora|prefix:compressor,extractor"
 RUN_KEYS = ("backbone", "speaker_encoder", "lora_rank", "lora_alpha", "corpus_utterances",
             "min_reference_seconds")  # fmt: skip
 MODEL_KEYS = ("patch", "compressor", "window", "comp_heads", "comp_ff", "ext_layers",
-              "ext_width", "ext_heads", "ext_ff", "slots", "speaker", "speaker_proj")  # fmt: skip
+              "ext_width", "ext_heads", "ext_ff", "slots", "speaker", "speaker_proj",
+              "token_rate_positions")  # fmt: skip
 
 
 def resolve_run(path: str, where: str, *bases) -> RunFolder:
