@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED = ROOT / "pretrained"
 MAX_BYTES = 20 * 2**20
 SSD_CE_BOUND = 3.5  # shipped draft 2.31 nats, its untrained initial state 5.71 (MODEL_CARD.md)
+TLDR_CE_BOUND, TLDR_GAP_BOUND = 3.0, 0.3  # set from pretrained/tldr/MODEL_CARD.md
 
 
 def _utts(corpus):
@@ -22,7 +23,8 @@ def _utts(corpus):
     return [u for s in ("train", "dev", "test") for u in read_split(corpus, s)]
 
 
-@pytest.mark.parametrize("name", ["car_small", "speaker_encoder", "ctc_asr", "dcar", "ssd"])
+@pytest.mark.parametrize("name", ["car_small", "speaker_encoder", "ctc_asr", "dcar", "ssd",
+                                  "tldr"])
 def test_shipped_folder_is_self_contained(name):
     run = PRETRAINED / name
     card = (run / "MODEL_CARD.md").read_text()
@@ -127,6 +129,20 @@ def test_ssd_draft_predicts_the_next_token(tiny_corpus):
                      ssd.frontend, ssd.tokenizer)  # fmt: skip
     info = text_information(draft, _utts(tiny_corpus))
     assert info.ce_right[0] < SSD_CE_BOUND, info
+
+
+def test_tldr_reads_its_text(tiny_corpus):
+    """Teacher-forced CE of the shipped TLDR extractor on the tiny corpus (its backbone's
+    tokenizer) with the right transcript vs another row's: below a bound its untrained state
+    (~7.3 nats) is far from, and a text gap that a model ignoring the text does not have
+    (MODEL_CARD.md)."""
+    from jaxtts.engine import load_engine
+    from jaxtts.methods.tldr.task import text_information
+
+    info = text_information(load_engine(PRETRAINED / "tldr"), _utts(tiny_corpus))
+    assert info.tokens > 1000
+    assert info.ce_right[0] < TLDR_CE_BOUND, info
+    assert info.gap[0] > TLDR_GAP_BOUND, info
 
 
 def test_broken_shipped_folder_is_a_one_line_error(tmp_path):
