@@ -5,7 +5,8 @@ with patch sizes P (the backbone caches one slot per patch), one row, a 2 s prom
         --out benchmarks/tldr_kv
 
 The text prefix (prompt transcript + target text, phonemes) is not compressed: it grows with
-the duration at `--symbols_per_second`. Bytes = slots x the backbone's K+V bytes per slot (all layers, float32), slots from
+the duration at `--symbols_per_second`. Bytes = slots x the backbone's K+V bytes per slot
+(all layers, float32), slots from
 `jaxtts.methods.tldr.engine.global_kv_slots` (the same count the evaluate column uses).
 Writes `<out>.png`; prints a markdown table (MiB, and TLDR / FAR).
 """
@@ -24,8 +25,8 @@ def main(argv=None) -> int:
     ap.add_argument("--backbone", default="pretrained/car_small")
     ap.add_argument("--patches", default="2,4,8")
     ap.add_argument("--symbols_per_second", type=float, default=15.0,
-                    help="text symbols per second of speech (15.05 on the built-in test split's "
-                         "phonemes): the text prefix is the prompt's and the output's")
+                    help="text symbols per second of speech (15.05 on the built-in test "
+                         "split's phonemes): the text prefix is the prompt's and the output's")
     ap.add_argument("--prompt_seconds", type=float, default=2.0)
     ap.add_argument("--out", default="benchmarks/tldr_kv")
     args = ap.parse_args(argv)

@@ -123,3 +123,32 @@ def test_greedy_batch_n_equals_batch_1(model_params, order):
         one = run([r])
         np.testing.assert_array_equal(one.levels[0], full.levels[r])
         np.testing.assert_array_equal(one.order_step[0], full.order_step[r])
+
+
+def test_tiny_recipe_trains_and_synthesizes(tmp_path, tiny_corpus):
+    """configs/mdm.py:tiny trains one step and its run folder synthesizes through the engine
+    (bad orders and a zero-frame duration predictor are one-line errors)."""
+    from configs import mdm as mdm_config
+    from jaxtts.engine import load_engine
+    from jaxtts.errors import ConfigError
+    from jaxtts.methods.mdm.task import train
+    from jaxtts.synthesize import Synthesizer
+
+    config = mdm_config.get_config("tiny")
+    config.data.corpus_dir = str(tiny_corpus)
+    config.train.update(steps=1, eval_every=0)
+    train(config, str(tmp_path / "run"), progress=False)
+    eng = load_engine(tmp_path / "run")
+    assert eng.family == "mdm" and eng.check_strategy("top1*") == "mdm:top1*"
+    for bad in ("swap:2", "topk:0", "mdm:sideways"):
+        with pytest.raises(ConfigError):
+            eng.check_strategy(bad)
+    (res,) = Synthesizer(eng).synthesize(["The cat sat."], None, strategy="l2r",
+                                         max_seconds=1.0, progress=False)  # fmt: skip
+    assert res.wav.size > 0 and res.info["steps"] == res.info["num_tokens"]
+    from jaxtts.methods.mdm import decode as mdm_dec
+
+    d = mdm_dec.predicted_durations(jnp.full((1, 3), -30.0), jnp.array([3]))
+    assert int(d.min()) == 1  # every phone keeps >= 1 frame: a text never gets zero frames
+    (skipped,) = Synthesizer(eng).synthesize(["..."], None, strategy="l2r", progress=False)
+    assert skipped.skipped and "no pronounceable symbols" in skipped.skipped

@@ -644,15 +644,22 @@ class LMLoader(BucketedLoader):
 
 class MelLoader(BucketedLoader):
     """Mel batches `mel float32 [B, T, n_mels]`, `mel_len`, `text`, `text_len` (same
-    bucketing / determinism / sharding as `LMLoader`, no prompts)."""
+    bucketing / determinism / sharding as `LMLoader`, no prompts); with `speaker_emb` (record
+    id -> float32 [E], e.g. a speaker encoder's embedding of the utterance) also `speaker`
+    float32 [B, E] (zeros on padding rows)."""
 
     fields = ("mel", "text")
 
     def __init__(self, records: Sequence[MelRecord], batch_size: int, mel_buckets: Sequence[int],
-                 text_buckets: Sequence[int], **kw):  # fmt: skip
+                 text_buckets: Sequence[int], speaker_emb=None, **kw):  # fmt: skip
         if not records:
             raise DataError("MelLoader: no records")
         self.records = list(records)
+        self.speaker_emb = speaker_emb
+        if speaker_emb is not None:
+            missing = [r.id for r in self.records if r.id not in speaker_emb]
+            if missing:
+                raise DataError(f"MelLoader: no speaker embedding for utterance {missing[0]!r}")
         self.n_mels = self.records[0].mel.shape[1]
         for r in self.records:
             if r.mel.ndim != 2 or r.mel.shape[1] != self.n_mels:
@@ -675,7 +682,13 @@ class MelLoader(BucketedLoader):
         for b, r in enumerate(recs):
             if r is not None:
                 mel[b, : r.mel.shape[0]] = r.mel
-        return {
+        out = {}
+        if self.speaker_emb is not None:
+            dim = np.asarray(next(iter(self.speaker_emb.values()))).shape[-1]
+            out["speaker"] = np.stack([np.zeros(dim, np.float32) if r is None else
+                                       np.asarray(self.speaker_emb[r.id], np.float32)
+                                       for r in recs])  # fmt: skip
+        return out | {
             "mel": mel,
             "mel_len": np.array([0 if r is None else r.mel.shape[0] for r in recs], np.int32),
             "text": _pad_ids([None if r is None else r.text_ids for r in recs], pad["text"]),

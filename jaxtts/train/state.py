@@ -10,9 +10,10 @@ a TTS model next to its chunk-size policy (DCAR). The task's loss always sees th
 Which leaves train is `config.train.trainable` (`trainable_predicate`): 'all' (default),
 'lora' (LoRA adapters only) or 'prefix:<p1>,<p2>,...' (leaves whose '/'-joined path starts
 with one of the prefixes, e.g. 'prefix:draft,policy'), or a union of these joined by '|'
-('lora|prefix:compressor,extractor': TLDR's adapters and new modules). `config.train.init_from` names a run
-folder whose parameters overwrite the fresh initialisation wherever the paths match (a
-LoRA run starts at its backbone; new leaves such as the adapters keep their init).
+('lora|prefix:compressor,extractor': TLDR's adapters and new modules).
+`config.train.init_from` names a run folder whose parameters overwrite the fresh
+initialisation wherever the paths match (a LoRA run starts at its backbone; new leaves such as
+the adapters keep their init).
 """
 
 from __future__ import annotations

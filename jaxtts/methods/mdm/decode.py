@@ -3,9 +3,9 @@ order (`orders.py`), with the decoder re-run over the whole buffer at each step.
 
     out = mdm_decode(model, params, text, text_len, speaker, keys, order="top1*", frames=T)
 
-One jitted `lax.fori_loop` over a static number of steps (T_max for one-frame orders,
-ceil(T_max / k) for `topk:<k>`), batched, with per-row frame counts: a row whose frames are
-all decoded takes no more; padded frames are never decoded. Each step:
+One jitted `lax.while_loop` of at most T_max steps for one-frame orders (ceil(T_max / k) for
+`topk:<k>`), batched, with per-row frame counts; it ends when every row's frames are decoded
+(a row whose frames are all decoded takes no more); padded frames are never decoded. Each step:
 1. parameters of every frame's mixture from the decoder given mu and the decoded frames;
 2. the frames of this step: `random` / `l2r` / `r2l` / `swap:<lam>` by their precomputed rank;
    `top1`, `top1*`, `topk:<k>` the most confident undecoded frames (confidence of a frame =
@@ -85,8 +85,8 @@ def mdm_decode(model, params, text, text_len, speaker, keys, *, order: str, fram
     seg_of = duration_segments(dur, frames)  # [B, T]
     n_seg = dur.shape[1]
 
-    def body(s, carry):
-        q, decoded, order_step, seg, row_steps = carry
+    def body(carry):
+        s, (q, decoded, order_step, seg, row_steps) = carry
         k = jax.vmap(lambda kk: jax.random.fold_in(kk, s))(keys)  # [B]
         out = model.apply(p, mu, cfg.level_value(q), decoded, t_len, speaker,
                           method="decode_params")  # [B, T, M, 3K]
@@ -121,12 +121,16 @@ def mdm_decode(model, params, text, text_len, speaker, keys, *, order: str, fram
         q = jnp.where(pick[..., None], vals, q)
         order_step = jnp.where(pick, s, order_step)
         row_steps = row_steps + undecoded.any(1).astype(jnp.int32)
-        return q, decoded | pick, order_step, seg, row_steps
+        return s + 1, (q, decoded | pick, order_step, seg, row_steps)
+
+    def cond(carry):  # until every row's frames are decoded (at most `steps`)
+        s, (_, decoded, *_) = carry
+        return (s < steps) & jnp.any(valid & ~decoded)
 
     init = (jnp.zeros((b, frames, cfg.n_mels), jnp.int32), jnp.zeros((b, frames), bool),
             jnp.full((b, frames), -1, jnp.int32), jnp.zeros((b,), jnp.int32),
             jnp.zeros((b,), jnp.int32))  # fmt: skip
-    q, decoded, order_step, _, row_steps = jax.lax.fori_loop(0, steps, body, init)
+    _, (q, decoded, order_step, _, row_steps) = jax.lax.while_loop(cond, body, (0, init))
     levels = jnp.where(valid[..., None], q, -1)
     mel = jnp.where(valid[..., None], cfg.denormalize(cfg.level_value(q)), 0.0)
     return MDMOutput(levels, mel, t_len, row_steps, order_step)

@@ -91,3 +91,122 @@ class MDMTask:
     def loss(self, params, batch, rng, *, train: bool, step=None):
         rng = rng if rng is not None else jax.random.key(0)
         return mdm_loss(self.model, params, batch, rng)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def model_config(model_cfg) -> MDMConfig:
+    """MDMConfig from `config.model` (filled); an unknown key is a ConfigError naming it."""
+    import dataclasses
+
+    from jaxtts.errors import ConfigError
+
+    fields = {f.name for f in dataclasses.fields(MDMConfig)}
+    d = dict(model_cfg)
+    unknown = sorted(set(d) - fields)
+    if unknown:
+        raise ConfigError(f"model.{unknown[0]}: unknown key, expected one of {sorted(fields)}")
+    for key in ("num_text_symbols", "mel_lo", "mel_hi", "speaker_dim"):
+        if d.get(key) is None or d.get(key) == -1:
+            raise ConfigError(f"model.{key}: not filled (the trainer fills it from the data)")
+    return MDMConfig(**d)
+
+
+def init_params(cfg: MDMConfig):
+    """Parameters of a fresh model (shapes only matter: `jax.eval_shape` for loading)."""
+    import flax.linen as nn
+
+    model = AcousticModel(cfg)
+    text = jnp.ones((1, 4), jnp.int32)
+    mel = jnp.zeros((1, 8, cfg.n_mels))
+    spk = jnp.zeros((1, cfg.speaker_dim)) if cfg.speaker_dim else None
+    return nn.unbox(model.init(jax.random.key(0), text, jnp.array([4]), mel, jnp.array([8]),
+                               spk)["params"])  # fmt: skip
+
+
+def load_speaker_encoder(config, *bases):
+    """The JaxSpeakerEncoder of `config.mdm.speaker_encoder` (a run folder)."""
+    from jaxtts.errors import ConfigError
+    from jaxtts.methods.speaker_encoder import JaxSpeakerEncoder
+    from jaxtts.run_folder import find_run
+
+    path = str(config.mdm.speaker_encoder)
+    found = find_run(path, *bases)
+    if found is None:
+        raise ConfigError(f"mdm.speaker_encoder={path!r}: no run folder there; expected e.g. "
+                          "pretrained/speaker_encoder (or '' for no speaker input)")  # fmt: skip
+    return JaxSpeakerEncoder(found)
+
+
+def train(config, workdir: str, *, progress: bool = True, mesh=None):
+    """Train the acoustic model + MDM decoder on the corpus's train split (all voices, each
+    utterance conditioned on the speaker encoder's embedding of its own audio)."""
+    import logging
+
+    import ml_collections as mlc
+
+    from jaxtts.data.audio import utterance_mels
+    from jaxtts.data.manifest import read_split
+    from jaxtts.data.pipeline import MelLoader, make_buckets, make_mel_records
+    from jaxtts.data.text import TextFrontend
+    from jaxtts.data.tokenizers import LinearMelQuantizer
+    from jaxtts.errors import ConfigError
+    from jaxtts.methods.lm.task import ensure_builtin_corpus
+    from jaxtts.run_folder import RunFolder
+    from jaxtts.train import loop
+
+    log = logging.getLogger("jaxtts.mdm")
+    if config.get("task") != "mdm":
+        raise ConfigError(f"config.task={config.get('task')!r}: expected 'mdm'")
+    config = mlc.ConfigDict(config.to_dict())
+    d = config.data
+    corpus = ensure_builtin_corpus(d, progress)
+    splits = {s: read_split(corpus, s) for s in ("train", "dev")}
+    run = RunFolder(workdir)
+    run.path.mkdir(parents=True, exist_ok=True)
+    if (run.text_frontend_dir / "text_frontend.json").is_file():
+        frontend = TextFrontend.load(run.text_frontend_dir)
+    else:
+        frontend = TextFrontend.from_utterances(splits["train"], backend=d.get("text_backend",
+                                                                               "espeak"))
+        frontend.save(run.text_frontend_dir)
+    mels = {s: utterance_mels(u, progress=progress, desc=f"log-mel {s}")
+            for s, u in splits.items()}  # fmt: skip
+    m = config.model
+    m.num_text_symbols = int(frontend.vocab_size)
+    if m.get("mel_lo") is None or m.get("mel_hi") is None:
+        quant = LinearMelQuantizer(int(m.levels)).fit(mels["train"])
+        m.mel_lo, m.mel_hi = quant.lo, quant.hi
+    speaker = load_speaker_encoder(config) if config.mdm.get("speaker_encoder") else None
+    m.speaker_dim = int(speaker.embed_dim) if speaker is not None else 0
+    cfg = model_config(m)
+    emb = {}
+    if speaker is not None:
+        for s, utts in splits.items():
+            e = speaker.embed_mels(mels[s])
+            emb.update({u.id: e[i] for i, u in enumerate(utts)})
+
+    def loader(split, train):
+        recs = make_mel_records(splits[split], dict(zip([u.id for u in splits[split]],
+                                                        mels[split], strict=True)), frontend)
+        return MelLoader(recs, int(d.batch_size), make_buckets(int(d.max_mel_len),
+                                                               int(d.bucket_step)),
+                         make_buckets(int(d.max_text_len), int(d.text_bucket_step)),
+                         speaker_emb=emb or None, seed=int(d.seed), shuffle=train,
+                         drop_remainder=train, num_epochs=None if train else 1)  # fmt: skip
+
+    train_loader, dev_loader = loader("train", True), loader("dev", False)
+    run.write_data_info({"corpus_dir": str(corpus), "frame_rate": 50.0,
+                         "train_records": len(train_loader.records),
+                         "train_hours": float(sum(x.shape[0] for x in mels["train"]) / 50 / 3600),
+                         "levels": cfg.levels, "mel_lo": cfg.mel_lo, "mel_hi": cfg.mel_hi})
+    log.info("MDM: %d training utterances, Q=%d levels on [%.2f, %.2f]", len(train_loader.records),
+             cfg.levels, cfg.mel_lo, cfg.mel_hi)
+    task = MDMTask(cfg)
+
+    def eval_batches():
+        return (dev_loader.get_batch(s) for s in range(len(dev_loader)))
+
+    return loop.train_and_evaluate(config, workdir, task, train_loader, eval_batches, mesh=mesh,
+                                   progress=progress)  # fmt: skip

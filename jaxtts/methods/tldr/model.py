@@ -119,7 +119,8 @@ class TLDRConfig:
 
 
 def patch_grid(speech: jax.Array, speech_len: jax.Array, prompt_len: jax.Array,
-               cfg: TLDRConfig, num_patches: int) -> tuple[jax.Array, jax.Array, jax.Array]:  # fmt: skip
+               cfg: TLDRConfig, num_patches: int
+               ) -> tuple[jax.Array, jax.Array, jax.Array]:  # fmt: skip
     """speech int [B, T] = prompt tokens then target tokens (valid < speech_len), prompt_len
     [B] -> (tokens int32 [B, J, P], valid bool [B, J, P], target bool [B, J, P]: the cells the
     loss scores, i.e. target tokens and the EOS after them). Invalid cells hold PAD."""

@@ -1,0 +1,67 @@
+"""MDM: a Grad-TTS-style acoustic model (text encoder, per-phone prior, durations by MAS) with a
+masked-diffusion decoder over quantised log-mels and six decoding orders
+(jaxtts/methods/mdm/; METHODS.md section 3).
+
+Variants (`--config configs/mdm.py:<variant>`):
+  tiny   tests: 2 steps on the 40-utterance corpus, a 1-layer model
+  small  the CPU recipe: the built-in 2400-utterance corpus, all nine voices, each utterance
+         conditioned on the shipped JAX speaker encoder's embedding of its audio
+
+  python train.py --config configs/mdm.py:small --workdir runs/mdm
+  python infer.py --workdir runs/mdm --strategy mdm:top1* --text "..." --speaker spk03
+  python -m jaxtts.evaluate --workdir runs/mdm \
+      --strategies random,l2r,r2l,swap:0.01,top1,top1*,topk:4,duration
+
+The paper trains on LJSpeech (one voice); here every voice of the built-in corpus trains, with a
+speaker embedding (say `--config.mdm.speaker_encoder=''` for none). Q (`model.levels`) is 100 by
+default; the quantiser's range is fitted on the training mels (0.05 / 99.95 percentiles).
+"""
+
+import ml_collections as mlc
+
+from configs import common
+
+VARIANTS = ("tiny", "small")
+
+
+def get_config(arg: str | None = None) -> mlc.ConfigDict:
+    args = common.parse_arg(arg, variant="small")
+    if args.variant not in VARIANTS:
+        raise KeyError(f"configs/mdm.py: unknown variant '{args.variant}', expected "
+                       f"{list(VARIANTS)}")  # fmt: skip
+    v = args.variant
+    config = mlc.ConfigDict()
+    config.variant = v
+    config.task = "mdm"
+    config.model = mlc.ConfigDict(dict(
+        num_text_symbols=-1,  # filled from the data
+        n_mels=80, levels=100,
+        mel_lo=None, mel_hi=None,  # the quantiser's range, fitted on the training mels
+        d_model=192, enc_layers=4, enc_heads=2, enc_ff=768, dur_channels=256,
+        dec_layers=6, dec_width=256, dec_heads=4, dec_ff=1024, mixtures=5,
+        speaker_dim=-1,  # filled from the speaker encoder (0 without one)
+        rope_theta=10_000.0,
+    ))  # fmt: skip
+    config.mdm = mlc.ConfigDict(dict(
+        speaker_encoder="pretrained/speaker_encoder",  # '' = no speaker input
+        tau1=1.0,  # mixture-component temperature (tau_2, the value's, is decode.temperature)
+        length_scale=1.0,  # durations x this at synthesis
+    ))  # fmt: skip
+    config.data = mlc.ConfigDict(dict(
+        corpus_dir="", corpus_utterances=2400, corpus_seed=0, text_backend="espeak",
+        batch_size=16, max_mel_len=1024, max_text_len=256, bucket_step=128,
+        text_bucket_step=64, prompt_seconds=3.0, seed=0,
+    ))  # fmt: skip
+    config.train = common.train_config(steps=20_000, learning_rate=5e-4, warmup_steps=500,
+                                       eval_every=1000, checkpoint_every=500)  # fmt: skip
+    config.mesh = common.mesh_config()
+    config.decode = mlc.ConfigDict(dict(strategy="mdm:top1*", temperature=1.0, greedy=False,
+                                        max_seconds=12.0))  # fmt: skip
+    if v == "tiny":
+        config.data.update(corpus_utterances=40, batch_size=4, bucket_step=256,
+                           text_bucket_step=128)  # fmt: skip
+        config.model.update(d_model=32, enc_layers=1, enc_heads=2, enc_ff=64, dur_channels=32,
+                            dec_layers=1, dec_width=32, dec_heads=2, dec_ff=64, mixtures=2)
+        config.train.update(steps=2, warmup_steps=1, log_every=1, eval_every=2,
+                            checkpoint_every=0, tensorboard=False)  # fmt: skip
+    return config

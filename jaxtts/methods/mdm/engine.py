@@ -1,0 +1,134 @@
+"""The MDM engine: text -> log-mel frames with the acoustic model and a decoding order.
+
+    python infer.py --workdir runs/mdm --strategy mdm:top1* --text "..." --speaker spk03
+    python -m jaxtts.evaluate --workdir runs/mdm --strategies random,l2r,r2l,top1*,duration
+
+Strategies are the decoding orders (`orders.py`), bare or as `mdm:<order>`: random, l2r, r2l,
+swap:<lambda>, top1, top1*, topk:<k>, duration. Units are mel frames [N, 80]: the prompt's
+log-mel gives the speaker embedding (the shipped JAX speaker encoder's; no prompt = zeros) and
+its transcript is not synthesised (MDM is not a continuation model). Two jitted calls per
+batch: the encoder's durations (a row whose duration predictor gives zero frames is a one-line
+error), then the decoding loop on a frame buffer bucketed to the longest row.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxtts.data.audio import MelConfig
+from jaxtts.data.text import TextFrontend
+from jaxtts.decode.driver import PromptBatch
+from jaxtts.decode.options import DecodeOptions
+from jaxtts.engine import Engine, Generated
+from jaxtts.errors import CheckpointError, ConfigError, DataError
+from jaxtts.methods.mdm.decode import mdm_decode, num_steps, predicted_durations
+from jaxtts.methods.mdm.model import AcousticModel, MDMConfig
+from jaxtts.methods.mdm.orders import parse_order
+from jaxtts.run_folder import RunFolder
+
+FRAME_BUCKET = 64
+
+
+def order_of(spec: str) -> str:
+    """'mdm:top1*' or 'top1*' -> 'top1*' (ConfigError for an unknown order)."""
+    order = spec.split(":", 1)[1] if spec.startswith("mdm:") else spec
+    parse_order(order)
+    return order
+
+
+class MDMEngine(Engine):
+    family = "mdm"
+
+    def __init__(self, config, params, frontend: TextFrontend, speaker=None):
+        from jaxtts.methods.mdm.task import model_config
+
+        self.config = config
+        self.cfg = model_config(config.model)
+        self.model = AcousticModel(self.cfg)
+        self.params = params
+        self.frontend = frontend
+        self.mel_cfg = MelConfig()
+        self.frame_rate = float(self.mel_cfg.frame_rate)
+        self.max_text_symbols = int(config.data.max_text_len)
+        self.prompt_seconds = float(config.data.get("prompt_seconds", 3.0))
+        self.decode_config = dict(config.decode)
+        self.mdm = dict(config.get("mdm", {}))
+        self.speaker = speaker  # JaxSpeakerEncoder or None
+        self._encode = jax.jit(lambda p, t, n, s: self.model.apply(
+            {"params": p}, t, n, s, method="encode")[2])  # fmt: skip
+
+    @classmethod
+    def from_run(cls, run: RunFolder, step: int | None = None) -> MDMEngine:
+        from jaxtts.methods.mdm.task import init_params, load_speaker_encoder
+
+        config = run.read_config("mdm")
+        frontend = TextFrontend.load(run.text_frontend_dir)
+        cfg = MDMConfig(**dict(config.model))
+        if frontend.vocab_size != cfg.num_text_symbols:
+            raise CheckpointError(f"{run.text_frontend_dir}: {frontend.vocab_size} symbols but "
+                                  f"model.num_text_symbols={cfg.num_text_symbols}")  # fmt: skip
+        like = jax.eval_shape(lambda: init_params(cfg))
+        params, _ = run.load_params(like, step)
+        speaker = load_speaker_encoder(config, run.path) if cfg.speaker_dim else None
+        return cls(config, params, frontend, speaker)
+
+    # -- units: log-mel frames
+    def mel_to_units(self, mel):
+        return np.asarray(mel, np.float32)
+
+    def units_to_mel(self, units):
+        return np.asarray(units, np.float32)
+
+    def encode_prompt(self, prompt):
+        """(no transcript ids, the prompt's log-mel): only the voice is used."""
+        ids, mel = super().encode_prompt(prompt)
+        return np.zeros((0,), np.int32), mel
+
+    # -- decoding
+    def check_strategy(self, spec: str) -> str:
+        order = order_of(spec)
+        return f"mdm:{order}"
+
+    def speaker_embeddings(self, batch: PromptBatch) -> jax.Array | None:
+        if not self.cfg.speaker_dim:
+            return None
+        p_len = np.asarray(batch.prompt_len)
+        b = p_len.shape[0]
+        if self.speaker is None or not p_len.any():
+            return jnp.zeros((b, self.cfg.speaker_dim))
+        prompt = np.asarray(batch.prompt, np.float32)  # [B, P, M]
+        emb = np.asarray(self.speaker.embed_mels(prompt, np.maximum(p_len, 1)))
+        return jnp.asarray(np.where(p_len[:, None] > 0, emb, 0.0), jnp.float32)
+
+    def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
+        order = order_of(options.strategy)
+        text, text_len = jnp.asarray(batch.text), jnp.asarray(batch.text_len)
+        spk = self.speaker_embeddings(batch)
+        scale = float(self.mdm.get("length_scale", 1.0))
+        logw = self._encode(self.params, text, text_len, spk)
+        dur = np.asarray(predicted_durations(logw, text_len, scale))
+        frames = dur.sum(1)
+        real = np.asarray(batch.text_len) > 0
+        if (real & (frames == 0)).any():
+            raise DataError("mdm: the duration predictor gave zero frames for a text with "
+                            "phonemes; check the run (a trained model never does)")  # fmt: skip
+        cap = self.max_new_units(options)
+        hit = frames > cap
+        width = int(min(cap, max(int(frames.max()), 1)))
+        width = -(-width // FRAME_BUCKET) * FRAME_BUCKET
+        out = jax.device_get(mdm_decode(
+            self.model, self.params, text, text_len, spk, keys, order=order, frames=width,
+            greedy=options.sampling.greedy, tau1=float(self.mdm.get("tau1", 1.0)),
+            tau2=float(options.sampling.temperature), length_scale=scale))  # fmt: skip
+        length = np.minimum(np.asarray(out.frames), cap)
+        return Generated(units=np.asarray(out.mel), length=length, steps=np.asarray(out.steps),
+                         hit_max=hit, stats={"steps_budget": np.full(length.shape,
+                                                                     num_steps(order, width))})
+
+    def memory_bytes(self, text_len, prompt_len, length, strategy=None) -> int:
+        return 0
+
+
+__all__ = ["MDMEngine", "order_of", "ConfigError"]
