@@ -218,8 +218,9 @@ def test_greedy_decode_equals_teacher_forced_argmax(token_rate):
     np.testing.assert_array_equal(out.steps, want_steps)
 
 
-@pytest.mark.parametrize("greedy", [True, False])
-def test_batch_n_equals_batch_1(greedy):
+def test_batch_n_equals_batch_1(greedy=False):
+    """Sampled decoding (per-row keys): each row of a batch equals that row decoded alone
+    (greedy rows are covered by the teacher-forced test above)."""
     cfg = make_cfg()
     model, params = init_model(cfg)
     args = rows()
