@@ -148,7 +148,7 @@ def test_registry_imports_only_what_it_uses():
                          env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=120)  # fmt: skip
     assert out.stdout.strip() == "ok", out.stderr[-500:]
     with pytest.raises(ConfigError, match=r"unknown strategy 'palle', expected one of \['car', "
-                                          r"'dcar', 'far', 'ssd', 'vadusa'\]"):
+                                          r"'dcar', 'far', 'ssd', 'tldr', 'vadusa'\]"):
         registry.get("palle:3")
 
 

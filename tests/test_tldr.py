@@ -238,7 +238,7 @@ def test_config_errors():
         make_cfg(patch=0)
     with pytest.raises(ConfigError, match="tldr.compressor"):
         make_cfg(compressor="max")
-    from jaxtts.methods.tldr.task import check_keys
+    from jaxtts.methods.tldr.assemble import check_keys
 
     with pytest.raises(ConfigError, match="tldr.patch_size: unknown key"):
         check_keys({"patch_size": 4})

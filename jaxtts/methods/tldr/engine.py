@@ -39,7 +39,7 @@ class TLDREngine(LMEngine):
 
     @classmethod
     def from_run(cls, run: RunFolder, step: int | None = None) -> TLDREngine:
-        from jaxtts.methods.tldr.task import (
+        from jaxtts.methods.tldr.assemble import (
             frozen_params,
             load_speaker,
             mel_table,
