@@ -58,7 +58,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     config.decode = mlc.ConfigDict(dict(strategy="mdm:top1*", temperature=1.0, greedy=False,
                                         max_seconds=12.0))  # fmt: skip
     if v == "tiny":
-        config.data.update(corpus_utterances=40, batch_size=4, bucket_step=256,
+        config.data.update(corpus_utterances=40, batch_size=8, bucket_step=256,
                            text_bucket_step=128)  # fmt: skip
         config.model.update(d_model=32, enc_layers=1, enc_heads=2, enc_ff=64, dur_channels=32,
                             dec_layers=1, dec_width=32, dec_heads=2, dec_ff=64, mixtures=2)
