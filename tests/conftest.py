@@ -23,3 +23,17 @@ def tiny_corpus(tmp_path_factory):
         pytest.skip("espeak-ng not installed (apt-get install espeak-ng, or make setup)")
     out = tmp_path_factory.mktemp("tiny_corpus") / "builtin"
     return build_corpus(out, num_utterances=40, seed=0, progress=False)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs():
+    """Drop JAX's compiled programs after each test module: the suite compiles hundreds of
+    programs in one process, and a long run once segfaulted inside XLA's CPU compiler late in
+    the suite (not reproducible alone); holding less keeps the process small."""
+    yield
+    import gc
+
+    import jax
+
+    jax.clear_caches()
+    gc.collect()
