@@ -135,6 +135,10 @@ HELP = {
     "mdm.speaker_encoder": "MDM: speaker encoder run folder ('' = no speaker input)",
     "mdm.tau1": "MDM sampling: mixture-component temperature (tau_2 is decode.temperature)",
     "mdm.length_scale": "MDM synthesis: predicted durations x this",
+    "mdm.gradtts_tau": "Grad-TTS baseline sampling: X_1 = mu + z / tau (the paper's 1.5)",
+    "model.score_layers": "Grad-TTS baseline score decoder layers on the MDM encoder (0 = none)",
+    "model.beta_min": "Grad-TTS noise schedule: beta at t = 0",
+    "model.beta_max": "Grad-TTS noise schedule: beta at t = 1",
     # TLDR (configs/tldr.py)
     "tldr.backbone": "the frozen TTS LM run folder TLDR adapts (e.g. pretrained/car_small)",
     "tldr.speaker_encoder": "speaker encoder run folder (the prompt's speaker embedding)",

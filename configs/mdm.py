@@ -10,7 +10,10 @@ Variants (`--config configs/mdm.py:<variant>`):
   python train.py --config configs/mdm.py:small --workdir runs/mdm
   python infer.py --workdir runs/mdm --strategy mdm:top1* --text "..." --speaker spk03
   python -m jaxtts.evaluate --workdir runs/mdm \
-      --strategies random,l2r,r2l,swap:0.01,top1,top1*,topk:4,duration
+      --strategies random,l2r,r2l,swap:0.01,top1,top1*,topk:4,duration,gradtts:100,gradtts:length
+
+The Grad-TTS baseline (`jaxtts/methods/mdm/gradtts.py`) is a second decoder on the same encoder,
+trained in the same run (`model.score_layers`; 0 = MDM only).
 
 The paper trains on LJSpeech (one voice); here every voice of the built-in corpus trains, with a
 speaker embedding (say `--config.mdm.speaker_encoder=''` for none). Q (`model.levels`) is 100 by
@@ -41,11 +44,14 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         dec_layers=6, dec_width=256, dec_heads=4, dec_ff=1024, mixtures=5,
         speaker_dim=-1,  # filled from the speaker encoder (0 without one)
         rope_theta=10_000.0,
+        score_layers=6,  # the Grad-TTS baseline's score decoder, trained in the same run
+        beta_min=0.05, beta_max=20.0,
     ))  # fmt: skip
     config.mdm = mlc.ConfigDict(dict(
         speaker_encoder="pretrained/speaker_encoder",  # '' = no speaker input
         tau1=1.0,  # mixture-component temperature (tau_2, the value's, is decode.temperature)
         length_scale=1.0,  # durations x this at synthesis
+        gradtts_tau=1.5,  # Grad-TTS baseline: X_1 = mu + z / tau (the paper's 1.5)
     ))  # fmt: skip
     config.data = mlc.ConfigDict(dict(
         corpus_dir="", corpus_utterances=2400, corpus_seed=0, text_backend="espeak",
@@ -61,7 +67,8 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         config.data.update(corpus_utterances=40, batch_size=8, bucket_step=256,
                            text_bucket_step=128)  # fmt: skip
         config.model.update(d_model=32, enc_layers=1, enc_heads=2, enc_ff=64, dur_channels=32,
-                            dec_layers=1, dec_width=32, dec_heads=2, dec_ff=64, mixtures=2)
+                            dec_layers=1, dec_width=32, dec_heads=2, dec_ff=64, mixtures=2,
+                            score_layers=1)
         config.train.update(steps=2, warmup_steps=1, log_every=1, eval_every=2,
                             checkpoint_every=0, tensorboard=False)  # fmt: skip
     return config

@@ -140,9 +140,14 @@ def test_tiny_recipe_trains_and_synthesizes(tmp_path, tiny_corpus):
     train(config, str(tmp_path / "run"), progress=False)
     eng = load_engine(tmp_path / "run")
     assert eng.family == "mdm" and eng.check_strategy("top1*") == "mdm:top1*"
-    for bad in ("swap:2", "topk:0", "mdm:sideways"):
+    assert eng.check_strategy("gradtts") == "gradtts:100"  # tiny trains the Grad-TTS decoder
+    assert eng.check_strategy("gradtts:length") == "gradtts:length"
+    for bad in ("swap:2", "topk:0", "mdm:sideways", "gradtts:0", "gradtts:fast"):
         with pytest.raises(ConfigError):
             eng.check_strategy(bad)
+    (gt,) = Synthesizer(eng).synthesize(["The cat sat."], None, strategy="gradtts:3",
+                                        max_seconds=1.0, progress=False)  # fmt: skip
+    assert gt.wav.size > 0 and gt.info["steps"] == 3
     (res,) = Synthesizer(eng).synthesize(["The cat sat."], None, strategy="l2r",
                                          max_seconds=1.0, progress=False)  # fmt: skip
     assert res.wav.size > 0 and res.info["steps"] == res.info["num_tokens"]

@@ -18,6 +18,7 @@ D model width, N heads, H head dim, F MLP width, L layers, R LoRA rank.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -119,6 +120,16 @@ def apply_rope(x: jax.Array, positions: jax.Array, theta: float = 10_000.0) -> j
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
     return out.astype(x.dtype)
+
+
+def sinusoidal(positions: jax.Array, d: int) -> jax.Array:
+    """Sinusoidal features [..., D] of (integer or continuous) positions [...]: sin on the first
+    half of the features, cos after, frequencies 10000^(-i / (D/2 - 1))."""
+    half = d // 2
+    freq = jnp.exp(-math.log(10_000.0) * jnp.arange(half, dtype=jnp.float32) / max(half - 1, 1))
+    ang = jnp.asarray(positions, jnp.float32)[..., None] * freq  # [..., D/2]
+    table = jnp.concatenate([jnp.sin(ang), jnp.cos(ang)], axis=-1)
+    return jnp.pad(table, [(0, 0)] * (table.ndim - 1) + [(0, d - 2 * half)])
 
 
 class MLP(nn.Module):

@@ -4,11 +4,14 @@
     python -m jaxtts.evaluate --workdir runs/mdm --strategies random,l2r,r2l,top1*,duration
 
 Strategies are the decoding orders (`orders.py`), bare or as `mdm:<order>`: random, l2r, r2l,
-swap:<lambda>, top1, top1*, topk:<k>, duration. Units are mel frames [N, 80]: the prompt's
-log-mel gives the speaker embedding (the shipped JAX speaker encoder's; no prompt = zeros) and
-its transcript is not synthesised (MDM is not a continuation model). Two jitted calls per
-batch: the encoder's durations (a row whose duration predictor gives zero frames is a one-line
-error), then the decoding loop on a frame buffer bucketed to the longest row.
+swap:<lambda>, top1, top1*, topk:<k>, duration; and, for a run trained with the Grad-TTS
+baseline decoder (`model.score_layers > 0`), `gradtts:<steps>` (100 by default) and
+`gradtts:length` (`gradtts.py`; its temperature tau is `mdm.gradtts_tau`, 1.5 as the paper).
+Units are mel frames [N, 80]: the prompt's log-mel gives the speaker embedding (the shipped
+JAX speaker encoder's; no prompt = zeros) and its transcript is not synthesised (MDM is not a
+continuation model). Two jitted calls per batch: the encoder's durations (a row whose duration
+predictor gives zero frames is a one-line error), then the decoding loop on a frame buffer
+bucketed to the longest row.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from jaxtts.decode.options import DecodeOptions
 from jaxtts.engine import Engine, Generated
 from jaxtts.errors import CheckpointError, ConfigError, DataError
 from jaxtts.methods.mdm.decode import mdm_decode, num_steps, predicted_durations
+from jaxtts.methods.mdm.gradtts import gradtts_decode, parse_steps
 from jaxtts.methods.mdm.model import AcousticModel, MDMConfig
 from jaxtts.methods.mdm.orders import parse_order
 from jaxtts.run_folder import RunFolder
@@ -88,6 +92,12 @@ class MDMEngine(Engine):
 
     # -- decoding
     def check_strategy(self, spec: str) -> str:
+        if str(spec).startswith("gradtts"):
+            n = parse_steps(spec)
+            if not self.cfg.score_layers:
+                raise ConfigError(f"strategy {spec!r}: this run has no Grad-TTS decoder "
+                                  "(trained with model.score_layers=0)")  # fmt: skip
+            return f"gradtts:{n or 'length'}"
         order = order_of(spec)
         return f"mdm:{order}"
 
@@ -103,7 +113,7 @@ class MDMEngine(Engine):
         return jnp.asarray(np.where(p_len[:, None] > 0, emb, 0.0), jnp.float32)
 
     def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
-        order = order_of(options.strategy)
+        spec = self.check_strategy(options.strategy)
         text, text_len = jnp.asarray(batch.text), jnp.asarray(batch.text_len)
         spk = self.speaker_embeddings(batch)
         scale = float(self.mdm.get("length_scale", 1.0))
@@ -118,14 +128,23 @@ class MDMEngine(Engine):
         hit = frames > cap
         width = int(min(cap, max(int(frames.max()), 1)))
         width = -(-width // FRAME_BUCKET) * FRAME_BUCKET
-        out = jax.device_get(mdm_decode(
-            self.model, self.params, text, text_len, spk, keys, order=order, frames=width,
-            greedy=options.sampling.greedy, tau1=float(self.mdm.get("tau1", 1.0)),
-            tau2=float(options.sampling.temperature), length_scale=scale))  # fmt: skip
+        if spec.startswith("gradtts:"):
+            n = parse_steps(spec)
+            out = jax.device_get(gradtts_decode(
+                self.model, self.params, text, text_len, spk, keys, steps=n, frames=width,
+                greedy=options.sampling.greedy, temperature=float(self.mdm.get("gradtts_tau", 1.5)),
+                length_scale=scale))  # fmt: skip
+            budget = n or width
+        else:
+            order = spec.split(":", 1)[1]
+            out = jax.device_get(mdm_decode(
+                self.model, self.params, text, text_len, spk, keys, order=order, frames=width,
+                greedy=options.sampling.greedy, tau1=float(self.mdm.get("tau1", 1.0)),
+                tau2=float(options.sampling.temperature), length_scale=scale))  # fmt: skip
+            budget = num_steps(order, width)
         length = np.minimum(np.asarray(out.frames), cap)
         return Generated(units=np.asarray(out.mel), length=length, steps=np.asarray(out.steps),
-                         hit_max=hit, stats={"steps_budget": np.full(length.shape,
-                                                                     num_steps(order, width))})
+                         hit_max=hit, stats={"steps_budget": np.full(length.shape, budget)})
 
     def memory_bytes(self, text_len, prompt_len, length, strategy=None) -> int:
         return 0

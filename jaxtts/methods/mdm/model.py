@@ -11,6 +11,8 @@ mel prior and a duration predictor, and the masked-diffusion decoder over quanti
   decoder    a bidirectional transformer over frames: input = W_mu mu_t + W_x x_t (+ a learned
              vector for masked frames) + the speaker; output per frame and bin a discretised
              mixture of K logistics (`dmol.py`) over the Q quantisation levels.
+  score      with `score_layers > 0`, the Grad-TTS baseline's score network on the same
+             encoder (`gradtts.py`), trained in the same run.
 
 Mel normalisation: a log-mel value y maps to [-1, 1] by the quantiser's range,
 y_n = 2 (clip(y, lo, hi) - lo) / (hi - lo) - 1, where level v of Q sits at -1 + 2 v / (Q - 1)
@@ -59,10 +61,15 @@ class MDMConfig:
     mixtures: int = 5  # K
     speaker_dim: int = 192  # 0 = no speaker input
     rope_theta: float = 10_000.0
+    score_layers: int = 0  # > 0: also the Grad-TTS baseline's score decoder (`gradtts.py`)
+    beta_min: float = 0.05  # Grad-TTS's noise schedule beta_t = beta_min + (max - min) t
+    beta_max: float = 20.0
 
     def __post_init__(self):
         if self.levels < 2:
             raise ConfigError(f"model.levels={self.levels}: expected Q >= 2")
+        if self.score_layers < 0:
+            raise ConfigError(f"model.score_layers={self.score_layers}: expected >= 0")
         if not self.mel_hi > self.mel_lo:
             raise ConfigError(f"model.mel_lo={self.mel_lo}, model.mel_hi={self.mel_hi}: "
                               "expected hi > lo")  # fmt: skip
@@ -155,13 +162,17 @@ def upsample(mu_x: jax.Array, durations: jax.Array, frames: int) -> jax.Array:
 
 
 class AcousticModel(nn.Module):
-    """Encoder + MDM decoder. Methods: `encode`, `decode_params`; `__call__` runs both (init)."""
+    """Encoder + MDM decoder (+ the Grad-TTS score decoder when `score_layers > 0`). Methods:
+    `encode`, `decode_params`, `score`; `__call__` runs them all (init)."""
 
     cfg: MDMConfig
 
     def setup(self):
+        from jaxtts.methods.mdm.gradtts import ScoreDecoder
+
         self.encoder = TextEncoder(self.cfg)
         self.decoder = MDMDecoder(self.cfg)
+        self.score_decoder = ScoreDecoder(self.cfg) if self.cfg.score_layers else None
 
     def encode(self, text, text_len, speaker=None):
         return self.encoder(text, text_len, speaker)
@@ -169,12 +180,21 @@ class AcousticModel(nn.Module):
     def decode_params(self, mu, x, visible, frame_len, speaker=None):
         return self.decoder(mu, x, visible, frame_len, speaker)
 
+    def score(self, xt, mu, t, frame_len, speaker=None):
+        """Grad-TTS noise prediction [B, T, M] (`gradtts.py`)."""
+        if self.score_decoder is None:
+            raise ConfigError("this model has no Grad-TTS decoder (model.score_layers=0)")
+        return self.score_decoder(xt, mu, t, frame_len, speaker)
+
     def __call__(self, text, text_len, mel, mel_len, speaker=None):
         """Shapes for init: text [B, X], mel [B, T, M] -> mixture parameters [B, T, M, 3K]."""
         _, mu_x, _ = self.encode(text, text_len, speaker)
         mu = mu_x[:, :1].repeat(mel.shape[1], axis=1)
-        return self.decode_params(mu, self.cfg.normalize(mel),
-                                  length_mask(mel_len, mel.shape[1]), mel_len, speaker)
+        y = self.cfg.normalize(mel)
+        out = self.decode_params(mu, y, length_mask(mel_len, mel.shape[1]), mel_len, speaker)
+        if self.score_decoder is not None:
+            self.score(y, mu, jnp.full(mel.shape[:1], 0.5), mel_len, speaker)
+        return out
 
 
 def prior_logp(y: jax.Array, mu_x: jax.Array) -> jax.Array:

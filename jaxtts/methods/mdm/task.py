@@ -12,7 +12,9 @@ For a batch of (phones, log-mel, speaker embedding):
    scored on every masked frame at once: T_b / (T_b - t + 1) * sum of the masked frames'
    NLL (`dmol.nll`), divided by the batch's valid frame-bins (nats per bin).
 
-loss = elbo + prior + duration. Metrics: each term, `nll_per_bin` of the masked frames, and
+With the Grad-TTS baseline decoder (`model.score_layers > 0`) its diffusion loss
+(`gradtts.score_loss`, on the same mu and frames) is added: loss = elbo + prior + duration +
+score. Metrics: each term, `nll_per_bin` of the masked frames, and
 `weight` (valid frames) for microbatch accumulation.
 """
 
@@ -70,9 +72,16 @@ def mdm_loss(model: AcousticModel, params, batch, rng: jax.Array):
     elbo = jnp.sum(weight[:, None] * nll * mw) / (n_frames * cfg.n_mels)
     nll_bin = jnp.sum(nll * mw) / jnp.maximum(mw.sum() * cfg.n_mels, 1.0)
     loss = elbo + prior + dur_loss
-    return loss, {"loss": loss, "elbo": elbo, "prior": prior, "duration": dur_loss,
-                  "nll_per_bin": nll_bin, "weight": n_frames,
-                  "dropped_rows": jnp.sum((text_len > 0) & ~ok).astype(jnp.float32)}
+    metrics = {"elbo": elbo, "prior": prior, "duration": dur_loss, "nll_per_bin": nll_bin,
+               "weight": n_frames,
+               "dropped_rows": jnp.sum((text_len > 0) & ~ok).astype(jnp.float32)}
+    if cfg.score_layers:
+        from jaxtts.methods.mdm.gradtts import score_loss
+
+        metrics["score"] = score_loss(model, params, y, mu, fw, mel_len, speaker,
+                                      jax.random.fold_in(rng, 1))  # fmt: skip
+        loss = loss + metrics["score"]
+    return loss, {"loss": loss, **metrics}
 
 
 class MDMTask:

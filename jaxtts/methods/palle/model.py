@@ -22,7 +22,6 @@ Axis letters: B batch, T speech positions, D width, F ConvNeXt MLP width, V voca
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import flax.linen as nn
@@ -32,7 +31,7 @@ import jax.numpy as jnp
 from jaxtts.errors import ConfigError
 from jaxtts.nn import axes
 from jaxtts.nn.conv import layer_norm, masked_conv1d
-from jaxtts.nn.layers import Dense, param_with_axes
+from jaxtts.nn.layers import Dense, param_with_axes, sinusoidal
 from jaxtts.nn.masks import length_mask, padding_mask
 from jaxtts.nn.transformer import StackConfig, TransformerStack
 
@@ -85,12 +84,8 @@ class PALLEConfig:
 
 
 def sinusoid(t: int, d: int) -> jax.Array:
-    """Sinusoidal position table [T, D] (sin on the first half of the features, cos after)."""
-    half = d // 2
-    freq = jnp.exp(-math.log(10_000.0) * jnp.arange(half, dtype=jnp.float32) / max(half - 1, 1))
-    ang = jnp.arange(t, dtype=jnp.float32)[:, None] * freq[None]  # [T, D/2]
-    table = jnp.concatenate([jnp.sin(ang), jnp.cos(ang)], axis=-1)
-    return jnp.pad(table, ((0, 0), (0, d - 2 * half)))
+    """Sinusoidal position table [T, D] (`jaxtts.nn.layers.sinusoidal` of 0..T-1)."""
+    return sinusoidal(jnp.arange(t), d)
 
 
 class GRN(nn.Module):
