@@ -52,8 +52,12 @@ def test_dmol_sums_to_one_and_matches_a_hand_value():
     rng = np.random.default_rng(1)
     params = jnp.asarray(rng.normal(size=(6, 15)).astype(np.float32))  # K = 5
     for q in (2, 10, 100):
-        p = np.exp(np.asarray(dmol.level_log_probs(params, q)))
-        np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-5)
+        lp = np.asarray(dmol.level_log_probs(params, q))
+        np.testing.assert_allclose(np.exp(lp).sum(-1), 1.0, atol=1e-5)
+        # nll evaluates only the target's bin: the same value as the full table's entry
+        tgt = jnp.asarray(rng.integers(0, q, (6,)))
+        np.testing.assert_allclose(np.asarray(dmol.nll(params, tgt, q)),
+                                   -lp[np.arange(6), np.asarray(tgt)], rtol=1e-5, atol=1e-6)
     # one component, mean 0, scale 1, Q = 3: levels at -1, 0, 1, half-width 0.5
     one = jnp.array([0.0, 0.0, 0.0])
     lp = np.exp(np.asarray(dmol.level_log_probs(one, 3)))

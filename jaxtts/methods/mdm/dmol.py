@@ -32,14 +32,12 @@ def split(params: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     return logits, means, jnp.maximum(log_s, MIN_LOG_SCALE)
 
 
-def level_log_probs(params: jax.Array, levels: int) -> jax.Array:
-    """log p(v) for every level: params [..., 3K] -> float32 [..., Q]."""
-    logits, means, log_s = split(params.astype(jnp.float32))
-    q = levels
-    c = -1.0 + 2.0 * jnp.arange(q, dtype=jnp.float32) / (q - 1)  # [Q]
+def _log_mass(v: jax.Array, means: jax.Array, log_s: jax.Array, q: int) -> jax.Array:
+    """log P_k(v) of integer levels v [...] under components means, log_s [..., K] (v
+    broadcast against their leading axes) -> [..., K]."""
     h = 1.0 / (q - 1)
-    inv_s = jnp.exp(-log_s)[..., None, :]  # [..., 1, K]
-    centred = c[:, None] - means[..., None, :]  # [..., Q, K]
+    centred = (-1.0 + 2.0 * v.astype(jnp.float32) / (q - 1))[..., None] - means
+    inv_s = jnp.exp(-log_s)
     plus, minus = (centred + h) * inv_s, (centred - h) * inv_s
     log_cdf_plus = jax.nn.log_sigmoid(plus)  # log sigma(plus): the lowest level's mass
     log_sf_minus = -jax.nn.softplus(minus)  # log (1 - sigma(minus)): the highest level's
@@ -47,16 +45,25 @@ def level_log_probs(params: jax.Array, levels: int) -> jax.Array:
     # log sigma(plus) + log(1 - exp(log sigma(minus) - log sigma(plus)))
     diff = jax.nn.log_sigmoid(minus) - log_cdf_plus
     log_mid = log_cdf_plus + jnp.log(-jnp.expm1(jnp.minimum(diff, -1e-12)))
-    v = jnp.arange(q)[:, None]
-    comp = jnp.where(v == 0, log_cdf_plus, jnp.where(v == q - 1, log_sf_minus, log_mid))
+    v = v[..., None]
+    return jnp.where(v == 0, log_cdf_plus, jnp.where(v == q - 1, log_sf_minus, log_mid))
+
+
+def level_log_probs(params: jax.Array, levels: int) -> jax.Array:
+    """log p(v) for every level: params [..., 3K] -> float32 [..., Q]."""
+    logits, means, log_s = split(params.astype(jnp.float32))
+    v = jnp.arange(levels)  # [Q]
+    comp = _log_mass(v, means[..., None, :], log_s[..., None, :], levels)  # [..., Q, K]
     log_pi = jax.nn.log_softmax(logits, axis=-1)[..., None, :]  # [..., 1, K]
     return jax.nn.logsumexp(log_pi + comp, axis=-1)  # [..., Q]
 
 
 def nll(params: jax.Array, target: jax.Array, levels: int) -> jax.Array:
-    """-log p(target) for integer levels target [...] -> float32 [...]."""
-    lp = level_log_probs(params, levels)
-    return -jnp.take_along_axis(lp, target[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    """-log p(target) for integer levels target [...] -> float32 [...]. Only the target's bin
+    is evaluated (O(K) per value, not O(Q K): training memory does not grow with Q)."""
+    logits, means, log_s = split(params.astype(jnp.float32))
+    comp = _log_mass(target, means, log_s, levels)  # [..., K]
+    return -jax.nn.logsumexp(jax.nn.log_softmax(logits, axis=-1) + comp, axis=-1)
 
 
 def sample(key: jax.Array, params: jax.Array, levels: int, tau1: float = 1.0,
