@@ -53,6 +53,55 @@ def find_run(path: str | os.PathLike, *bases: str | os.PathLike) -> Path | None:
     return None
 
 
+def resolve_run(path: str, where: str, *bases: str | os.PathLike) -> RunFolder:
+    """The run folder a config entry names (`find_run`), or a one-line ConfigError naming
+    `where` (e.g. 'runs/tldr/config.json: tldr.backbone')."""
+    from jaxtts.errors import ConfigError
+
+    found = find_run(path, *bases)
+    if found is not None:
+        return RunFolder(found)
+    raise ConfigError(f"{where}={path!r}: no run folder there (config.json missing); expected "
+                      "e.g. pretrained/car_small or pretrained/speaker_encoder")  # fmt: skip
+
+
+def params_fingerprint(params: Any) -> str:
+    """16 hex digits of SHA-256 over the parameter names and values rounded to float16: the
+    same for a float32 checkpoint and its float16 export, different for any retrained model.
+    A run built on another run's model (DCAR, SSD, TLDR on the backbone) records it."""
+    import hashlib
+
+    import numpy as np
+
+    from jaxtts.train.state import tree_to_flat
+
+    h = hashlib.sha256()
+    for name, leaf in sorted(tree_to_flat(params).items()):
+        h.update(name.encode())
+        h.update(np.asarray(leaf, np.float32).astype(np.float16).tobytes())
+    return h.hexdigest()[:16]
+
+
+def check_trained_on(run: RunFolder, role: str, base_path: str | os.PathLike, have: dict,
+                     params: Any = None) -> None:  # fmt: skip
+    """A run trained on another run's model must be loaded with that model: every size its
+    data.json records (`have` keys) must match, and so must `<role>_fingerprint`, when
+    recorded (`params_fingerprint` of `params`). One-line CheckpointErrors."""
+    info = run.read_data_info()
+    for key, val in have.items():
+        if key in info and info[key] != val:
+            raise CheckpointError(f"{run.data_path}: trained on a {role} with {key}="
+                                  f"{info[key]!r} but {role} {base_path} has {val!r}")
+    want = info.get(f"{role}_fingerprint")
+    if want and params is not None:
+        got = params_fingerprint(params)
+        if got != want:
+            raise CheckpointError(f"{run.data_path}: trained on {role} parameters {want} but "
+                                  f"{base_path} holds {got} (a different or retrained model); "
+                                  f"point it at the {role} it was trained on, its model card "
+                                  "names it")  # fmt: skip
+
+
 def check_vocab_files(run: RunFolder, frontend, tokenizer, num_text: int, num_speech: int
                       ) -> None:  # fmt: skip
     """A run folder assembled from pieces of different runs: name the file that disagrees

@@ -177,3 +177,31 @@ def test_broken_shipped_folder_is_a_one_line_error(tmp_path):
     other.save(bad / "tokenizer")
     with pytest.raises(JaxttsError, match=r"other_tokenizer/tokenizer: holds 8 .*config.json"):
         Synthesizer.from_workdir(bad)
+
+
+def test_downstream_models_check_their_backbone(tmp_path):
+    """DCAR / SSD / TLDR record their backbone's parameter fingerprint (float16-rounded, so a
+    float32 checkpoint and its export agree); loading one against other backbone parameters is
+    a one-line CheckpointError naming its data.json."""
+    import jax.numpy as jnp
+
+    from jaxtts.engine import load_engine
+    from jaxtts.errors import CheckpointError
+    from jaxtts.run_folder import params_fingerprint
+
+    tree = {"a": {"w": jnp.linspace(-1, 1, 7)}, "b": jnp.ones((2, 3))}
+    fp = params_fingerprint(tree)
+    assert fp == params_fingerprint({"a": {"w": tree["a"]["w"].astype(jnp.float16)},
+                                     "b": tree["b"]})  # fmt: skip
+    assert fp != params_fingerprint({**tree, "b": tree["b"] * 1.01}) and len(fp) == 16
+    for name, key in (("dcar", "backbone"), ("ssd", "target"), ("tldr", "backbone")):
+        info = json.loads((PRETRAINED / name / "data.json").read_text())
+        assert len(info[f"{key}_fingerprint"]) == 16, name
+    dst = tmp_path / "dcar"
+    shutil.copytree(PRETRAINED / "dcar", dst)
+    info = json.loads((dst / "data.json").read_text())
+    info["backbone_fingerprint"] = "0" * 16
+    (dst / "data.json").write_text(json.dumps(info))
+    with pytest.raises(CheckpointError, match=r"dcar/data.json: trained on backbone parameters "
+                                              r"0{16} but .*car_small holds"):  # fmt: skip
+        load_engine(dst)

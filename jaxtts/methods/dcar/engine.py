@@ -8,21 +8,11 @@ tokenizer; every LM strategy (far, car:c, vadusa:tau) runs too, and `dcar` is th
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import jax.numpy as jnp
 
 from jaxtts.errors import CheckpointError
 from jaxtts.methods.lm.engine import LMEngine
-from jaxtts.run_folder import REPO, RunFolder, find_run
-
-
-def resolve_backbone(path: str, run: RunFolder) -> Path:
-    found = find_run(path, run.path)
-    if found is not None:
-        return found
-    raise CheckpointError(f"{run.data_path}: backbone {path!r} not found (looked in the working "
-                          f"directory and {REPO}); pass a DCAR run whose backbone exists")
+from jaxtts.run_folder import RunFolder, check_trained_on, resolve_run
 
 
 class DCAREngine(LMEngine):
@@ -39,14 +29,11 @@ class DCAREngine(LMEngine):
         if "backbone" not in info:
             raise CheckpointError(f"{run.data_path}: no 'backbone' entry; expected the data.json "
                                   "a DCPO run writes")  # fmt: skip
-        bpath = resolve_backbone(str(info["backbone"]), run)
+        bpath = resolve_run(str(info["backbone"]), f"{run.data_path}: backbone", run.path).path
         base = LMEngine.from_run(RunFolder(bpath))
-        have = {"d_model": base.cfg.d_model, "num_mtp_heads": base.cfg.num_mtp_heads,
-                "num_heads": base.cfg.num_heads, "tokenizer": base.tokenizer.name}  # fmt: skip
-        for key, val in have.items():
-            if key in info and info[key] != val:
-                raise CheckpointError(f"policy {run.path} was trained on a backbone with {key}="
-                                      f"{info[key]!r} but backbone {bpath} has {val!r}")
+        check_trained_on(run, "backbone", bpath, {
+            "d_model": base.cfg.d_model, "num_mtp_heads": base.cfg.num_mtp_heads,
+            "num_heads": base.cfg.num_heads, "tokenizer": base.tokenizer.name}, base.params)
         pcfg = config_policy(config, base)
         policy = ChunkPolicy(pcfg)
         like = abstract_params(lambda r, x, n: {"params": {"policy": policy.init(r, x, n)[

@@ -256,9 +256,11 @@ def _drop_retired_keys(run: RunFolder) -> None:
         log.info("%s: dropped retired keys %s", run.config_path, retired)
 
 
-def train(config, workdir: str, *, progress: bool = True, mesh=None, task_name: str = "lm"):
+def train(config, workdir: str, *, progress: bool = True, mesh=None, task_name: str = "lm",
+          data_info: dict | None = None):
     """Train the LM; returns the trainer's `TrainResult` (see `jaxtts.train.loop`).
-    `task_name`: the family whose run this is ('ssd' trains a draft LM this way)."""
+    `task_name`: the family whose run this is ('ssd' trains a draft LM this way);
+    `data_info`: more entries for data.json (SSD: its target and the target's fingerprint)."""
     from jaxtts.train import loop
 
     if config.get("task") != task_name:
@@ -273,7 +275,8 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None, task_name: 
         {"corpus_dir": str(data.corpus_dir), "tokenizer": data.tokenizer.name,
          "frame_rate": data.tokenizer.frame_rate, "train_records": len(data.train.records),
          "dropped": data.train.num_dropped,
-         "max_target_text": int(max(r.text_ids.size for r in data.train.records))})  # fmt: skip
+         "max_target_text": int(max(r.text_ids.size for r in data.train.records)),
+         **(data_info or {})})  # fmt: skip
 
     dev = data.dev
 

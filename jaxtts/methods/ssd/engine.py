@@ -14,7 +14,7 @@ from jaxtts.data.tokenizers import load_tokenizer
 from jaxtts.errors import CheckpointError
 from jaxtts.methods.lm.engine import LMEngine
 from jaxtts.methods.lm.model import TTSLM, LMConfig
-from jaxtts.run_folder import RunFolder
+from jaxtts.run_folder import RunFolder, check_trained_on, resolve_run
 
 
 class SSDEngine(LMEngine):
@@ -22,12 +22,12 @@ class SSDEngine(LMEngine):
 
     @classmethod
     def from_run(cls, run: RunFolder, step: int | None = None) -> SSDEngine:
-        from jaxtts.methods.ssd.task import resolve_run
         from jaxtts.train.checkpoint import abstract_params
 
         config = run.read_config("ssd")
         target_run = resolve_run(str(config.ssd.target), f"{run.config_path}: ssd.target")
         base = LMEngine.from_run(target_run)
+        check_trained_on(run, "target", target_run.path, {}, base.params)
         dcfg = LMConfig.from_config(config.model, saved=True)
         dtok = load_tokenizer(run.tokenizer_dir)
         for key, mine, theirs in (

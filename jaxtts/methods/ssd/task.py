@@ -17,18 +17,10 @@ import shutil
 import ml_collections as mlc
 
 from jaxtts.errors import ConfigError
-from jaxtts.run_folder import RunFolder, find_run
+from jaxtts.run_folder import RunFolder, params_fingerprint, resolve_run
 
 log = logging.getLogger("jaxtts.ssd")
 
-
-
-def resolve_run(path: str, where: str) -> RunFolder:
-    found = find_run(path)
-    if found is not None:
-        return RunFolder(found)
-    raise ConfigError(f"{where}={path!r}: no run folder there (config.json missing); expected "
-                      "e.g. pretrained/car_small")  # fmt: skip
 
 
 def draft_run_config(config, target: RunFolder) -> mlc.ConfigDict:
@@ -76,8 +68,8 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     if not (run.text_frontend_dir / "text_frontend.json").is_file():
         shutil.copytree(target.text_frontend_dir, run.text_frontend_dir, dirs_exist_ok=True)
     init_dir = run.path / "draft_init"
+    eng = LMEngine.from_run(target)
     if not (init_dir / "params.msgpack").is_file():
-        eng = LMEngine.from_run(target)
         init_dir.mkdir(exist_ok=True)
         write_params_file(init_dir / "params.msgpack",
                           draft_params(eng.params, dconf.ssd.layers), None)  # fmt: skip
@@ -88,4 +80,6 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     dm = LMConfig.from_config(dconf.model)
     log.info("draft layers %s of %d: %.2f of a target forward (stack + base head)",
              list(dconf.ssd.layers), tm.num_layers, forward_cost(dm) / forward_cost(tm))
-    return lm_train(dconf, workdir, progress=progress, mesh=mesh, task_name="ssd")
+    return lm_train(dconf, workdir, progress=progress, mesh=mesh, task_name="ssd",
+                    data_info={"target": str(config.ssd.target),
+                               "target_fingerprint": params_fingerprint(eng.params)})

@@ -11,7 +11,7 @@ import numpy as np
 
 from jaxtts.errors import ConfigError
 from jaxtts.methods.tldr.model import TLDRConfig
-from jaxtts.run_folder import RunFolder, find_run
+from jaxtts.run_folder import resolve_run
 
 TRAINABLE = "lora|prefix:compressor,extractor"
 # config.tldr keys that are not TLDRConfig fields
@@ -20,14 +20,6 @@ RUN_KEYS = ("backbone", "speaker_encoder", "lora_rank", "lora_alpha", "corpus_ut
 MODEL_KEYS = ("patch", "compressor", "window", "comp_heads", "comp_ff", "ext_layers",
               "ext_width", "ext_heads", "ext_ff", "slots", "speaker", "speaker_proj",
               "token_rate_positions")  # fmt: skip
-
-
-def resolve_run(path: str, where: str, *bases) -> RunFolder:
-    found = find_run(path, *bases)
-    if found is not None:
-        return RunFolder(found)
-    raise ConfigError(f"{where}={path!r}: no run folder there (config.json missing); expected "
-                      "e.g. pretrained/car_small or pretrained/speaker_encoder")  # fmt: skip
 
 
 def check_keys(section) -> None:

@@ -18,10 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxtts.errors import CheckpointError, DataError
+from jaxtts.errors import DataError
 from jaxtts.methods.lm.engine import LMEngine
 from jaxtts.methods.tldr.model import TLDRModel
-from jaxtts.run_folder import RunFolder
+from jaxtts.run_folder import RunFolder, check_trained_on
 from jaxtts.train.state import tree_from_flat, tree_to_flat
 
 
@@ -52,14 +52,9 @@ class TLDREngine(LMEngine):
         backbone = resolve_run(str(config.tldr.backbone), f"{run.config_path}: tldr.backbone",
                                run.path)  # fmt: skip
         base = LMEngine.from_run(backbone)
-        info = run.read_data_info()
-        have = {"d_model": base.cfg.d_model, "num_layers": base.cfg.num_layers,
-                "num_heads": base.cfg.num_heads, "tokenizer": base.tokenizer.name}  # fmt: skip
-        for key, val in have.items():
-            if key in info and info[key] != val:
-                raise CheckpointError(f"TLDR run {run.path} was trained on a backbone with "
-                                      f"{key}={info[key]!r} but backbone {backbone.path} has "
-                                      f"{val!r}")  # fmt: skip
+        check_trained_on(run, "backbone", backbone.path, {
+            "d_model": base.cfg.d_model, "num_layers": base.cfg.num_layers,
+            "num_heads": base.cfg.num_heads, "tokenizer": base.tokenizer.name}, base.params)
         _, spk_model, spk_params = load_speaker(config.tldr, run.path)
         cfg = tldr_config(config.tldr, base.cfg, base.tokenizer, spk_model)
         model = TLDRModel(cfg, spk_model)
