@@ -135,6 +135,7 @@ HELP = {
     "mdm.speaker_encoder": "MDM: speaker encoder run folder ('' = no speaker input)",
     "mdm.tau1": "MDM sampling: mixture-component temperature (tau_2 is decode.temperature)",
     "mdm.length_scale": "MDM synthesis: predicted durations x this",
+    "mdm.train_crop": "MDM training: decoders on random windows of N frames (0 = whole utterance)",
     "mdm.gradtts_tau": "Grad-TTS baseline sampling: X_1 = mu + z / tau (the paper's 1.5)",
     "model.score_layers": "Grad-TTS baseline score decoder layers on the MDM encoder (0 = none)",
     "model.beta_min": "Grad-TTS noise schedule: beta at t = 0",

@@ -52,6 +52,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         tau1=1.0,  # mixture-component temperature (tau_2, the value's, is decode.temperature)
         length_scale=1.0,  # durations x this at synthesis
         gradtts_tau=1.5,  # Grad-TTS baseline: X_1 = mu + z / tau (the paper's 1.5)
+        train_crop=0,  # > 0: the decoders train on random windows of this many frames
     ))  # fmt: skip
     config.data = mlc.ConfigDict(dict(
         corpus_dir="", corpus_utterances=2400, corpus_seed=0, text_backend="espeak",

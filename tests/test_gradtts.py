@@ -96,6 +96,12 @@ def test_joint_loss_trains_both_decoders_and_ignores_padding(model_params):
     grads = jax.grad(lambda p: f(p, b)[0])(params)
     assert float(jnp.abs(grads["score_decoder"]["out"]["kernel"]).max()) > 0
     assert float(jnp.abs(grads["score_decoder"]["time_in"]["kernel"]).max()) > 0
+    # crops: a window as long as the buffer changes nothing; a short one still trains both
+    full = mdm_loss(model, params, b, jax.random.key(3), crop=20)[0]
+    np.testing.assert_allclose(float(full), float(loss), rtol=1e-6)
+    g8 = jax.grad(lambda p: mdm_loss(model, p, b, jax.random.key(3), crop=8)[0])(params)
+    assert float(jnp.abs(g8["score_decoder"]["out"]["kernel"]).max()) > 0
+    assert float(jnp.abs(g8["decoder"]["out"]["kernel"]).max()) > 0
     # without the score decoder the same loss has no 'score' term and no such parameters
     plain = AcousticModel(dataclasses.replace(CFG, score_layers=0))
     p0 = {k: v for k, v in params.items() if k != "score_decoder"}

@@ -32,9 +32,10 @@ from jaxtts.methods.mdm.orders import elbo_masks
 from jaxtts.nn.masks import length_mask
 
 
-def mdm_loss(model: AcousticModel, params, batch, rng: jax.Array):
+def mdm_loss(model: AcousticModel, params, batch, rng: jax.Array, crop: int = 0):
     """-> (loss, metrics). batch: text [B, X], text_len, mel [B, T, M], mel_len, and
-    optionally speaker [B, E]."""
+    optionally speaker [B, E]; `crop` > 0: the decoders train on a random window of that many
+    frames per row (`mdm.train_crop`)."""
     cfg: MDMConfig = model.cfg
     text, text_len = jnp.asarray(batch["text"]), jnp.asarray(batch["text_len"])
     mel, mel_len = jnp.asarray(batch["mel"]), jnp.asarray(batch["mel_len"])
@@ -62,14 +63,28 @@ def mdm_loss(model: AcousticModel, params, batch, rng: jax.Array):
     dur_loss = jnp.sum((logw - jnp.log(jnp.maximum(dur, 1.0))) ** 2 * tw) / jnp.maximum(
         tw.sum(), 1.0)  # fmt: skip
 
-    masked, weight = elbo_masks(rng, jnp.where(ok, mel_len, 0), t)  # [B, T], [B]
+    # the decoders see the whole utterance, or (crop > 0) a random window of `crop` frames per
+    # row, as Grad-TTS trains its decoder on 2 s segments (the encoder losses above see it all)
     q = cfg.quantize(mel)  # [B, T, M]
-    visible = fvalid & ~masked
-    out = model.apply(p, mu, cfg.level_value(q), visible, mel_len, speaker,
-                      method="decode_params")  # [B, T, M, 3K]
-    nll = jnp.sum(dmol.nll(out, q, cfg.levels), -1)  # [B, T] nats per frame
+    d_len = jnp.where(ok, mel_len, 0)
+    if crop and crop < t:
+        room = jnp.maximum(d_len - crop, 0)
+        start = jnp.floor(jax.random.uniform(jax.random.fold_in(rng, 2), (b,))
+                          * (room + 1)).astype(jnp.int32)  # fmt: skip
+        window = jax.vmap(lambda a, s0: jax.lax.dynamic_slice_in_dim(a, s0, crop, axis=0))
+        mu, y, q = window(mu, start), window(y, start), window(q, start)
+        d_len = jnp.minimum(d_len, crop)
+    td = mu.shape[1]
+    dvalid = length_mask(d_len, td)  # [B, Td]
+    d_frames = jnp.maximum(dvalid.sum(), 1)
+
+    masked, weight = elbo_masks(rng, d_len, td)  # [B, Td], [B]
+    visible = dvalid & ~masked
+    out = model.apply(p, mu, cfg.level_value(q), visible, d_len, speaker,
+                      method="decode_params")  # [B, Td, M, 3K]
+    nll = jnp.sum(dmol.nll(out, q, cfg.levels), -1)  # [B, Td] nats per frame
     mw = masked.astype(jnp.float32)
-    elbo = jnp.sum(weight[:, None] * nll * mw) / (n_frames * cfg.n_mels)
+    elbo = jnp.sum(weight[:, None] * nll * mw) / (d_frames * cfg.n_mels)
     nll_bin = jnp.sum(nll * mw) / jnp.maximum(mw.sum() * cfg.n_mels, 1.0)
     loss = elbo + prior + dur_loss
     metrics = {"elbo": elbo, "prior": prior, "duration": dur_loss, "nll_per_bin": nll_bin,
@@ -78,17 +93,17 @@ def mdm_loss(model: AcousticModel, params, batch, rng: jax.Array):
     if cfg.score_layers:
         from jaxtts.methods.mdm.gradtts import score_loss
 
-        metrics["score"] = score_loss(model, params, y, mu, fw, mel_len, speaker,
-                                      jax.random.fold_in(rng, 1))  # fmt: skip
+        metrics["score"] = score_loss(model, params, y, mu, dvalid.astype(jnp.float32), d_len,
+                                      speaker, jax.random.fold_in(rng, 1))  # fmt: skip
         loss = loss + metrics["score"]
     return loss, {"loss": loss, **metrics}
 
 
 class MDMTask:
-    """`jaxtts.train.loop.Task` for the acoustic model + MDM decoder."""
+    """`jaxtts.train.loop.Task` for the acoustic model + MDM decoder (+ Grad-TTS's)."""
 
-    def __init__(self, cfg: MDMConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: MDMConfig, crop: int = 0):
+        self.cfg, self.crop = cfg, int(crop)
         self.model = AcousticModel(cfg)
 
     def init(self, rng, batch):
@@ -99,7 +114,7 @@ class MDMTask:
 
     def loss(self, params, batch, rng, *, train: bool, step=None):
         rng = rng if rng is not None else jax.random.key(0)
-        return mdm_loss(self.model, params, batch, rng)
+        return mdm_loss(self.model, params, batch, rng, self.crop if train else 0)
 
 
 # ----------------------------------------------------------------------------- training
@@ -212,7 +227,7 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
                          "levels": cfg.levels, "mel_lo": cfg.mel_lo, "mel_hi": cfg.mel_hi})
     log.info("MDM: %d training utterances, Q=%d levels on [%.2f, %.2f]", len(train_loader.records),
              cfg.levels, cfg.mel_lo, cfg.mel_hi)
-    task = MDMTask(cfg)
+    task = MDMTask(cfg, int(config.mdm.get("train_crop", 0)))
 
     def eval_batches():
         return (dev_loader.get_batch(s) for s in range(len(dev_loader)))
