@@ -158,7 +158,7 @@ class _SynthRow(_Row):
         return wav, dict(info or {})
 
 
-def make_row(spec: str, workdir: str | None) -> _Row:
+def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _Row:
     kind, _, arg = spec.partition(":")
     if kind == "ground_truth" and not arg:
         return _GroundTruth("ground truth")
@@ -178,7 +178,9 @@ def make_row(spec: str, workdir: str | None) -> _Row:
             raise MissingDependencyError(
                 f"jaxtts/synthesize.py: make_synthesizer(workdir, strategy) unavailable ({e})"
             ) from None
-        return _SynthRow(arg, make_synthesizer(workdir, arg))
+        sampling = {k: v for k, v in (sampling or {}).items() if v is not None}
+        name = arg + "".join(f" {k}={v:g}" for k, v in sampling.items())
+        return _SynthRow(name, make_synthesizer(workdir, arg, **sampling))
     raise ConfigError(f"--rows {spec!r}: expected ground_truth, resynth:<vocoder>, "
                       "tokenizer:<dir> or model:<strategy>")
 
@@ -465,13 +467,15 @@ def evaluate(
     plots: bool = True,
     num_saved_wavs: int = 2,
     progress: bool = True,
+    sampling: dict | None = None,
 ) -> dict:
     """Score every row on `num` utterances of `<corpus_dir>/<split>.jsonl`; write results.
 
     Writes `<out_dir>/results.json`, `results.md`, `wer_vs_rtf.png`, `mels.png` and a few
     wavs under `samples/<row>/`. Returns the results dict (the content of results.json).
     `speaker_encoder`: a SpeakerEncoder, a name for `load_speaker_encoder`, "auto" (try the
-    known ones) or None (SIM disabled).
+    known ones) or None (SIM disabled). `sampling`: temperature / top_k / top_p for every
+    model row (None values: the run's config), named in the row.
     """
     from jaxtts.data.manifest import read_manifest
     from jaxtts.eval import report
@@ -486,7 +490,7 @@ def evaluate(
     row_objs: list[_Row] = []
     for spec in rows:
         try:
-            row_objs.append(make_row(spec, workdir))
+            row_objs.append(make_row(spec, workdir, sampling))
         except MissingDependencyError as e:
             warn.append(f"row {spec} skipped: {e}")
     for name, synth in (synthesizers or {}).items():
@@ -600,6 +604,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     _add(p, "no_asr_adapt", action="store_true",
          help="use the stock PocketSphinx acoustic model (no MAP adaptation to the training "
               "audio)")  # fmt: skip
+    _add(p, "temperature", type=float, default=None,
+         help="sampling temperature of every model row (None = the run's decode config)")
+    _add(p, "top_k", type=int, default=None, help="top-k of every model row (0 = off)")
+    _add(p, "top_p", type=float, default=None, help="top-p of every model row (1 = off)")
     _add(p, "no_plots", action="store_true", help="skip wer_vs_rtf.png and mels.png")
     _add(p, "no_progress", action="store_true", help="no progress bars")
     return p.parse_args(argv)
@@ -636,7 +644,9 @@ def main(argv: list[str] | None = None) -> int:
                            speaker_encoder=enc, spectral=not a.no_spectral,
                            asr_workers=a.asr_workers, lm_generated=a.lm_generated,
                            asr_adapt=not a.no_asr_adapt, plots=not a.no_plots,
-                           progress=not a.no_progress)
+                           progress=not a.no_progress,
+                           sampling={"temperature": a.temperature, "top_k": a.top_k,
+                                     "top_p": a.top_p})  # fmt: skip
     except JaxttsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -382,14 +382,16 @@ def resolve_prompt(workdir: str | Path, speaker: str | None = None,
                     f"{corpus} (speakers: {', '.join(known)})")  # fmt: skip
 
 
-def make_synthesizer(workdir: str, strategy: str):
-    """`jaxtts.evaluate` model rows: a `synth(texts, prompts)` callable for one strategy."""
+def make_synthesizer(workdir: str, strategy: str, **sampling):
+    """`jaxtts.evaluate` model rows: a `synth(texts, prompts)` callable for one strategy
+    (`sampling`: temperature / top_k / top_p overrides of the run's decode config)."""
     synth = Synthesizer.from_workdir(workdir)
     synth.engine.check_strategy(strategy)
+    synth.engine.options(strategy=strategy, **sampling)  # bad values: one-line errors now
 
     def run(texts, prompts):
         res = synth.synthesize(texts, prompts, strategy=strategy, batch_size=len(texts),
-                               progress=False)  # fmt: skip
+                               progress=False, **sampling)  # fmt: skip
         return [(r.wav, r.info) for r in res]
 
     return run

@@ -4,6 +4,7 @@ import json
 import shutil
 import subprocess
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -210,3 +211,19 @@ def test_split_specs_keeps_strategy_settings_together():
 
     assert split_specs("far,ssd:L=3,beta=0.4,palle:steps=50,refine=3,car:3,ssd:3,0.4,draft") == [
         "far", "ssd:L=3,beta=0.4", "palle:steps=50,refine=3", "car:3", "ssd:3,0.4", "draft"]
+
+
+def test_sampling_overrides_name_the_model_rows(tiny_corpus, tmp_path, capsys):
+    """--temperature / --top_k / --top_p apply to every model row and appear in its name; a bad
+    value is a one-line error before anything runs."""
+    from jaxtts.evaluate import make_row
+
+    run = str(Path(__file__).resolve().parents[1] / "pretrained" / "car_small")
+    row = make_row("model:far", run, {"top_k": 50, "temperature": None})
+    assert row.name == "far top_k=50"
+    assert make_row("model:car:3", run, None).name == "car:3"
+    rc = main(["--corpus", str(tiny_corpus), "--out", str(tmp_path), "--rows", "",
+               "--workdir", run, "--strategies", "far", "--top_p", "1.5",
+               "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "top_p=1.5" in err[0]
