@@ -18,9 +18,10 @@ N(mu, I), the prior upsampled by the durations):
 Steps: `gradtts:<N>` a fixed N per utterance (the paper's baseline: 100), `gradtts:length`
 N = the utterance's frame count (what a one-frame-per-step MDM order spends), per row.
 
-**Deviation, on purpose:** the score network is a bidirectional transformer over frames of the
-same shape as the MDM decoder (input W_mu mu + W_x X_t + an MLP of the sinusoidal features of
-1000 t, + the speaker; output eps [B, T, M]) instead of Grad-TTS's 2-D convolutional U-Net,
+**Deviation, on purpose:** the score network (`model.ScoreDecoder`) is a bidirectional
+transformer over frames of the same shape as the MDM decoder (input W_mu mu + W_x X_t + an MLP
+of the sinusoidal features of 1000 t, + the speaker; output eps [B, T, M]) instead of
+Grad-TTS's 2-D convolutional U-Net,
 so the two decoders differ in the diffusion, not in the network. Both decoders are trained in
 one run on one encoder (`model.score_layers > 0`; both losses train the encoder), so the
 comparison is on literally the same durations and prior.
@@ -32,16 +33,14 @@ from __future__ import annotations
 
 import functools
 
-import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
 
 from jaxtts.errors import ConfigError
-from jaxtts.nn import axes
-from jaxtts.nn.layers import Dense, sinusoidal
-from jaxtts.nn.masks import length_mask, padding_mask
-from jaxtts.nn.transformer import TransformerStack
+from jaxtts.methods.mdm.decode import predicted_durations
+from jaxtts.methods.mdm.model import upsample
+from jaxtts.nn.masks import length_mask
 
 T_EPS = 1e-5  # training times t ~ U[T_EPS, 1 - T_EPS] (lambda_t > 0)
 
@@ -75,33 +74,6 @@ def beta(cfg, t: jax.Array) -> jax.Array:
     return cfg.beta_min + (cfg.beta_max - cfg.beta_min) * t
 
 
-class ScoreDecoder(nn.Module):
-    """eps_theta(X_t, mu, t): [B, T, M] noise prediction (score = -eps / sqrt(lambda_t))."""
-
-    cfg: object  # MDMConfig
-
-    @nn.compact
-    def __call__(self, xt, mu, t, frame_len, speaker):
-        """xt, mu [B, T, M]; t [B] in [0, 1]; frame_len [B]; speaker [B, E] or None."""
-        c = self.cfg
-        w = c.dec_width
-        h = Dense(w, (None, axes.EMBED), use_bias=True, name="in_mu")(mu)
-        h = h + Dense(w, (None, axes.EMBED), name="in_x")(xt)
-        temb = sinusoidal(1000.0 * t, w)  # [B, D]
-        temb = Dense(4 * w, (None, axes.MLP), use_bias=True, name="time_in")(temb)
-        temb = Dense(w, (axes.MLP, axes.EMBED), use_bias=True, name="time_out")(
-            jax.nn.silu(temb))  # fmt: skip
-        h = h + temb[:, None]
-        if c.speaker_dim and speaker is not None:
-            h = h + Dense(w, (None, axes.EMBED), name="speaker")(speaker)[:, None]
-        valid = length_mask(frame_len, mu.shape[1])  # [B, T]
-        pos = jnp.broadcast_to(jnp.arange(mu.shape[1]), valid.shape)
-        h, _ = TransformerStack(c.stack(c.score_layers, w, c.dec_heads, c.dec_ff),
-                                name="stack")(h, pos, padding_mask(valid))  # fmt: skip
-        out = Dense(c.n_mels, (axes.EMBED, None), use_bias=True, name="out")(h)
-        return out.astype(jnp.float32) * valid[..., None]
-
-
 def score_loss(model, params, y, mu, frame_weight, frame_len, speaker, rng):
     """Grad-TTS's diffusion loss: y, mu [B, T, M] (normalised), frame_weight [B, T] (1 on the
     frames that count) -> mean squared noise error per valid frame and bin."""
@@ -132,9 +104,6 @@ def gradtts_decode(model, params, text, text_len, speaker, keys, *, steps: int, 
                    length_scale: float = 1.0) -> GradTTSOutput:  # fmt: skip
     """text [B, X], text_len [B], speaker [B, E] or None, keys [B] per-row PRNG keys; `steps`
     per row (0 = the row's frame count); `frames` the static buffer length."""
-    from jaxtts.methods.mdm.decode import predicted_durations
-    from jaxtts.methods.mdm.model import upsample
-
     cfg = model.cfg
     p = {"params": params}
     _, mu_x, logw = model.apply(p, text, text_len, speaker, method="encode")

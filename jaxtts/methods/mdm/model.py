@@ -12,7 +12,9 @@ mel prior and a duration predictor, and the masked-diffusion decoder over quanti
              vector for masked frames) + the speaker; output per frame and bin a discretised
              mixture of K logistics (`dmol.py`) over the Q quantisation levels.
   score      with `score_layers > 0`, the Grad-TTS baseline's score network on the same
-             encoder (`gradtts.py`), trained in the same run.
+             encoder: a bidirectional transformer over frames (input W_mu mu + W_x X_t + an
+             MLP of sinusoidal features of 1000 t + the speaker) predicting the noise
+             [B, T, M]; its diffusion (loss, sampler) is `gradtts.py`.
 
 Mel normalisation: a log-mel value y maps to [-1, 1] by the quantiser's range,
 y_n = 2 (clip(y, lo, hi) - lo) / (hi - lo) - 1, where level v of Q sits at -1 + 2 v / (Q - 1)
@@ -37,7 +39,7 @@ import jax.numpy as jnp
 from jaxtts.errors import ConfigError
 from jaxtts.nn import axes
 from jaxtts.nn.conv import masked_conv1d
-from jaxtts.nn.layers import Dense, RMSNorm, param_with_axes
+from jaxtts.nn.layers import Dense, RMSNorm, param_with_axes, sinusoidal
 from jaxtts.nn.masks import length_mask, padding_mask
 from jaxtts.nn.transformer import StackConfig, TransformerStack
 
@@ -150,6 +152,33 @@ class MDMDecoder(nn.Module):
         return out.astype(jnp.float32)
 
 
+class ScoreDecoder(nn.Module):
+    """eps_theta(X_t, mu, t): [B, T, M] noise prediction (score = -eps / sqrt(lambda_t))."""
+
+    cfg: MDMConfig
+
+    @nn.compact
+    def __call__(self, xt, mu, t, frame_len, speaker):
+        """xt, mu [B, T, M]; t [B] in [0, 1]; frame_len [B]; speaker [B, E] or None."""
+        c = self.cfg
+        w = c.dec_width
+        h = Dense(w, (None, axes.EMBED), use_bias=True, name="in_mu")(mu)
+        h = h + Dense(w, (None, axes.EMBED), name="in_x")(xt)
+        temb = sinusoidal(1000.0 * t, w)  # [B, D]
+        temb = Dense(4 * w, (None, axes.MLP), use_bias=True, name="time_in")(temb)
+        temb = Dense(w, (axes.MLP, axes.EMBED), use_bias=True, name="time_out")(
+            jax.nn.silu(temb))  # fmt: skip
+        h = h + temb[:, None]
+        if c.speaker_dim and speaker is not None:
+            h = h + Dense(w, (None, axes.EMBED), name="speaker")(speaker)[:, None]
+        valid = length_mask(frame_len, mu.shape[1])  # [B, T]
+        pos = jnp.broadcast_to(jnp.arange(mu.shape[1]), valid.shape)
+        h, _ = TransformerStack(c.stack(c.score_layers, w, c.dec_heads, c.dec_ff),
+                                name="stack")(h, pos, padding_mask(valid))  # fmt: skip
+        out = Dense(c.n_mels, (axes.EMBED, None), use_bias=True, name="out")(h)
+        return out.astype(jnp.float32) * valid[..., None]
+
+
 def upsample(mu_x: jax.Array, durations: jax.Array, frames: int) -> jax.Array:
     """mu_x [B, X, M] repeated by integer durations [B, X] -> [B, T, M] (zeros past the last
     phone's frames)."""
@@ -168,8 +197,6 @@ class AcousticModel(nn.Module):
     cfg: MDMConfig
 
     def setup(self):
-        from jaxtts.methods.mdm.gradtts import ScoreDecoder
-
         self.encoder = TextEncoder(self.cfg)
         self.decoder = MDMDecoder(self.cfg)
         self.score_decoder = ScoreDecoder(self.cfg) if self.cfg.score_layers else None
