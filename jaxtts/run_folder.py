@@ -82,6 +82,15 @@ def params_fingerprint(params: Any) -> str:
     return h.hexdigest()[:16]
 
 
+def record_fingerprint(run: RunFolder, role: str, base_path: str | os.PathLike,
+                       params: Any) -> str:  # fmt: skip
+    """The `<role>_fingerprint` a run built on `base_path` writes to its data.json; a resumed
+    run whose data.json already records a different one is a one-line CheckpointError (its
+    checkpoints were trained on the other model)."""
+    check_trained_on(run, role, base_path, {}, params)
+    return params_fingerprint(params)
+
+
 def check_trained_on(run: RunFolder, role: str, base_path: str | os.PathLike, have: dict,
                      params: Any = None) -> None:  # fmt: skip
     """A run trained on another run's model must be loaded with that model: every size its

@@ -148,6 +148,9 @@ def test_tiny_recipe_trains_and_synthesizes(tmp_path, tiny_corpus):
     (gt,) = Synthesizer(eng).synthesize(["The cat sat."], None, strategy="gradtts:3",
                                         max_seconds=1.0, progress=False)  # fmt: skip
     assert gt.wav.size > 0 and gt.info["steps"] == 3
+    with pytest.raises(ConfigError, match="top_k / top_p do not apply"):
+        Synthesizer(eng).synthesize(["The cat sat."], None, strategy="top1*", top_k=5,
+                                    progress=False)  # fmt: skip
     (res,) = Synthesizer(eng).synthesize(["The cat sat."], None, strategy="l2r",
                                          max_seconds=1.0, progress=False)  # fmt: skip
     assert res.wav.size > 0 and res.info["steps"] == res.info["num_tokens"]

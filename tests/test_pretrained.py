@@ -187,7 +187,7 @@ def test_downstream_models_check_their_backbone(tmp_path):
 
     from jaxtts.engine import load_engine
     from jaxtts.errors import CheckpointError
-    from jaxtts.run_folder import params_fingerprint
+    from jaxtts.run_folder import RunFolder, params_fingerprint, record_fingerprint
 
     tree = {"a": {"w": jnp.linspace(-1, 1, 7)}, "b": jnp.ones((2, 3))}
     fp = params_fingerprint(tree)
@@ -205,3 +205,9 @@ def test_downstream_models_check_their_backbone(tmp_path):
     with pytest.raises(CheckpointError, match=r"dcar/data.json: trained on backbone parameters "
                                               r"0{16} but .*car_small holds"):  # fmt: skip
         load_engine(dst)
+    # a resumed training whose data.json names other backbone parameters stops the same way
+    run = RunFolder(tmp_path / "resumed")
+    run.write_data_info({"backbone_fingerprint": "0" * 16})
+    with pytest.raises(CheckpointError, match="resumed/data.json: trained on backbone"):
+        record_fingerprint(run, "backbone", "other", tree)
+    assert record_fingerprint(RunFolder(tmp_path / "fresh"), "backbone", "b", tree) == fp

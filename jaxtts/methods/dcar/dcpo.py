@@ -54,7 +54,7 @@ from jaxtts.decode.sampling import SamplingConfig, row_keys
 from jaxtts.errors import ConfigError
 from jaxtts.methods.dcar.policy import ChunkPolicy, PolicyConfig, action_logp
 from jaxtts.methods.dcar.strategies import DCAR
-from jaxtts.run_folder import params_fingerprint
+from jaxtts.run_folder import record_fingerprint
 from jaxtts.train.rl import group_advantages, grpo_loss
 
 log = logging.getLogger("jaxtts.dcar")
@@ -332,7 +332,9 @@ def _write_backbone_info(workdir: str, config, engine) -> None:
     Path(workdir).mkdir(parents=True, exist_ok=True)
     RunFolder(workdir).write_data_info({
         "backbone": str(config.dcpo.backbone),
-        "backbone_fingerprint": params_fingerprint(engine.params), "d_model": engine.cfg.d_model,
+        "backbone_fingerprint": record_fingerprint(RunFolder(workdir), "backbone",
+                                                   config.dcpo.backbone, engine.params),
+        "d_model": engine.cfg.d_model,
         "num_mtp_heads": engine.cfg.num_mtp_heads, "num_heads": engine.cfg.num_heads,
         "tokenizer": engine.tokenizer.name, "reward_asr": str(config.dcpo.reward_asr),
     })  # fmt: skip

@@ -271,6 +271,10 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None, task_name: 
     config = fill_model_sizes(config, data)
     cfg = LMConfig.from_config(config.model)
     task = lm_task_from_config(config, cfg)
+    clash = sorted(set(data_info or {}) & {"corpus_dir", "tokenizer", "frame_rate",
+                                           "train_records", "dropped", "max_target_text"})
+    if clash:
+        raise ValueError(f"data_info may not replace data.json's {clash[0]!r}")
     RunFolder(workdir).write_data_info(
         {"corpus_dir": str(data.corpus_dir), "tokenizer": data.tokenizer.name,
          "frame_rate": data.tokenizer.frame_rate, "train_records": len(data.train.records),

@@ -6,7 +6,8 @@
 Strategies are the decoding orders (`orders.py`), bare or as `mdm:<order>`: random, l2r, r2l,
 swap:<lambda>, top1, top1*, topk:<k>, duration; and, for a run trained with the Grad-TTS
 baseline decoder (`model.score_layers > 0`), `gradtts:<steps>` (100 by default) and
-`gradtts:length` (`gradtts.py`; its temperature tau is `mdm.gradtts_tau`, 1.5 as the paper).
+`gradtts:length` (`gradtts.py`; its temperature tau is `mdm.gradtts_tau`, 1.5 as the paper,
+not decode.temperature; top_k / top_p are one-line errors: nothing here uses them).
 Units are mel frames [N, 80]: the prompt's log-mel gives the speaker embedding (the shipped
 JAX speaker encoder's; no prompt = zeros) and its transcript is not synthesised (MDM is not a
 continuation model). Two jitted calls per batch: the encoder's durations (a row whose duration
@@ -114,6 +115,11 @@ class MDMEngine(Engine):
 
     def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
         spec = self.check_strategy(options.strategy)
+        s = options.sampling
+        if s.top_k or s.top_p < 1.0:
+            raise ConfigError(f"{spec}: top_k / top_p do not apply to MDM's mixture sampling or "
+                              "Grad-TTS (decode.temperature is MDM's tau_2; Grad-TTS's tau is "
+                              "mdm.gradtts_tau)")  # fmt: skip
         text, text_len = jnp.asarray(batch.text), jnp.asarray(batch.text_len)
         spk = self.speaker_embeddings(batch)
         scale = float(self.mdm.get("length_scale", 1.0))

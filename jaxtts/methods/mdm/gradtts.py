@@ -82,7 +82,7 @@ def score_loss(model, params, y, mu, frame_weight, frame_len, speaker, rng):
     kt, kx = jax.random.split(rng)
     t = jax.random.uniform(kt, (b,), minval=T_EPS, maxval=1.0 - T_EPS)  # [B]
     cum = cumulative_beta(cfg, t)[:, None, None]  # [B, 1, 1]
-    rho, lam = jnp.exp(-0.5 * cum), 1.0 - jnp.exp(-cum)
+    rho, lam = jnp.exp(-0.5 * cum), -jnp.expm1(-cum)
     xi = jax.random.normal(kx, y.shape)  # [B, T, M]
     xt = rho * y + (1.0 - rho) * mu + jnp.sqrt(lam) * xi
     eps = model.apply({"params": params}, xt, mu, t, frame_len, speaker, method="score")
@@ -130,7 +130,7 @@ def reverse_ode(cfg, eps_fn, x, mu, n, valid):
         i, x = carry
         active = i < n  # [B]
         t = jnp.clip(1.0 - (i + 0.5) * h, 0.0, 1.0)  # [B]
-        lam = 1.0 - jnp.exp(-cumulative_beta(cfg, t))  # [B]
+        lam = -jnp.expm1(-cumulative_beta(cfg, t))  # [B]
         score = -eps_fn(x, t) / jnp.sqrt(lam)[:, None, None]
         dx = 0.5 * (beta(cfg, t) * h)[:, None, None] * (mu - x - score)
         return i + 1, jnp.where(active[:, None, None] & valid, x - dx, x)

@@ -69,8 +69,7 @@ def mdm_loss(model: AcousticModel, params, batch, rng: jax.Array, crop: int = 0)
     d_len = jnp.where(ok, mel_len, 0)
     if crop and crop < t:
         room = jnp.maximum(d_len - crop, 0)
-        start = jnp.floor(jax.random.uniform(jax.random.fold_in(rng, 2), (b,))
-                          * (room + 1)).astype(jnp.int32)  # fmt: skip
+        start = jax.random.randint(jax.random.fold_in(rng, 2), (b,), 0, room + 1)
         window = jax.vmap(lambda a, s0: jax.lax.dynamic_slice_in_dim(a, s0, crop, axis=0))
         mu, y, q = window(mu, start), window(y, start), window(q, start)
         d_len = jnp.minimum(d_len, crop)

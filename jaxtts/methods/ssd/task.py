@@ -17,7 +17,7 @@ import shutil
 import ml_collections as mlc
 
 from jaxtts.errors import ConfigError
-from jaxtts.run_folder import RunFolder, params_fingerprint, resolve_run
+from jaxtts.run_folder import RunFolder, record_fingerprint, resolve_run
 
 log = logging.getLogger("jaxtts.ssd")
 
@@ -69,10 +69,12 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         shutil.copytree(target.text_frontend_dir, run.text_frontend_dir, dirs_exist_ok=True)
     init_dir = run.path / "draft_init"
     eng = LMEngine.from_run(target)
+    fingerprint = record_fingerprint(run, "target", target.path, eng.params)
     if not (init_dir / "params.msgpack").is_file():
         init_dir.mkdir(exist_ok=True)
         write_params_file(init_dir / "params.msgpack",
                           draft_params(eng.params, dconf.ssd.layers), None)  # fmt: skip
+    del eng  # the target's parameters are not needed while the draft trains
     dconf.train.init_from = str(init_dir)
     from jaxtts.methods.lm.model import LMConfig
 
@@ -82,4 +84,4 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
              list(dconf.ssd.layers), tm.num_layers, forward_cost(dm) / forward_cost(tm))
     return lm_train(dconf, workdir, progress=progress, mesh=mesh, task_name="ssd",
                     data_info={"target": str(config.ssd.target),
-                               "target_fingerprint": params_fingerprint(eng.params)})
+                               "target_fingerprint": fingerprint})

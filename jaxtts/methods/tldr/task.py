@@ -36,7 +36,7 @@ from jaxtts.methods.tldr.assemble import (
     tldr_config,
 )
 from jaxtts.methods.tldr.model import TLDRConfig, TLDRModel
-from jaxtts.run_folder import RunFolder, params_fingerprint
+from jaxtts.run_folder import RunFolder, record_fingerprint
 
 log = logging.getLogger("jaxtts.tldr")
 
@@ -141,7 +141,7 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         "frame_rate": data.tokenizer.frame_rate, "train_records": len(data.train.records),
         "max_target_text": int(max(r.text_ids.size for r in data.train.records)),
         "backbone": str(config.tldr.backbone),
-        "backbone_fingerprint": params_fingerprint(base.params),
+        "backbone_fingerprint": record_fingerprint(run, "backbone", backbone.path, base.params),
         "speaker_encoder": str(config.tldr.speaker_encoder) if spk_run else None,
         "d_model": base.cfg.d_model, "num_layers": base.cfg.num_layers,
         "num_heads": base.cfg.num_heads,
