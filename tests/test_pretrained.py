@@ -23,8 +23,8 @@ def _utts(corpus):
     return [u for s in ("train", "dev", "test") for u in read_split(corpus, s)]
 
 
-@pytest.mark.parametrize("name", ["car_small", "speaker_encoder", "ctc_asr", "dcar", "ssd",
-                                  "tldr"])
+@pytest.mark.parametrize("name", ["car_small", "car_small_s2600", "speaker_encoder", "ctc_asr",
+                                  "dcar", "ssd", "tldr"])
 def test_shipped_folder_is_self_contained(name):
     run = PRETRAINED / name
     card = (run / "MODEL_CARD.md").read_text()
