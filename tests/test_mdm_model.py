@@ -1,7 +1,12 @@
 """MDM's acoustic model, loss and decoding loop on a tiny random model: the mel grid, upsampling,
-padding-invariant loss, every order decodes every frame exactly once, batch-N == batch-1."""
+padding-invariant loss, every order decodes every frame exactly once, batch-N == batch-1; and
+the Grad-TTS baseline decoder on the same model: the noise schedule's exact values, the
+probability-flow sampler against the exact score of a point mass, the joint loss, batch-N ==
+batch-1, strategy names."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import flax.linen as nn
 import jax
@@ -9,13 +14,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxtts.errors import ConfigError
+from jaxtts.methods.mdm import gradtts
 from jaxtts.methods.mdm.decode import mdm_decode, predicted_durations
 from jaxtts.methods.mdm.model import AcousticModel, MDMConfig, upsample
 from jaxtts.methods.mdm.task import mdm_loss
 
 CFG = MDMConfig(num_text_symbols=12, n_mels=6, levels=10, mel_lo=-4.0, mel_hi=2.0, d_model=16,
                 enc_layers=1, enc_heads=2, enc_ff=32, dur_channels=16, dec_layers=1,
-                dec_width=16, dec_heads=2, dec_ff=32, mixtures=3, speaker_dim=4)  # fmt: skip
+                dec_width=16, dec_heads=2, dec_ff=32, mixtures=3, speaker_dim=4,
+                score_layers=1)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +168,96 @@ def test_tiny_recipe_trains_and_synthesizes(tmp_path, tiny_corpus):
     assert int(d.min()) == 1  # every phone keeps >= 1 frame: a text never gets zero frames
     (skipped,) = Synthesizer(eng).synthesize(["..."], None, strategy="l2r", progress=False)
     assert skipped.skipped and "no pronounceable symbols" in skipped.skipped
+
+
+# -- the Grad-TTS baseline decoder (jaxtts/methods/mdm/gradtts.py) on the same tiny model
+
+
+def test_schedule_exact_values():
+    t = jnp.array([0.0, 0.5, 1.0])
+    np.testing.assert_allclose(np.asarray(gradtts.cumulative_beta(CFG, t)),
+                               [0.0, 0.05 * 0.5 + 0.5 * 19.95 * 0.25, 0.05 + 0.5 * 19.95],
+                               rtol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(np.asarray(gradtts.beta(CFG, t)), [0.05, 10.025, 20.0], rtol=1e-6)
+    assert [gradtts.parse_steps(s) for s in ("gradtts", "gradtts:7", "gradtts:length")] == [
+        100, 7, 0]
+    for bad in ("gradtts:0", "gradtts:x", "grad:3"):
+        with pytest.raises(ConfigError):
+            gradtts.parse_steps(bad)
+
+
+def test_reverse_ode_with_the_exact_score_reaches_the_data():
+    """A point-mass 'data' y0: the marginal at t is N(rho_t y0 + (1 - rho_t) mu, lambda_t I), so
+    its exact noise prediction is (x - mean_t) / sqrt(lambda_t). Started from X_1 ~ N(mu, I),
+    the ODE's Euler steps must land on y0 (error shrinking with the step count), and a row
+    with 0 steps or padded frames must not move."""
+    rng = np.random.default_rng(0)
+    y0 = jnp.asarray(rng.uniform(-1, 1, (2, 5, 3)), jnp.float32)
+    mu = jnp.asarray(rng.uniform(-1, 1, (2, 5, 3)), jnp.float32)
+    x1 = mu + jnp.asarray(rng.normal(size=(2, 5, 3)), jnp.float32)
+    valid = (jnp.arange(5)[None] < jnp.array([5, 3])[:, None])[..., None]
+
+    def eps_fn(x, t):
+        cum = gradtts.cumulative_beta(CFG, t)[:, None, None]
+        rho, lam = jnp.exp(-0.5 * cum), 1.0 - jnp.exp(-cum)
+        return (x - rho * y0 - (1.0 - rho) * mu) / jnp.sqrt(lam)
+
+    errs = []
+    for n in (25, 100, 400):
+        out = gradtts.reverse_ode(CFG, eps_fn, x1, mu, jnp.array([n, n]), valid)
+        errs.append(float(jnp.max(jnp.abs(jnp.where(valid, out - y0, 0.0)))))
+        np.testing.assert_array_equal(np.asarray(out[1, 3:]), np.asarray(x1[1, 3:]))
+    assert errs[2] < 0.02 and errs[2] < errs[1] < errs[0], errs
+    stay = gradtts.reverse_ode(CFG, eps_fn, x1, mu, jnp.array([50, 0]), valid)
+    np.testing.assert_array_equal(np.asarray(stay[1]), np.asarray(x1[1]))
+
+
+def test_joint_loss_trains_both_decoders_and_ignores_padding(model_params):
+    model, params = model_params
+    b = batch()
+    f = jax.jit(lambda p, bb: mdm_loss(model, p, bb, jax.random.key(3)))
+    loss, m = f(params, b)
+    assert np.isfinite(float(m["score"])) and float(m["score"]) > 0
+    np.testing.assert_allclose(float(loss), float(m["elbo"] + m["prior"] + m["duration"]
+                                                  + m["score"]), rtol=1e-6)  # fmt: skip
+    b2 = {k: v.copy() for k, v in b.items()}
+    b2["mel"][1, 13:] = 7.0  # beyond row 1's frames
+    np.testing.assert_allclose(float(f(params, b2)[0]), float(loss), rtol=1e-6)
+    grads = jax.grad(lambda p: f(p, b)[0])(params)
+    assert float(jnp.abs(grads["score_decoder"]["out"]["kernel"]).max()) > 0
+    assert float(jnp.abs(grads["score_decoder"]["time_in"]["kernel"]).max()) > 0
+    # crops: a window as long as the buffer changes nothing; a short one still trains both
+    full = mdm_loss(model, params, b, jax.random.key(3), crop=20)[0]
+    np.testing.assert_allclose(float(full), float(loss), rtol=1e-6)
+    g8 = jax.grad(lambda p: mdm_loss(model, p, b, jax.random.key(3), crop=8)[0])(params)
+    assert float(jnp.abs(g8["score_decoder"]["out"]["kernel"]).max()) > 0
+    assert float(jnp.abs(g8["decoder"]["out"]["kernel"]).max()) > 0
+    # without the score decoder the same loss has no 'score' term and no such parameters
+    plain = AcousticModel(dataclasses.replace(CFG, score_layers=0))
+    p0 = {k: v for k, v in params.items() if k != "score_decoder"}
+    loss0, m0 = mdm_loss(plain, p0, b, jax.random.key(3))
+    assert "score" not in m0
+    np.testing.assert_allclose(float(loss0), float(loss - m["score"]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_decode_batch_n_equals_batch_1(model_params, greedy):
+    model, params = model_params
+    b = batch()
+    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(0), i))(jnp.arange(3))
+
+    def run(rows, steps):
+        return jax.device_get(gradtts.gradtts_decode(
+            model, params, jnp.asarray(b["text"][rows]), jnp.asarray(b["text_len"][rows]),
+            jnp.asarray(b["speaker"][rows]), keys[np.asarray(rows)], steps=steps, frames=24,
+            greedy=greedy))  # fmt: skip
+
+    for steps in (4, 0):
+        full = run([0, 1, 2], steps)
+        for r in range(3):
+            n = int(full.frames[r])
+            assert int(full.steps[r]) == (steps or n)
+            assert np.isfinite(full.mel[r]).all() and (full.mel[r, n:] == 0).all()
+            one = run([r], steps)
+            np.testing.assert_allclose(one.mel[0], full.mel[r], atol=1e-4)  # of a 6-nat range
+    assert (full.mel >= CFG.mel_lo - 1e-5).all() and (full.mel <= CFG.mel_hi + 1e-5).all()
