@@ -55,11 +55,11 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     # head k weighted alpha^(k-1); align_*: alignment learning (jaxtts/train/align.py), off
     # unless a variant (or an override) names layers
     config.loss = mlc.ConfigDict(dict(
-        alpha=1.0, align_layers=[], align_heads=[], align_ctc_weight=0.0,
+        alpha=1.0, align_layers=(), align_heads=(), align_ctc_weight=0.0,
         align_prior_scaling=0.0, align_prior_start=0, align_prior_end=0,
         align_prior_normalize=True, align_blank_logprob=-1.0, align_band=0.1))  # fmt: skip
     if v != "paper":
-        config.loss.update(align_layers=[1], align_heads=[0], align_ctc_weight=1.0,
+        config.loss.update(align_layers=(1,), align_heads=(0,), align_ctc_weight=1.0,
                            align_prior_scaling=1.0)  # fmt: skip
 
     config.data = common.data_config()
@@ -99,7 +99,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             steps=STEPS_SMALL, learning_rate=2e-3, warmup_steps=100, log_every=10,
             eval_every=500, checkpoint_every=250,
         )
-        config.loss.update(align_layers=[1, 2], align_heads=[0, 1],
+        config.loss.update(align_layers=(1, 2), align_heads=(0, 1),
                            align_prior_start=STEPS_SMALL // 5, align_prior_end=STEPS_SMALL // 2)
     else:  # paper
         config.data.update(batch_size=64)

@@ -37,8 +37,9 @@ HELP = {
     "model.speakers": "training speaker names in class order (None = from the train split)",
     # loss
     "loss.alpha": "weight of prediction head k is alpha^(k-1) (1 = uniform)",
-    "loss.align_layers": "layers whose speech->text attention learns the alignment ([] = off)",
-    "loss.align_heads": "heads of those layers that do ([] = all heads)",
+    "loss.align_layers": ("layers whose speech->text attention learns the alignment (() = off; "
+                          "on the command line '(1, 2)' or '()')"),
+    "loss.align_heads": "heads of those layers that do (() = all heads)",
     "loss.align_ctc_weight": "weight of the CTC (forward-sum) alignment loss (0 = no loss)",
     "loss.align_prior_scaling": "beta-binomial prior scaling (0 = no prior; larger = narrower)",
     "loss.align_prior_start": "the prior is fully on until this step",

@@ -34,6 +34,22 @@ def test_config_variants_load(path):
         cfg = mod.get_config(variant)
         assert cfg.train.steps > 0
         assert "mesh" in cfg and "train" in cfg
+        # every key but the mesh rules can be set with --config.<key>=: ml_collections cannot
+        # override a list from the command line (tuples it can: '(1, 2)', '()')
+        lists = [k for k, v in config_help.flatten(cfg.to_dict()).items()
+                 if isinstance(v, list) and k != "mesh.rules"]
+        assert not lists, f"{os.path.basename(path)}:{variant}: list-valued keys {lists}"
+
+
+def test_tuple_override_from_the_command_line():
+    """The documented ablation switch: --config.loss.align_layers='()' turns alignment off."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--config",
+                          os.path.join(ROOT, "configs", "car.py") + ":small", "--print_config",
+                          "--config.loss.align_layers=()", "--config.loss.align_heads=(0, 2)"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "loss.align_layers = ()" in out.stdout
+    assert "loss.align_heads = (0, 2)" in out.stdout
 
 
 def test_parse_arg():
