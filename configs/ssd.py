@@ -18,12 +18,14 @@ import ml_collections as mlc
 
 from configs import common
 
+VARIANTS = ("tiny", "small")
+
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
     args = common.parse_arg(arg, variant="small")
-    if args.variant not in ("tiny", "small"):
+    if args.variant not in VARIANTS:
         raise KeyError(f"configs/ssd.py: unknown variant '{args.variant}', expected "
-                       "['tiny', 'small']")  # fmt: skip
+                       f"{list(VARIANTS)}")  # fmt: skip
     v = args.variant
     config = mlc.ConfigDict()
     config.variant = v

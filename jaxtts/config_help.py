@@ -38,15 +38,15 @@ def flatten(d: dict, prefix: str = "") -> dict[str, object]:
 def variants(path: Path) -> list[str]:
     """The variants a config file accepts (its `VARIANTS`, else the keys of its `MODELS`),
     read without executing it."""
-    tree = ast.parse(Path(path).read_text())
-    for node in tree.body:
+    found: dict[str, list[str]] = {}
+    for node in ast.parse(Path(path).read_text()).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             name = getattr(node.targets[0], "id", "")
             if name == "VARIANTS":
-                return list(ast.literal_eval(node.value))
-            if name == "MODELS" and isinstance(node.value, ast.Call):
-                return [kw.arg for kw in node.value.keywords]
-    return []
+                found[name] = list(ast.literal_eval(node.value))
+            elif name == "MODELS" and isinstance(node.value, ast.Call):
+                found[name] = [kw.arg for kw in node.value.keywords]
+    return found.get("VARIANTS", found.get("MODELS", []))
 
 
 def describe(config, spec: str) -> str:
@@ -69,13 +69,14 @@ def describe(config, spec: str) -> str:
 
 
 def list_configs(configs_dir: Path | None = None) -> str:
-    """One line per config file: its variants and the first line of its docstring."""
+    """One line per config file: its variants, then the title of its docstring."""
     folder = Path(configs_dir or CONFIGS_DIR)
     rows = []
     for path in sorted(folder.glob("*.py")):
         vs = variants(path)
         if not vs:
             continue  # helpers (common.py, help.py)
-        doc = (ast.get_docstring(ast.parse(path.read_text())) or "").split("\n")[0]
-        rows.append(f"configs/{path.name}:{{{','.join(vs)}}}  {doc}")
+        doc = (ast.get_docstring(ast.parse(path.read_text())) or "").split("\n\n")[0]
+        first = " ".join(doc.split()).split(". ")[0].rstrip(".")  # the first sentence
+        rows.append(f"configs/{path.name}:{{{','.join(vs)}}}\n    {first}")
     return "\n".join(rows)

@@ -291,6 +291,9 @@ def test_print_config_describes_every_key_of_every_variant():
     listing = config_help.list_configs()
     assert "configs/car.py:{tiny,demo,small,paper}" in listing
     assert "configs/ctc_asr.py:{tiny,small}" in listing
+    for name in ("dcar", "ssd", "mdm", "tldr"):  # VARIANTS files (dcar/ssd were missing)
+        assert f"configs/{name}.py:{{tiny,small" in listing
+    assert "configs/palle.py:{tiny,tiny_refine,small,small_refine,small_nar,paper}" in listing
     table = config_help.help_table()
     import importlib.util
 
