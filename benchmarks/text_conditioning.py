@@ -4,11 +4,15 @@ with another row's transcript (the batch's texts rolled by one row), per MTP hea
 
     python benchmarks/text_conditioning.py --workdir runs/car_small [--step N] [--split dev]
     python benchmarks/text_conditioning.py --workdir pretrained/car_small --corpus data/builtin
+    python benchmarks/text_conditioning.py --workdir runs/car_small_noalign --step 1000 --align
 
 A model that has learned to align speech with text predicts its tokens much better from the
 right text; a model that only continues the speaker prompt's acoustics (babble) does not care.
 The gap, in nats per token, is the information the model takes from the text. Prints a
 markdown table; `--out` writes JSON. Tokens come from the audio with the run's own tokenizer.
+`--align` adds the alignment metrics of training (diagonal mass, CTC alignment loss) for every
+layer x head (`jaxtts.methods.lm.diagnostics.alignment_scores`), also for a run trained
+without alignment learning.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ def main():
     ap.add_argument("--split", default="dev")
     ap.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--align", action="store_true", help="also score every head's alignment")
     args = ap.parse_args()
 
     from jaxtts.data.manifest import read_split
-    from jaxtts.methods.lm.diagnostics import text_information
+    from jaxtts.methods.lm.diagnostics import alignment_scores, text_information
     from jaxtts.run_folder import RunFolder
     from jaxtts.synthesize import Synthesizer
 
@@ -41,19 +46,28 @@ def main():
         step = run.checkpointer(read_only=True).latest_step()
     engine = Synthesizer.from_workdir(args.workdir, step=step).engine
     corpus = args.corpus or run.read_data_info()["corpus_dir"]
-    info = text_information(engine, read_split(corpus, args.split))
+    utts = read_split(corpus, args.split)
+    info = text_information(engine, utts)
     print(f"{args.workdir} step {step}, {args.split} split of {corpus}, {info.tokens} tokens")
     print("| head | CE right text (nats) | CE other row's text | gap (nats/token) |")
     print("|--:|--:|--:|--:|")
     for h in range(len(info.gap)):
         print(f"| {h + 1} | {info.ce_right[h]:.3f} | {info.ce_other[h]:.3f} | "
               f"{info.gap[h]:+.3f} |")  # fmt: skip
+    out = {"workdir": args.workdir, "step": step, "split": args.split, "tokens": info.tokens,
+           "ce_right": info.ce_right.tolist(), "ce_other": info.ce_other.tolist()}
+    if args.align:
+        a = alignment_scores(engine, utts)
+        print("\n| layer | diagonal mass per head | CTC alignment loss per head |")
+        print("|--:|--|--|")
+        for i in range(a.diag_mass.shape[0]):
+            print(f"| {i} | {' / '.join(f'{v:.3f}' for v in a.diag_mass[i])} | "
+                  f"{' / '.join(f'{v:.2f}' for v in a.ctc[i])} |")  # fmt: skip
+        out.update(diag_mass=a.diag_mass.tolist(), align_ctc=a.ctc.tolist())
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
-            json.dump({"workdir": args.workdir, "step": step, "split": args.split,
-                       "tokens": info.tokens, "ce_right": info.ce_right.tolist(),
-                       "ce_other": info.ce_other.tolist()}, f, indent=1)  # fmt: skip
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":

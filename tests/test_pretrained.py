@@ -55,6 +55,32 @@ def test_car_small_reads_its_text(lm_engine, tiny_corpus):
     assert info.gap[0] > 0.5, info
 
 
+def test_car_small_aligned_heads(lm_engine, tiny_corpus):
+    """`alignment_scores` on one batch of 12 utterances: (1) equals the training-time metrics
+    of `LMTask.forward` on the heads the shipped run aligned (heads 0-1 of layers 1-2): diagonal
+    mass is a frame-weighted and the CTC loss a row-weighted mean, equal per head, so the mean
+    over heads is the pooled value; (2) only those heads align: the card's run measured 0.58-0.93
+    there and ~0.2 (the band's share under uniform attention) elsewhere."""
+    import jax.numpy as jnp
+
+    from jaxtts.methods.lm import diagnostics
+    from jaxtts.methods.lm.task import LMTask
+    from jaxtts.train.align import AlignConfig
+
+    utts = _utts(tiny_corpus)[:12]
+    loader = diagnostics._loader(lm_engine, utts, None, 12)
+    assert len(loader) == 1  # one batch: the per-batch means are comparable as they are
+    batch = loader.get_batch(0)
+    a = diagnostics.alignment_scores(lm_engine, utts, batch_size=12)
+    task = LMTask(lm_engine.cfg, align=AlignConfig(layers=(1, 2), heads=(0, 1), ctc_weight=1.0))
+    _, m, _ = task.forward(lm_engine.params, {k: jnp.asarray(v) for k, v in batch.items()})
+    np.testing.assert_allclose(a.diag_mass[1:3, :2].mean(), float(m["align/diag_mass"]),
+                               rtol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(a.ctc[1:3, :2].mean(), float(m["align/ctc"]), rtol=1e-5)
+    assert a.diag_mass[1:3, :2].min() > 0.45, a.diag_mass
+    assert a.diag_mass[[0, 3]].max() < 0.35, a.diag_mass
+
+
 def test_car_small_speaks_a_sentence(lm_engine, tiny_corpus):
     """Greedy CAR c=3 synthesis of one sentence, prompted by a corpus utterance, ends (EOS) at
     a plausible length (an untrained model runs to the length cap)."""

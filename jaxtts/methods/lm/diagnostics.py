@@ -42,19 +42,25 @@ def utterance_tokens(engine, utts: Sequence) -> dict[str, np.ndarray]:
                                               engine.mel_cfg)) for u in utts}  # fmt: skip
 
 
+def _loader(engine, utts: Sequence, tokens: dict[str, np.ndarray] | None, batch_size: int):
+    """Teacher-forcing batches of `utts` in a fixed order, as in training (prompts: other
+    utterances of the same speaker)."""
+    tokens = tokens if tokens is not None else utterance_tokens(engine, utts)
+    records = make_lm_records(utts, tokens, engine.frontend)
+    data_cfg = mlc.ConfigDict(dict(engine.config.data))
+    data_cfg.batch_size = batch_size
+    return LMLoader.from_config(records, data_cfg, frame_rate=engine.frame_rate, shuffle=False,
+                                drop_remainder=False, num_epochs=1,
+                                sort_window=1_000_000)  # fmt: skip
+
+
 def text_information(engine, utts: Sequence, tokens: dict[str, np.ndarray] | None = None,
                      batch_size: int = 16, score=None, params=None) -> TextInformation:
     """Per-head CE with the right vs a rolled transcript over `utts` (prompts: other utterances
     of the same speaker, as in training). `engine`: an `LMEngine`; tokens default to
     `utterance_tokens`. `score(params, batch) -> (nll sums [K], counts [K], scored tokens per
     row [B])` and `params` replace the MTP heads' score (TLDR scores its extractor)."""
-    tokens = tokens if tokens is not None else utterance_tokens(engine, utts)
-    records = make_lm_records(utts, tokens, engine.frontend)
-    data_cfg = mlc.ConfigDict(dict(engine.config.data))
-    data_cfg.batch_size = batch_size
-    loader = LMLoader.from_config(records, data_cfg, frame_rate=engine.frame_rate,
-                                  shuffle=False, drop_remainder=False, num_epochs=1,
-                                  sort_window=1_000_000)  # fmt: skip
+    loader = _loader(engine, utts, tokens, batch_size)
     cfg, model = engine.cfg, engine.model
     k = cfg.num_mtp_heads
 
@@ -93,3 +99,48 @@ def text_information(engine, utts: Sequence, tokens: dict[str, np.ndarray] | Non
     count = np.maximum(np.atleast_1d(count), 1)
     return TextInformation(int(count[0]), np.atleast_1d(right) / count,
                            np.atleast_1d(other) / count)  # fmt: skip
+
+
+@dataclasses.dataclass
+class AlignmentScores:
+    diag_mass: np.ndarray  # [L, N] share of speech->text attention near the diagonal
+    ctc: np.ndarray  # [L, N] CTC alignment loss of each head (nats per text symbol)
+
+
+def alignment_scores(engine, utts: Sequence, tokens: dict[str, np.ndarray] | None = None,
+                     batch_size: int = 16, band: float = 0.1) -> AlignmentScores:
+    """The training-time alignment metrics (`jaxtts.train.align`: diagonal mass and CTC
+    alignment loss of the speech->text attention, no prior) for EVERY layer and head of an LM,
+    teacher-forced on `utts` (batch means weighted by their rows). Lets a run trained without
+    alignment learning be scored on the heads another run aligned, and shows where a model
+    aligns on its own."""
+    from jaxtts.methods.lm.task import LMTask
+    from jaxtts.train import align as align_lib
+
+    cfg = engine.cfg
+    task = LMTask(cfg, align=align_lib.AlignConfig(layers=tuple(range(cfg.num_layers)),
+                                                   ctc_weight=1.0, band=band))  # fmt: skip
+    groups = cfg.num_layers * cfg.num_heads
+
+    @jax.jit
+    def score(params, batch):
+        _, _, st = task.forward(params, batch)  # st [B, L N, T, X]
+        n = batch["text_len"]
+        m = batch["speech_len"] + 1  # the BOS-prefixed speech input, as in `LMTask.forward`
+        m = jnp.where(m >= n, m, 0)  # CTC needs frames >= text symbols
+        rows = jnp.sum((n > 0) & (m > 0))  # padding rows have no text
+        out = [jnp.stack([align_lib.diagonal_mass(st[:, g], n, m, band),
+                          align_lib.ctc_alignment_loss(st[:, g], n, m)])
+               for g in range(groups)]  # fmt: skip
+        return jnp.stack(out) * rows, rows  # [G, 2] batch means weighted by its rows
+
+    loader = _loader(engine, utts, tokens, batch_size)
+    total, rows = np.zeros((groups, 2)), 0.0
+    for s in range(len(loader)):
+        b = {name: jnp.asarray(v) for name, v in loader.get_batch(s).items()}
+        val, n = score(engine.params, b)
+        total += np.asarray(val)
+        rows += float(n)
+    total /= max(rows, 1.0)
+    shape = (cfg.num_layers, cfg.num_heads)
+    return AlignmentScores(total[:, 0].reshape(shape), total[:, 1].reshape(shape))
