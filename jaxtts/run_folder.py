@@ -267,6 +267,13 @@ class RunFolder:
         for name in (TEXT_FRONTEND, TOKENIZER):
             if (self.path / name).is_dir():
                 shutil.copytree(self.path / name, out.path / name, dirs_exist_ok=True)
+        if (out.path / TOKENIZER).is_dir() and (out.path / CONFIG).is_file():
+            # the copy carries its tokenizer: drop the training machine's path to it (SSD and
+            # TLDR runs record their target's absolute tokenizer folder)
+            cfg = json.loads((out.path / CONFIG).read_text())
+            if cfg.get("data", {}).get("tokenizer_dir"):
+                cfg["data"]["tokenizer_dir"] = ""
+                (out.path / CONFIG).write_text(json.dumps(cfg, indent=2))
         ckpt_lib.write_params_file(out.params_file, params, dtype)
         return out
 

@@ -286,6 +286,9 @@ def test_tiny_run_synthesizes_and_checks_its_backbone(tiny_run, tmp_path):
     assert eng.family == "tldr" and eng.check_strategy("tldr") == "tldr"
     # shipped form: the trained parameters alone, the backbone from its own run
     out = RunFolder(work).export(tmp_path / "ship", trained_only=True)
+    # its config names the backbone's tokenizer by absolute path; the copy carries its own
+    assert out.read_config().data.tokenizer_dir == ""
+    assert json.loads((work / "config.json").read_text())["data"]["tokenizer_dir"]
     shipped = load_engine(out.path)
     a = jax.tree.leaves(shipped.tldr_params)
     assert len(a) == len(jax.tree.leaves(eng.tldr_params))
