@@ -116,6 +116,8 @@ HELP = {
     "model.convnext_ff": "PALLE: pointwise MLP width of the text ConvNeXt V2 block",
     "model.conv_pos_kernel": "PALLE: kernel of the convolutional positional embedding",
     "model.conv_pos_groups": "PALLE: groups of that (depthwise-grouped) convolution",
+    "model.text_layout": ("PALLE: text over the speech positions: pad (the paper: symbols then "
+                          "[PAD]) | stretch (symbol floor(t L / T) at position t)"),
     "palle.stage": "PALLE stage trained: par (stage one) | refine (stage two) | nar (baseline)",
     "palle.refine_p": "stage two: masking probability beyond the visible first 30 %",
     "palle.par_run": "stage two: the stage-one run folder the 'palle' strategy starts from",

@@ -44,7 +44,9 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     config.model = mlc.ConfigDict(dict(
         num_text_symbols=-1, num_speech_tokens=-1,  # filled from the data
         mlp="swiglu", dropout=0.1 if size == "paper" else 0.0, dtype="float32",
-        conv_pos_kernel=7, rope_theta=0.0, **MODELS[size]))  # fmt: skip
+        conv_pos_kernel=7, rope_theta=0.0,
+        text_layout="pad",  # the paper's [PAD]-filled text; 'stretch': a diagonal first guess
+        **MODELS[size]))  # fmt: skip
     config.palle = mlc.ConfigDict(dict(
         stage=stage,  # 'par' (stage one), 'refine' (stage two), 'nar' (MaskGCT baseline)
         refine_p=0.1,  # stage-two masking probability beyond the visible 30 %

@@ -174,8 +174,29 @@ def test_nar_unmasks_on_the_cosine_schedule(params):
     assert ((gen >= 0) & (gen < CFG.num_speech_tokens)).all()
 
 
-def test_logits_do_not_depend_on_padding(params):
-    model = MaskedGenTransformer(CFG)
+def test_text_layouts_by_hand():
+    import dataclasses
+
+    from jaxtts.methods.palle.model import text_positions
+
+    text = jnp.array([[1, 2, 3, 0, 0], [4, 5, 0, 0, 0], [6, 0, 0, 0, 0]])
+    text_len, speech_len = jnp.array([3, 2, 0]), jnp.array([7, 4, 3])
+    pad = np.asarray(text_positions(CFG, text, text_len, speech_len, 8))
+    assert pad.tolist() == [[1, 2, 3] + [20] * 5, [4, 5] + [20] * 6, [20] * 8]  # [PAD] = 20
+    st = dataclasses.replace(CFG, text_layout="stretch")
+    got = np.asarray(text_positions(st, text, text_len, speech_len, 8))
+    # floor(t * L / S): 0,0,0,1,1,2,2 for L=3, S=7; 0,0,1,1 for L=2, S=4; no text: all [PAD]
+    assert got.tolist() == [[1, 1, 1, 2, 2, 3, 3, 20], [4, 4, 5, 5, 20, 20, 20, 20], [20] * 8]
+    with pytest.raises(ConfigError, match="model.text_layout='diag'"):
+        PALLEConfig.from_config(dict(num_text_symbols=2, num_speech_tokens=2,
+                                     text_layout="diag"))  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", ["pad", "stretch"])
+def test_logits_do_not_depend_on_padding(params, layout):
+    import dataclasses
+
+    model = MaskedGenTransformer(dataclasses.replace(CFG, text_layout=layout))
     text, text_len, speech, _, total = _rows()
     a = model.apply({"params": params}, text, text_len, speech, total)
     wide = np.pad(speech, ((0, 0), (0, 32)), constant_values=5)

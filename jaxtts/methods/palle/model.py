@@ -2,9 +2,12 @@
 
 Two equal-length streams over the T speech positions of a row (prompt tokens, then the
 tokens to generate):
-- text: the prompt transcript followed by the target text, padded with [PAD] to T, embedded,
-  through one ConvNeXt V2 block (depthwise conv k=7, LayerNorm, pointwise MLP with global
-  response normalisation, residual);
+- text: the prompt transcript followed by the target text, padded with [PAD] to T (the
+  paper's layout, `text_layout='pad'`), or stretched uniformly over the row's valid positions
+  (`text_layout='stretch'`, a deviation: position t shows symbol floor(t * L / T_valid), a
+  diagonal first guess of the alignment that training refines), embedded, through one ConvNeXt
+  V2 block (depthwise conv k=7, LayerNorm, pointwise MLP with global response normalisation,
+  residual);
 - speech: tokens with [MASK] where unknown, embedded.
 Each stream gets sinusoidal positions times a learnable scale, then dropout; the two are
 concatenated along features, projected to D, and a convolutional positional embedding
@@ -37,7 +40,8 @@ from jaxtts.nn.transformer import StackConfig, TransformerStack
 
 _KEYS = ("num_text_symbols", "num_speech_tokens", "d_model", "num_layers", "num_heads",
          "head_dim", "d_ff", "convnext_ff", "conv_pos_kernel", "conv_pos_groups", "mlp",
-         "dropout", "dtype", "rope_theta")  # fmt: skip
+         "dropout", "dtype", "rope_theta", "text_layout")  # fmt: skip
+TEXT_LAYOUTS = ("pad", "stretch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +60,7 @@ class PALLEConfig:
     dropout: float = 0.0
     dtype: str = "float32"
     rope_theta: float = 0.0  # the paper's model: absolute (sinusoidal + conv) positions only
+    text_layout: str = "pad"  # 'pad' (the paper) or 'stretch' (see the module docstring)
 
     @property
     def mask_id(self) -> int:
@@ -77,6 +82,9 @@ class PALLEConfig:
         unknown = sorted(set(d) - set(_KEYS))
         if unknown:
             raise ConfigError(f"model.{unknown[0]}: unknown key, expected one of {list(_KEYS)}")
+        if d.get("text_layout", "pad") not in TEXT_LAYOUTS:
+            raise ConfigError(f"model.text_layout={d['text_layout']!r}: expected one of "
+                              f"{list(TEXT_LAYOUTS)}")  # fmt: skip
         if d.get("d_model", 256) % d.get("conv_pos_groups", 16):
             raise ConfigError(f"model.conv_pos_groups={d.get('conv_pos_groups')}: must divide "
                               f"model.d_model={d.get('d_model')}")  # fmt: skip
@@ -129,10 +137,7 @@ class MaskedGenTransformer(nn.Module):
         b, t = speech.shape
         d = c.d_model
         valid = length_mask(speech_len, t)  # [B, T]
-        # text padded (or cut) to the T speech positions
-        x = text.shape[1]
-        text_t = jnp.pad(text, ((0, 0), (0, max(t - x, 0))))[:, :t]  # [B, T]
-        text_t = jnp.where(length_mask(jnp.minimum(text_len, t), t), text_t, c.pad_id)
+        text_t = text_positions(c, text, text_len, speech_len, t)  # [B, T]
         emb_init = nn.initializers.normal(1.0)  # unit-scale, like the sinusoid it is added to
         text_table = param_with_axes(self, "text_embed", emb_init, (c.num_text_symbols + 1, d),
                                      (axes.VOCAB, axes.EMBED))  # fmt: skip
@@ -157,6 +162,26 @@ class MaskedGenTransformer(nn.Module):
                                                        train=train)  # fmt: skip
         return Dense(c.num_speech_tokens, (axes.EMBED, axes.VOCAB), use_bias=True,
                      dtype=jnp.dtype(c.dtype), name="out")(h).astype(jnp.float32)
+
+
+def text_positions(cfg: PALLEConfig, text: jax.Array, text_len: jax.Array,
+                   speech_len: jax.Array, t: int) -> jax.Array:
+    """The text symbol shown at each of the T speech positions [B, T] ([PAD] = cfg.pad_id).
+
+    'pad': symbol t for t < L (cut at T), [PAD] after; 'stretch': symbol floor(t * L / S) for
+    t < S (S = the row's valid speech length), [PAD] beyond S; a row without text is all [PAD].
+    Depends on the lengths only, never on the buffer size T, so padding changes nothing.
+    """
+    x = text.shape[1]
+    pos = jnp.arange(t)[None]  # [1, T]
+    if cfg.text_layout == "stretch":
+        idx = pos * text_len[:, None] // jnp.maximum(speech_len, 1)[:, None]  # [B, T]
+        shown = jnp.take_along_axis(text, jnp.clip(idx, 0, max(x - 1, 0)), axis=1)
+        keep = (pos < speech_len[:, None]) & (text_len[:, None] > 0)
+    else:
+        shown = jnp.pad(text, ((0, 0), (0, max(t - x, 0))))[:, :t]
+        keep = pos < jnp.minimum(text_len, t)[:, None]
+    return jnp.where(keep, shown, cfg.pad_id)
 
 
 def init_params(cfg: PALLEConfig, rng: jax.Array | None = None) -> Any:
