@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED = ROOT / "pretrained"
 MAX_BYTES = 20 * 2**20
 SSD_CE_BOUND = 3.5  # shipped draft 2.33 nats, its untrained initial state 7.88 (MODEL_CARD.md)
-TLDR_CE_BOUND, TLDR_GAP_BOUND = 2.5, 2.0  # shipped 1.49 nats, gap 4.19; untrained 7.3, 0.04
+TLDR_CE_BOUND, TLDR_GAP_BOUND = 2.5, 2.0  # shipped 1.59 nats, gap 4.21; untrained 7.3, 0.04
 
 
 def _utts(corpus):
@@ -23,8 +23,7 @@ def _utts(corpus):
     return [u for s in ("train", "dev", "test") for u in read_split(corpus, s)]
 
 
-@pytest.mark.parametrize("name", ["car_small", "car_small_s2600", "speaker_encoder", "ctc_asr",
-                                  "dcar", "ssd", "tldr"])
+@pytest.mark.parametrize("name", sorted(p.name for p in PRETRAINED.iterdir() if p.is_dir()))
 def test_shipped_folder_is_self_contained(name):
     run = PRETRAINED / name
     card = (run / "MODEL_CARD.md").read_text()
