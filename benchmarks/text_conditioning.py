@@ -1,10 +1,13 @@
 """How much does a trained TTS LM use its text? Dev cross-entropy with the right transcript vs
 with another row's transcript (the batch's texts rolled by one row), per MTP head
-(`jaxtts.methods.lm.diagnostics.text_information`).
+(`jaxtts.methods.lm.diagnostics.text_information`). TLDR and PALLE runs work too: the
+extractor's CE (`jaxtts.methods.tldr.task.text_information`), the stage's masked span CE
+(`jaxtts.methods.palle.task.text_information`), one row each.
 
     python benchmarks/text_conditioning.py --workdir runs/car_small [--step N] [--split dev]
     python benchmarks/text_conditioning.py --workdir pretrained/car_small --corpus data/builtin
     python benchmarks/text_conditioning.py --workdir runs/car_small_noalign --step 1000 --align
+    python benchmarks/text_conditioning.py --workdir runs/palle_stretch --step 1000
 
 A model that has learned to align speech with text predicts its tokens much better from the
 right text; a model that only continues the speaker prompt's acoustics (babble) does not care.
@@ -36,7 +39,10 @@ def main():
     args = ap.parse_args()
 
     from jaxtts.data.manifest import read_split
-    from jaxtts.methods.lm.diagnostics import alignment_scores, text_information
+    from jaxtts.methods.lm.diagnostics import alignment_scores
+    from jaxtts.methods.lm.diagnostics import text_information as lm_text_information
+    from jaxtts.methods.palle.task import text_information as palle_text_information
+    from jaxtts.methods.tldr.task import text_information as tldr_text_information
     from jaxtts.run_folder import RunFolder
     from jaxtts.synthesize import Synthesizer
 
@@ -47,6 +53,11 @@ def main():
     engine = Synthesizer.from_workdir(args.workdir, step=step).engine
     corpus = args.corpus or run.read_data_info()["corpus_dir"]
     utts = read_split(corpus, args.split)
+    family = getattr(engine, "family", "lm")
+    text_information = {"tldr": tldr_text_information,
+                        "palle": palle_text_information}.get(family, lm_text_information)
+    if args.align and family != "lm":
+        ap.error(f"--align: only for TTS LM runs, {args.workdir} is a {family} run")
     info = text_information(engine, utts)
     print(f"{args.workdir} step {step}, {args.split} split of {corpus}, {info.tokens} tokens")
     print("| head | CE right text (nats) | CE other row's text | gap (nats/token) |")
@@ -71,4 +82,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from jaxtts.errors import JaxttsError
+
+    try:
+        main()
+    except JaxttsError as e:  # a user mistake (no such run / step / corpus): one line
+        sys.exit(f"error: {e}")

@@ -297,3 +297,27 @@ def test_refine_from_a_mismatched_stage_one_is_a_one_line_error(tiny_runs, tmp_p
     cfg.model.d_model = 64
     with pytest.raises(ConfigError, match="model.d_model=32 there but 64 here"):
         train(cfg, str(tmp_path / "bad"), progress=False)
+
+
+def test_text_information_scores_the_stage_one_span(tiny_runs, tiny_corpus):
+    """The right- vs other-text CE of stage one counts exactly floor(0.1 T) span tokens per
+    row and mask draw, and repeats exactly (fixed draws)."""
+    from jaxtts.data.manifest import read_split
+    from jaxtts.engine import load_engine
+    from jaxtts.methods.lm.diagnostics import _loader
+    from jaxtts.methods.palle.task import text_information
+
+    par, _, _ = tiny_runs
+    eng = load_engine(par)
+    utts = read_split(tiny_corpus, "train")[:12]
+    a = text_information(eng, utts, batch_size=4, seeds=2)
+    b = text_information(eng, utts, batch_size=4, seeds=2)
+    np.testing.assert_array_equal(a.ce_right, b.ce_right)
+    loader = _loader(eng, utts, None, 4)
+    want = 0
+    for s in range(len(loader)):
+        n = loader.get_batch(s)["speech_len"]
+        if (n > 0).sum() >= 2:
+            want += 2 * int(np.sum(np.floor(0.1 * n[n > 0])))
+    assert a.tokens == want > 0
+    assert np.isfinite(a.ce_right).all() and np.isfinite(a.ce_other).all()

@@ -62,10 +62,10 @@ def text_information(engine, utts: Sequence, tokens: dict[str, np.ndarray] | Non
     row [B])` and `params` replace the MTP heads' score (TLDR scores its extractor)."""
     loader = _loader(engine, utts, tokens, batch_size)
     cfg, model = engine.cfg, engine.model
-    k = cfg.num_mtp_heads
 
     @jax.jit
     def head_ce(params, batch):
+        k = cfg.num_mtp_heads
         x, x_len = with_bos(batch["speech"], batch["speech_len"], cfg)
         logits, _ = model.apply({"params": params}, batch["text"], batch["text_len"], x, x_len)
         targets, valid = losses.mtp_targets(batch["speech"], batch["speech_len"],
@@ -77,7 +77,7 @@ def text_information(engine, utts: Sequence, tokens: dict[str, np.ndarray] | Non
                 jnp.sum(valid[..., 0], 1))  # [K], [K], [B]
 
     if score is not None:
-        head_ce, k = jax.jit(score), None
+        head_ce = jax.jit(score)
     params = engine.params if params is None else params
     right = other = count = 0.0
     for s in range(len(loader)):

@@ -76,6 +76,37 @@ class PALLETask:
                       "dropped_rows": jnp.sum(real & ~ok).astype(jnp.float32)}  # fmt: skip
 
 
+def text_information(engine, utts, batch_size: int = 16, seeds: int = 4):
+    """`jaxtts.methods.lm.diagnostics.text_information` for a PALLE engine: the CE of the
+    engine's training stage (stage one: the span after a mask start) with the right vs another
+    row's transcript, `seeds` fixed mask draws per batch (the same draws for both texts; rows
+    whose rolled text is longer than their speech keep it, cut by the model)."""
+    from jaxtts.methods.lm.diagnostics import text_information as lm_text_information
+
+    task = PALLETask(engine.cfg, engine.stage)
+
+    def score(params, batch):
+        speech, length = batch["speech"], batch["speech_len"]
+        total = count = 0.0
+        per_row = 0
+        for i in range(seeds):
+            masked, loss_mask = masking.stage_masks(task.stage, jax.random.key(i), length,
+                                                    speech.shape[1], task.refine_p)
+            loss_mask = loss_mask & (batch["text_len"] > 0)[:, None]
+            x = jnp.where(masked, task.cfg.mask_id, speech)
+            logits = task.model.apply({"params": params}, batch["text"], batch["text_len"], x,
+                                      length)  # [B, T, V]
+            lp = jax.nn.log_softmax(logits, axis=-1)
+            nll = -jnp.take_along_axis(lp, speech[..., None], axis=-1)[..., 0]  # [B, T]
+            total = total + jnp.sum(nll * loss_mask)
+            count = count + jnp.sum(loss_mask)
+            per_row = per_row + jnp.sum(loss_mask, axis=1)
+        return total[None], count[None], per_row  # [1], [1], [B]
+
+    return lm_text_information(engine, utts, batch_size=batch_size, score=score,
+                               params=engine.params)  # fmt: skip
+
+
 def model_config(config, data) -> PALLEConfig:
     """config.model with the data's vocabulary sizes filled in (-1) or checked."""
     m = dict(config.model)
