@@ -136,9 +136,12 @@ def test_refine_never_remasks_an_updated_token(params):
     assert np.asarray(first).sum() == n_first
 
 
-@pytest.mark.parametrize("which", ["par", "palle", "nar"])
-def test_greedy_batch_n_equals_batch_1(params, which):
-    model = MaskedGenTransformer(CFG)
+@pytest.mark.parametrize("which,layout", [("par", "pad"), ("palle", "pad"), ("nar", "pad"),
+                                          ("palle", "stretch")])  # fmt: skip
+def test_greedy_batch_n_equals_batch_1(params, which, layout):
+    import dataclasses
+
+    model = MaskedGenTransformer(dataclasses.replace(CFG, text_layout=layout))
     text, text_len, speech, p, total = _rows()
     keys = row_keys(0, range(3))
 
