@@ -300,6 +300,10 @@ def test_refine_from_a_mismatched_stage_one_is_a_one_line_error(tiny_runs, tmp_p
     cfg.model.d_model = 64
     with pytest.raises(ConfigError, match="model.d_model=32 there but 64 here"):
         train(cfg, str(tmp_path / "bad"), progress=False)
+    cfg.model.d_model = 32
+    cfg.model.text_layout = "stretch"
+    with pytest.raises(ConfigError, match="model.text_layout='pad' there but 'stretch' here"):
+        train(cfg, str(tmp_path / "bad2"), progress=False)
 
 
 def test_text_information_scores_the_stage_one_span(tiny_runs, tiny_corpus):

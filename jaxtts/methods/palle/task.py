@@ -139,6 +139,10 @@ def _check_init_from(config, cfg: PALLEConfig) -> None:
         if int(theirs.get(key, -1)) != int(getattr(cfg, key)):
             raise ConfigError(f"train.init_from={src}: model.{key}={theirs.get(key)} there but "
                               f"{getattr(cfg, key)} here (stage two must match stage one)")
+    layout = str(theirs.get("text_layout", "pad"))
+    if layout != cfg.text_layout:
+        raise ConfigError(f"train.init_from={src}: model.text_layout={layout!r} there but "
+                          f"{cfg.text_layout!r} here (set --config.model.text_layout={layout})")
 
 
 def train(config, workdir: str, *, progress: bool = True, mesh=None):
