@@ -22,8 +22,10 @@ _SPEAKER = flags.DEFINE_string("speaker", None, "Corpus utterance id or speaker 
 _SPEAKER_WAV = flags.DEFINE_string("speaker_wav", None, "Prompt audio of the target speaker.")
 _SPEAKER_TEXT = flags.DEFINE_string("speaker_text", None, "Transcript of --speaker_wav.")
 _STRATEGY = flags.DEFINE_string(
-    "strategy", None, "far | car:<c> | vadusa:<tau> | dcar[:sample] (default: the run's "
-    "config.decode.strategy).")
+    "strategy", None, "Decoding strategy the run folder offers: far | car:<c> | "
+    "vadusa:<tau> | dcar[:sample] | ssd:L=<n>,beta=<b> | tldr | par | palle[:refine=<n>] | nar "
+    "| <mdm order> | gradtts:<steps> (default: the run's config.decode.strategy; a strategy "
+    "the run does not offer is a one-line error listing those it does).")
 _BATCH = flags.DEFINE_integer("batch_size", 8, "Rows decoded together.")
 _OUT = flags.DEFINE_string("out_dir", "out/infer", "Output folder.")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed (per line: (seed, line index)).")

@@ -12,6 +12,9 @@ Rows (``--rows``, comma separated):
   resynth:<vocoder>     ground-truth log-mel -> vocoder (`make_vocoder(kind, MelConfig())`)
   tokenizer:<dir>       ground-truth audio -> tokenizer encode -> decode -> vocoder (ceiling)
   model:<strategy>      `jaxtts.synthesize.make_synthesizer(workdir, strategy)` (see below)
+  model:<strategy>@<dir>  the same with the run folder <dir> instead of --workdir, so one
+                        table compares models: ``--strategies far@pretrained/car_small,
+                        palle@pretrained/palle`` (rows named ``far @car_small``, ...)
 ``--strategies a,b`` is shorthand for ``model:a,model:b``.
 
 Model rows use the `Synthesizer` interface: a callable
@@ -170,8 +173,18 @@ def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _R
     except ImportError as e:
         raise MissingDependencyError(f"--rows {spec}: {e}") from None
     if kind == "model" and arg:
+        if "@" in arg:  # model:<strategy>@<run folder>: this row's own model
+            arg, _, row_workdir = arg.rpartition("@")
+            if not arg or not row_workdir:
+                raise ConfigError(f"--rows {spec}: expected model:<strategy>@<run folder>")
+            if not Path(row_workdir).is_dir():
+                raise ConfigError(f"--rows {spec}: run folder {row_workdir} not found")
+            workdir, suffix = row_workdir, f" @{Path(row_workdir).name}"
+        else:
+            suffix = ""
         if not workdir:
-            raise ConfigError(f"--rows {spec}: model rows need --workdir")
+            raise ConfigError(f"--rows {spec}: model rows need --workdir (or "
+                              "model:<strategy>@<run folder>)")
         try:
             from jaxtts.synthesize import make_synthesizer
         except ImportError as e:
@@ -179,7 +192,7 @@ def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _R
                 f"jaxtts/synthesize.py: make_synthesizer(workdir, strategy) unavailable ({e})"
             ) from None
         sampling = {k: v for k, v in (sampling or {}).items() if v is not None}
-        name = arg + "".join(f" {k}={v:g}" for k, v in sampling.items())
+        name = arg + suffix + "".join(f" {k}={v:g}" for k, v in sampling.items())
         return _SynthRow(name, make_synthesizer(workdir, arg, **sampling))
     raise ConfigError(f"--rows {spec!r}: expected ground_truth, resynth:<vocoder>, "
                       "tokenizer:<dir> or model:<strategy>")
@@ -565,12 +578,16 @@ _EXAMPLES = """examples:
       --rows ground_truth,tokenizer:data/builtin/tokenizers/kmeans1024
   # a trained model with FAR and CAR c=3, no SIM column
   python -m jaxtts.evaluate --workdir runs/car_small --strategies far,car:3 --speaker_encoder none
+  # every shipped method in one table (a row's own run folder after '@')
+  python -m jaxtts.evaluate --num 40 --rows "" --strategies far@pretrained/car_small,\\
+dcar@pretrained/dcar,ssd:L=3,beta=0@pretrained/ssd,tldr@pretrained/tldr,palle@pretrained/palle
 
 rows (--rows, comma separated):
   ground_truth          the corpus audio (the ASR's WER floor)
   resynth:<vocoder>     ground-truth log-mel -> vocoder (griffin_lim)
   tokenizer:<dir>       audio -> tokenizer -> vocoder (the token round-trip ceiling)
   model:<strategy>      the --workdir model with a strategy (--strategies a,b adds model:a,model:b)
+  model:<strategy>@<dir>  the run folder <dir> with a strategy: one table over several models
 """
 
 
@@ -616,12 +633,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def split_specs(text: str) -> list[str]:
     """'far,ssd:L=3,beta=0.4,palle:steps=50,refine=3,car:3' -> ['far', 'ssd:L=3,beta=0.4',
     'palle:steps=50,refine=3', 'car:3']: a comma piece without ':' that is a `k=v` setting or a
-    number continues the previous strategy's settings."""
+    number continues the previous strategy's settings (also before a row's '@<run folder>')."""
     out: list[str] = []
     for piece in (p.strip() for p in text.split(",")):
         if not piece:
             continue
-        setting = ":" not in piece and ("=" in piece or piece.replace(".", "", 1).isdigit())
+        head = piece.split("@")[0]  # 'beta=0.4@pretrained/ssd': a setting, then the run
+        setting = ":" not in head and ("=" in head or head.replace(".", "", 1).isdigit())
         if setting and out and ":" in out[-1]:
             out[-1] += "," + piece
         else:

@@ -16,7 +16,7 @@ pytest.importorskip("jaxtts.data.audio")  # load_audio / log_mel (issue #2)
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="no espeak-ng")
 
 from jaxtts.data.manifest import Utterance, write_manifest  # noqa: E402
-from jaxtts.errors import TextError  # noqa: E402
+from jaxtts.errors import ConfigError, TextError  # noqa: E402
 from jaxtts.eval.am_adapt import sphinxtrain_available  # noqa: E402
 from jaxtts.evaluate import evaluate, main, prompt_ids, select_utterances  # noqa: E402
 
@@ -211,6 +211,27 @@ def test_split_specs_keeps_strategy_settings_together():
 
     assert split_specs("far,ssd:L=3,beta=0.4,palle:steps=50,refine=3,car:3,ssd:3,0.4,draft") == [
         "far", "ssd:L=3,beta=0.4", "palle:steps=50,refine=3", "car:3", "ssd:3,0.4", "draft"]
+    assert split_specs("far@a/b,ssd:3,0.4@c,palle:refine=3@d/e,nar@d/e") == [
+        "far@a/b", "ssd:3,0.4@c", "palle:refine=3@d/e", "nar@d/e"]
+
+
+def test_model_rows_name_their_own_run_folder(tiny_corpus, tmp_path, capsys):
+    """model:<strategy>@<run folder> builds a row on that folder (named after it) without
+    --workdir, so one evaluate command compares several models; a missing folder or an empty
+    strategy is a one-line error before anything runs."""
+    from jaxtts.evaluate import make_row
+
+    run = str(Path(__file__).resolve().parents[1] / "pretrained" / "car_small")
+    assert make_row(f"model:car:3@{run}", None, None).name == "car:3 @car_small"
+    row = make_row(f"model:far@{run}", "elsewhere", {"top_k": 50})
+    assert row.name == "far @car_small top_k=50"
+    for spec in (f"model:@{run}", "model:far@", f"model:far@{tmp_path}/nothing"):
+        with pytest.raises(ConfigError, match="model:"):
+            make_row(spec, None, None)
+    rc = main(["--corpus", str(tiny_corpus), "--out", str(tmp_path), "--rows", "",
+               "--strategies", f"far@{tmp_path}/nothing", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "nothing" in err[0]
 
 
 def test_sampling_overrides_name_the_model_rows(tiny_corpus, tmp_path, capsys):
