@@ -53,7 +53,7 @@ def main(argv=None) -> int:
             synths[workdir] = Synthesizer.from_workdir(workdir)
         synth = synths[workdir]
         for text in texts:
-            kw = dict(strategy=spec, max_seconds=24.0, progress=False)
+            kw = dict(strategy=spec, max_seconds=24.0, batch_size=1, progress=False)
             synth.synthesize([text], None, **kw)  # compile
             runs = [synth.synthesize([text], None, **kw)[0] for _ in range(args.repeats)]
             r = runs[0]

@@ -15,7 +15,8 @@ What happens to a batch of lines:
    proportional share of its transcript.
 3. Rows are sorted by length and cut into batches of `batch_size` (padded to a few bucket
    widths, the last batch filled with copies) so a long file runs at full batch throughput
-   with few compilations; every row has its own PRNG key from (seed, line index, piece index),
+   with few compilations; fewer rows than `batch_size` run as one power-of-two batch (a single
+   text at batch 1, not padded to `batch_size`); every row has its own PRNG key from (seed, line index, piece index),
    so a line's output does not depend on its batch or batch size.
 4. The engine (`jaxtts.engine.Engine`, e.g. the token LM's with a strategy from
    `jaxtts.decode.registry`) generates units (tokens or mel frames); the engine turns them into
@@ -222,7 +223,9 @@ class Synthesizer:
                 rows.append((i, j, np.concatenate([p_ids, ids]).astype(np.int32), p_units,
                              p_ids.size))
 
-        # 2. batches of similar length
+        # 2. batches of similar length; fewer rows than batch_size run as a smaller power-of-two
+        # batch (one text: batch 1), not padded up to batch_size
+        batch_size = min(batch_size, 1 << max(len(rows) - 1, 0).bit_length())
         order = sorted(range(len(rows)), key=lambda r: (rows[r][2].size, len(rows[r][3])))
         outputs: dict[tuple[int, int], dict] = {}
         bar = tqdm(total=len(rows), desc=f"synthesize {name}", disable=not progress,

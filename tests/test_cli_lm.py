@@ -276,6 +276,10 @@ def test_compile_total_equals_per_shape_sum(trained, tiny_corpus):
     assert len(shapes) == 2 and all(v > 0 for v in shapes.values())  # batch 2 and batch 3
     line = summary_line(res, synth, "out")
     assert f"+ {sum(shapes.values()):.1f} s compilation of 2 shape(s))" in line
+    # one text with the default batch_size (8) runs at batch 1, not padded to 8 rows; three at 4
+    synth.synthesize(texts[:1], prompt, max_seconds=0.2, progress=False)
+    synth.synthesize(texts[:3], prompt, max_seconds=0.2, progress=False)
+    assert sorted(k[1] for k in shapes) == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("entry", [["train.py"], ["infer.py"], ["-m", "jaxtts.evaluate"]])
