@@ -169,7 +169,9 @@ def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _R
         if kind == "resynth":
             return _Resynth(f"resynth {arg or 'griffin_lim'}", arg or "griffin_lim")
         if kind == "tokenizer" and arg:
-            return _TokenizerRow(f"tokenizer {Path(arg).name}", arg)
+            path = Path(arg)  # a run folder's tokenizer/ is named after its run
+            label = path.parent.name if path.name == "tokenizer" else path.name
+            return _TokenizerRow(f"tokenizer {label}", arg)
     except ImportError as e:
         raise MissingDependencyError(f"--rows {spec}: {e}") from None
     if kind == "model" and arg:
