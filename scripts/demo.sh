@@ -6,7 +6,7 @@
 # included): FAR and CAR c=2, 3 on the backbone, DCAR, SSD (beta 0, lossless), TLDR and PALLE,
 # each with its own shipped run folder (`model:<strategy>@<folder>` rows), next to the ground
 # truth and the tokenizer round trip, and prints the WER / SIM / RTF table.
-# SIM uses pretrained/speaker_encoder. ~15 min on 2 CPU cores the first time (corpus ~1 min,
+# SIM uses pretrained/speaker_encoder. ~8 min on 2 CPU cores the first time (corpus ~1 min,
 # evaluation-ASR adaptation ~2 min, synthesis + scoring); later runs reuse the caches.
 # Training the backbone from scratch is one command (README):
 #   python train.py --config configs/car.py:small --workdir runs/car_small
