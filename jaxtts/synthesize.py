@@ -16,8 +16,8 @@ What happens to a batch of lines:
 3. Rows are sorted by length and cut into batches of `batch_size` (padded to a few bucket
    widths, the last batch filled with copies) so a long file runs at full batch throughput
    with few compilations; fewer rows than `batch_size` run as one power-of-two batch (a single
-   text at batch 1, not padded to `batch_size`); every row has its own PRNG key from (seed, line index, piece index),
-   so a line's output does not depend on its batch or batch size.
+   text at batch 1, not padded to `batch_size`); every row has its own PRNG key from (seed,
+   line index, piece index), so a line's output does not depend on its batch or batch size.
 4. The engine (`jaxtts.engine.Engine`, e.g. the token LM's with a strategy from
    `jaxtts.decode.registry`) generates units (tokens or mel frames); the engine turns them into
    log-mels and the vocoder into audio. Nothing here knows which family it drives.
