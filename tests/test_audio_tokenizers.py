@@ -210,3 +210,27 @@ def test_extract_tokens_cached(tiny_corpus):
     np.testing.assert_array_equal(loaded[utts[0].id], tok.encode(mel))
     with pytest.raises(DataError, match="speech tokens of 'nope' not found"):
         T.load_tokens(tiny_corpus, tok.name, ["nope"])
+
+
+def test_token_cache_is_tied_to_its_tokenizer(tiny_corpus, tmp_path):
+    """Tokens cached by one tokenizer are never reused for another of the same name."""
+    from jaxtts.data.manifest import read_split
+
+    utts = read_split(tiny_corpus, "dev")[:3]
+    a = T.LinearMelQuantizer(levels=10, lo=-11.5, hi=2.0)
+    b = T.LinearMelQuantizer(levels=10, lo=-8.0, hi=0.0)  # same name, other tokens
+    assert a.name == b.name and a.fingerprint() != b.fingerprint()
+    assert a.fingerprint() == T.LinearMelQuantizer(levels=10, lo=-11.5, hi=2.0).fingerprint()
+    T.extract_tokens(a, utts, tmp_path, progress=False)
+    mel = log_mel(load_audio(utts[0].path), CFG)
+    T.extract_tokens(b, utts, tmp_path, progress=False)
+    got = T.load_tokens(tmp_path, b.name, [utts[0].id])[utts[0].id]
+    np.testing.assert_array_equal(got, b.encode(mel))
+    assert not np.array_equal(got, a.encode(mel))
+    # a cache written before stamps existed is trusted and stamped, not re-extracted
+    stamp = T.tokens_dir(tmp_path, b.name) / "tokenizer.sha256"
+    stamp.unlink()
+    path = T.tokens_dir(tmp_path, b.name) / f"{utts[0].id}.npy"
+    mtime = os.path.getmtime(path)
+    T.extract_tokens(b, utts, tmp_path, progress=False)
+    assert os.path.getmtime(path) == mtime and stamp.read_text().strip() == b.fingerprint()

@@ -28,7 +28,9 @@ Axis letters: T frames, M mel bins, K clusters.
 from __future__ import annotations
 
 import abc
+import hashlib
 import json
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +40,8 @@ import numpy as np
 
 from jaxtts.data.audio import MelConfig, MelStats
 from jaxtts.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ExternalTokens",
@@ -92,6 +96,20 @@ class SpeechTokenizer(abc.ABC):
     def _state(self) -> tuple[dict, dict[str, np.ndarray]]:
         """(JSON-able fields, arrays) to save."""
         return {}, {}
+
+    def fingerprint(self) -> str:
+        """sha256 of everything that decides the tokens (kind, name, mel settings, state);
+        stamps a token cache so that tokens of another tokenizer of the same name are never
+        reused silently."""
+        fields, arrays = self._state()
+        h = hashlib.sha256(json.dumps({"kind": self.kind, "name": self.name,
+                                       "mel_cfg": self.mel_cfg.to_dict(), **fields},
+                                      sort_keys=True, default=str).encode())  # fmt: skip
+        for key in sorted(arrays):
+            arr = np.ascontiguousarray(arrays[key])
+            h.update(f"{key}{arr.dtype}{arr.shape}".encode())
+            h.update(arr.tobytes())
+        return h.hexdigest()
 
     def _check_fitted(self, what: str) -> None:
         if not self.fitted:
@@ -493,6 +511,29 @@ def tokens_dir(corpus_dir: str | os.PathLike, name: str) -> Path:
     return Path(corpus_dir) / "tokens" / name
 
 
+_STAMP = "tokenizer.sha256"
+
+
+def _stamp_token_cache(tokenizer: SpeechTokenizer, out: Path) -> None:
+    """Ties the cache folder to `tokenizer`: a folder stamped by another tokenizer of the same
+    name (another fit, another tokenizer_dir) is emptied and re-extracted, never reused; an
+    unstamped folder (written before stamps existed) is trusted and stamped."""
+    fp = tokenizer.fingerprint()
+    stamp = out / _STAMP
+    old = stamp.read_text().strip() if stamp.is_file() else None
+    if old is not None and old != fp:
+        stale = list(out.glob("*.npy"))
+        log.warning("%s: tokens of another %r tokenizer (fingerprint %s..., this one %s...); "
+                    "re-extracting %d cached files", out, tokenizer.name, old[:12], fp[:12],
+                    len(stale))  # fmt: skip
+        for f in stale:
+            f.unlink()
+    if old != fp:
+        tmp = out / (_STAMP + ".tmp")
+        tmp.write_text(fp + "\n")
+        os.replace(tmp, stamp)
+
+
 def extract_tokens(tokenizer: SpeechTokenizer, utts: Sequence, corpus_dir: str | os.PathLike,
                    mels: Mapping[str, np.ndarray] | None = None, progress: bool = True,
                    overwrite: bool = False) -> Path:  # fmt: skip
@@ -506,6 +547,7 @@ def extract_tokens(tokenizer: SpeechTokenizer, utts: Sequence, corpus_dir: str |
 
     out = tokens_dir(corpus_dir, tokenizer.name)
     out.mkdir(parents=True, exist_ok=True)
+    _stamp_token_cache(tokenizer, out)
     todo = [u for u in utts if overwrite or not (out / f"{u.id}.npy").is_file()]
 
     def one(u) -> None:
