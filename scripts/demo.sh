@@ -15,11 +15,12 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 MODEL=${MODEL:-pretrained/car_small}
 NUM=${NUM:-40}
+# the corpus: data/builtin, or $JAXTTS_DATA_DIR/builtin (as the corpus build and evaluate use)
 
 python3 -m jaxtts.data.corpus
 python3 infer.py --workdir "$MODEL" --speaker spk03 --strategy car:3 --out_dir out/demo/infer \
   --text "The quick brown fox jumps over the lazy dog." --text "Where did you put the keys?"
-python3 -m jaxtts.evaluate --corpus data/builtin --split test --num "$NUM" --workdir "$MODEL" \
+python3 -m jaxtts.evaluate --split test --num "$NUM" --workdir "$MODEL" \
   --rows "ground_truth,tokenizer:$MODEL/tokenizer" \
   --strategies "far,car:2,car:3,dcar@pretrained/dcar,ssd:L=3,beta=0@pretrained/ssd,tldr@pretrained/tldr,palle@pretrained/palle" \
   --speaker_encoder jax --no_spectral --asr_workers 2 --out out/demo/eval
