@@ -248,3 +248,24 @@ def test_sampling_overrides_name_the_model_rows(tiny_corpus, tmp_path, capsys):
                "--no-progress"])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "top_p=1.5" in err[0]
+
+
+def test_error_breakdown_counts_kinds_and_speakers():
+    """Hand-counted: a repeated word (spk0), a skipped word and a substitution (spk1)."""
+    from jaxtts.eval import report
+
+    def utt(spk, ref, hyp, errors):
+        return {"speaker": spk, "ref": ref, "hyp_domain": hyp, "errors_domain": errors,
+                "words_domain": len(ref.split())}
+
+    results = {"rows": [
+        {"name": "a", "utterances": [utt("spk0", "the red cat", "the red red cat", 1),
+                                     utt("spk1", "a b c d", "a b d", 1),
+                                     utt("spk1", "one two", "one too", 1)]},
+        {"name": "gt_without_asr", "utterances": [{"speaker": "spk0", "ref": "x"}]},
+    ]}
+    table = report.error_breakdown(results).splitlines()
+    assert table[0] == "| row | words | S | D | I | spk0 | spk1 |"
+    assert table[2] == "| a | 9 | 1 | 1 | 1 | 33.3 | 33.3 |"
+    assert len(table) == 3  # the row without hypotheses is left out
+    assert report.error_breakdown({"rows": results["rows"][1:]}) == ""

@@ -48,6 +48,37 @@ def markdown_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def error_breakdown(results: dict, lm: str = "domain") -> str:
+    """Where a row's `lm` WER comes from: substitutions / deletions / insertions (skipped and
+    repeated words show up as D and I) and the WER of each speaker, from the per-utterance
+    hypotheses in `results`. Empty when no row has `lm` hypotheses."""
+    import jiwer  # evaluation dependency; only imported when a report is written
+
+    rows = [r for r in results["rows"]
+            if any(u.get(f"hyp_{lm}") is not None for u in r["utterances"])]
+    if not rows:
+        return ""
+    speakers = sorted({u.get("speaker") or "?" for r in rows for u in r["utterances"]})
+    lines = ["| row | words | S | D | I | " + " | ".join(speakers) + " |",
+             "|---|--:|--:|--:|--:|" + "--:|" * len(speakers)]
+    for r in rows:
+        us = [u for u in r["utterances"] if u.get(f"hyp_{lm}") is not None and u.get("ref")]
+        refs = [u["ref"] for u in us]
+        hyps = [u[f"hyp_{lm}"] for u in us]
+        # jiwer rejects empty references; an utterance's empty hypothesis is all deletions
+        m = jiwer.process_words(refs, hyps)
+        per_spk = []
+        for spk in speakers:
+            su = [u for u in us if (u.get("speaker") or "?") == spk]
+            words = sum(u.get(f"words_{lm}", 0) for u in su)
+            errs = sum(u.get(f"errors_{lm}", 0) for u in su)
+            per_spk.append(f"{100 * errs / words:.1f}" if words else "—")
+        lines.append(f"| {r['name']} | {sum(len(x.split()) for x in refs)} | "
+                     f"{m.substitutions} | {m.deletions} | {m.insertions} | "
+                     + " | ".join(per_spk) + " |")
+    return "\n".join(lines)
+
+
 def markdown_report(results: dict) -> str:
     """results.md: table, definitions, warnings, failures."""
     out = [f"# Evaluation: {results['corpus']} / {results['split']} "
@@ -63,6 +94,12 @@ def markdown_report(results: dict) -> str:
         "RTF: wall / audio seconds at batch 1 after a warm-up call (compile excluded). "
         f"SIM encoder: {results.get('speaker_encoder') or 'none'}.", "",
     ]
+    breakdown = error_breakdown(results)
+    if breakdown:
+        out += ["## Where the errors are (domain LM)", "",
+                "Word errors by kind (S substitutions, D deletions, I insertions: skipped and "
+                "repeated words show up as D and I) and WER % per speaker.", "",
+                breakdown, ""]
     if results.get("warnings"):
         out += ["## Warnings", ""] + [f"- {w}" for w in results["warnings"]] + [""]
     fails = [(r["name"], u["id"], u["error"]) for r in results["rows"]
