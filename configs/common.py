@@ -79,6 +79,10 @@ def data_config(**overrides) -> mlc.ConfigDict:
             tokenizer_k=1024,
             tokenizer_frames=1,  # mel frames a token: 1 = 50 Hz, 2 = 25 Hz
             tokenizer_dir="",  # '' = <corpus_dir>/tokenizers/kmeans<k>[x<frames>]
+            # context decoder fitted with a NEW k-means tokenizer: W tokens each side (0: none,
+            # centroid lookup); add one to an existing tokenizer with
+            # `python -m jaxtts.data.tokenizers fit-context <dir> --corpus <corpus>`
+            tokenizer_context=1,
             text_backend="espeak",  # phonemes from espeak-ng; 'char' for characters
             prompt_seconds=3.0,
             batch_size=16,

@@ -64,6 +64,8 @@ HELP = {
     "data.tokenizer_k": "k-means codebook size K",
     "data.tokenizer_frames": "50 Hz mel frames per k-means token: 1 = 50 Hz, 2 = 25 Hz tokens",
     "data.tokenizer_dir": "tokenizer folder ('' = <corpus>/tokenizers/kmeans<K>[x<frames>])",
+    "data.tokenizer_context": "context decoder of a newly fitted k-means tokenizer: W tokens each "
+    "side decode each token (0 = centroid lookup)",
     "data.text_backend": "text symbols: espeak (IPA phonemes) | char",
     "data.prompt_seconds": "speech prompt length in training and synthesis (seconds)",
     "data.batch_size": "utterances per training batch (global, over all devices)",

@@ -177,6 +177,49 @@ def test_kmeans_25hz_clusters_frame_pairs(tmp_path):
     np.testing.assert_array_equal(tok2.encode(frames), ids)
 
 
+def test_context_decoder_fits_a_linear_context_exactly(tmp_path):
+    """Frames made as blob(x_t) + A[x_{t-1}] + B[x_{t+1}] (zero outside the utterance) at
+    25 Hz: the W = 1 context decoder reproduces them to float precision where the centroid
+    lookup is off by the context term; a huge ridge gives the centroid lookup back; the
+    fingerprint (what decides the tokens) does not change; save / load keeps it."""
+    rng = np.random.default_rng(6)
+    k = 5
+    blobs = rng.normal(0, 5, size=(k, 2, 80))  # [K, frames, M]
+    ctx_a, ctx_b = rng.normal(0, 0.3, size=(2, k, 2, 80))
+
+    def utterance(n):
+        x = rng.integers(0, k, size=(n,))
+        z = blobs[x].copy()
+        z[1:] += ctx_a[x[:-1]]
+        z[:-1] += ctx_b[x[1:]]
+        return z.reshape(2 * n, 80).astype(np.float32)
+
+    mels = [utterance(n) for n in (40, 55, 31, 60, 47)]
+    tok = T.KMeansTokenizer(k=k, iters=20, frames=2).fit(mels)
+    fp = tok.fingerprint()
+    lookup = [np.abs(tok.decode(tok.encode(m)) - m).max() for m in mels]
+    tok.fit_context_decoder(mels, window=1, ridge=1e-6)
+    assert tok.context_window == 1 and tok.context_tables.shape == (3, k + 1, 160)
+    assert tok.fingerprint() == fp
+    test = utterance(33)
+    ctx = [np.abs(tok.decode(tok.encode(m)) - m).max() for m in mels + [test]]
+    assert max(ctx) < 1e-3 < 0.1 < min(lookup)
+    tok.save(tmp_path / "km")
+    tok2 = T.load_tokenizer(tmp_path / "km")
+    assert tok2.context_window == 1 and tok2.context_fit["utterances"] == 5
+    ids = tok.encode(test)
+    np.testing.assert_array_equal(tok2.decode(ids), tok.decode(ids))
+    assert T.load_tokenizer(tmp_path / "km").fingerprint() == fp
+    # the prior: a huge ridge pulls E_0 to the centroids and the other tables to zero
+    tok.fit_context_decoder(mels, window=2, ridge=1e9)
+    np.testing.assert_allclose(tok.decode(ids), tok.stats.denormalize(
+        tok.centers[ids].reshape(-1, 80)), atol=1e-3)  # fmt: skip
+    tok.fit_context_decoder(mels, window=0)
+    assert tok.context_tables is None and tok.context_window == 0
+    with pytest.raises(ConfigError, match="ridge=0"):
+        tok.fit_context_decoder(mels, window=1, ridge=0.0)
+
+
 def test_external_tokens_learn_mean_frames(tmp_path):
     mels = [np.stack([np.full(80, float(i // 2)) for i in range(8)]).astype(np.float32)]
     tokens = [np.array([0, 1, 2, 3])]  # 25 Hz tokens over 50 Hz mels: 2 frames each
@@ -234,3 +277,30 @@ def test_token_cache_is_tied_to_its_tokenizer(tiny_corpus, tmp_path):
     mtime = os.path.getmtime(path)
     T.extract_tokens(b, utts, tmp_path, progress=False)
     assert os.path.getmtime(path) == mtime and stamp.read_text().strip() == b.fingerprint()
+
+
+def test_fit_context_cli(tiny_corpus, tmp_path, capsys):
+    """`python -m jaxtts.data.tokenizers fit-context A B --corpus C` fits once and writes both
+    copies of one tokenizer; another tokenizer among the folders or a centroid-free kind is a
+    one-line error."""
+    from jaxtts.data.audio import utterance_mels
+    from jaxtts.data.manifest import read_split
+
+    mels = utterance_mels(read_split(tiny_corpus, "train")[:8], progress=False)
+    tok = T.KMeansTokenizer(k=16, iters=5, frames=2).fit(mels)
+    for name in ("a", "b"):
+        tok.save(tmp_path / name)
+    T.main(["fit-context", str(tmp_path / "a"), str(tmp_path / "b"), "--corpus",
+            str(tiny_corpus), "--num", "6", "--window", "1"])  # fmt: skip
+    assert "fitted on 6 utterances" in capsys.readouterr().out
+    a, b = T.load_tokenizer(tmp_path / "a"), T.load_tokenizer(tmp_path / "b")
+    assert a.context_window == b.context_window == 1
+    np.testing.assert_array_equal(a.context_tables, b.context_tables)
+    T.KMeansTokenizer(k=8, iters=5, frames=2).fit(mels).save(tmp_path / "other")
+    T.LinearMelQuantizer(levels=10, lo=-11.5, hi=2.0).save(tmp_path / "quant")
+    for dirs, msg in (([tmp_path / "a", tmp_path / "other"], "not the same tokenizer"),
+                      ([tmp_path / "quant"], "for k-means tokenizers")):
+        with pytest.raises(SystemExit):
+            T.main(["fit-context", *map(str, dirs), "--corpus", str(tiny_corpus)])
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and msg in err and "\n" not in err

@@ -5,9 +5,16 @@
   consecutive frames (the standardised 2 x 80 vector; an odd last frame is repeated) and
   decodes each token to two frames: 25 Hz tokens, as CosyVoice 2, PALLE and TLDR use
   (name `kmeans<K>x2`). Decoded by centroid lookup
-  (de-standardised) -> log-mel -> vocoder. Fitted with k-means++ seeding on a subsample and
-  Lloyd iterations in JAX (jitted, chunked distance computation) over up to `max_fit_frames`
-  frames; empty clusters are re-seeded with the currently worst-fitted frames.
+  (de-standardised) -> log-mel -> vocoder, or, when the tokenizer has a **context decoder**
+  (`fit_context_decoder`, saved as `context_tables.npy`), by a linear function of the token
+  and its W neighbours on each side: `z_t = sum_{o=-W..W} E_o[x_{t+o}]` (E_o: [K+1, f M]
+  tables, index K = outside the utterance), fitted in closed form by ridge regression onto the
+  standardised frames, shrunk towards the centroids (E_0 -> centers, E_o -> 0). It is the
+  least-squares version of CosyVoice's learned token-to-mel decoder, kept linear so that it
+  fits in seconds; it never changes `encode` (not part of the fingerprint). The k-means is
+  fitted with k-means++ seeding on a subsample and Lloyd iterations in JAX (jitted, chunked
+  distance computation) over up to `max_fit_frames` frames; empty clusters are re-seeded
+  with the currently worst-fitted frames.
 * `LinearMelQuantizer` (kind 'mel_quantizer'): the MDM paper's scalar quantiser, shared by all
   bins: `q = round((clip(x, lo, hi) - lo) / (hi - lo) * (Q - 1))`, Q = 100 by default;
   `decode(q) = lo + q (hi - lo) / (Q - 1)` is its exact inverse on the grid
@@ -97,11 +104,16 @@ class SpeechTokenizer(abc.ABC):
         """(JSON-able fields, arrays) to save."""
         return {}, {}
 
+    # state that only `decode` reads: saved, but not part of the fingerprint
+    _decode_only: tuple[str, ...] = ()
+
     def fingerprint(self) -> str:
         """sha256 of everything that decides the tokens (kind, name, mel settings, state);
         stamps a token cache so that tokens of another tokenizer of the same name are never
-        reused silently."""
+        reused silently. Decode-only state (`_decode_only`) is left out."""
         fields, arrays = self._state()
+        fields = {k: v for k, v in fields.items() if k not in self._decode_only}
+        arrays = {k: v for k, v in arrays.items() if k not in self._decode_only}
         h = hashlib.sha256(json.dumps({"kind": self.kind, "name": self.name,
                                        "mel_cfg": self.mel_cfg.to_dict(), **fields},
                                       sort_keys=True, default=str).encode())  # fmt: skip
@@ -225,6 +237,7 @@ class KMeansTokenizer(SpeechTokenizer):
     """k-means tokens over standardised log-mel frames (see module docstring)."""
 
     kind = "kmeans"
+    _decode_only = ("context_tables", "context_window", "context_ridge", "context_fit")
 
     def __init__(self, k: int = 1024, mel_cfg: MelConfig = MelConfig(), name: str | None = None,
                  iters: int = 25, max_fit_frames: int = 400_000, seed: int = 0,
@@ -239,6 +252,9 @@ class KMeansTokenizer(SpeechTokenizer):
         self.stats: MelStats | None = None
         self.centers: np.ndarray | None = None  # float32 [K, M] standardised
         self.inertia: list[float] = []
+        self.context_tables: np.ndarray | None = None  # float32 [2W + 1, K + 1, f M] or None
+        self.context_ridge: float = 0.0
+        self.context_fit: dict = {}  # what the context decoder was fitted on (reported)
 
     @staticmethod
     def default_name(k: int, frames: int = 1) -> str:
@@ -291,14 +307,76 @@ class KMeansTokenizer(SpeechTokenizer):
         if tokens.size and (tokens.min() < 0 or tokens.max() >= self.k):
             raise DataError(f"{self.name}.decode: token ids must be in [0, {self.k}), got "
                             f"[{tokens.min()}, {tokens.max()}]")  # fmt: skip
-        z = self.centers[tokens].reshape(tokens.size * self.frames, -1)  # [T f, M]
-        return self.stats.denormalize(z)
+        if self.context_tables is None:
+            z = self.centers[tokens]  # [T, f M]
+        else:
+            z = self.context_tables[np.arange(self.context_tables.shape[0]),
+                                    self._context_ids(tokens)].sum(1)  # [T, O, f M] -> [T, f M]
+        return self.stats.denormalize(z.reshape(tokens.size * self.frames, -1))  # [T f, M]
+
+    # -- context decoder
+    @property
+    def context_window(self) -> int:
+        """W of the context decoder (0: none, decoding is the centroid lookup)."""
+        return 0 if self.context_tables is None else (self.context_tables.shape[0] - 1) // 2
+
+    def _context_ids(self, tokens: np.ndarray, window: int | None = None) -> np.ndarray:
+        """tokens [T] -> [T, 2W + 1]: the token at t + o for o = -W..W (K outside)."""
+        w = self.context_window if window is None else window
+        pad = np.concatenate([np.full(w, self.k), tokens, np.full(w, self.k)])
+        return np.stack([pad[o:o + tokens.size] for o in range(2 * w + 1)], 1)
+
+    def fit_context_decoder(self, mels: Sequence[np.ndarray], window: int = 1,
+                            ridge: float = 1.0, progress: bool = False) -> KMeansTokenizer:
+        """Fits the context decoder (module docstring) on `mels`: the ridge solution of
+        min_E sum_t |z_t - sum_o E_o[x_{t+o}]|^2 + ridge |E - E_prior|^2, with E_prior = the
+        centroids for o = 0 and zeros elsewhere (so unseen tokens decode as before).
+        `window=0` removes it."""
+        self._check_fitted("fit_context_decoder")
+        if window < 0 or ridge <= 0:
+            raise ConfigError(f"fit_context_decoder: window={window} (expected >= 0), "
+                              f"ridge={ridge} (expected > 0)")  # fmt: skip
+        if window == 0:
+            self.context_tables, self.context_ridge, self.context_fit = None, 0.0, {}
+            return self
+        from tqdm.auto import tqdm
+
+        o_n, k1 = 2 * window + 1, self.k + 1
+        n_feat = o_n * k1
+        gram = np.zeros((n_feat, n_feat))  # X^T X of the one-hot design [N, O (K + 1)]
+        xty = np.zeros((n_feat, self.centers.shape[1]))
+        frames = 0
+        for mel in tqdm(mels, desc="context decoder", disable=not progress, leave=False):
+            mel = self._check_mel(mel)
+            if mel.shape[0] == 0:
+                continue
+            z = self._stack(self.stats.normalize(mel))  # [T, f M]
+            ids = kmeans_assign(z, self.centers)[0]
+            cols = self._context_ids(ids, window) + np.arange(o_n) * k1  # [T, O] feature ids
+            for a in range(o_n):
+                np.add.at(xty, cols[:, a], z)
+                for b in range(o_n):
+                    np.add.at(gram, (cols[:, a], cols[:, b]), 1.0)
+            frames += ids.size
+        prior = np.zeros_like(xty)
+        prior[window * k1:window * k1 + self.k] = self.centers
+        gram[np.diag_indices(n_feat)] += ridge
+        tables = np.linalg.solve(gram, xty + ridge * prior)
+        self.context_tables = tables.reshape(o_n, k1, -1).astype(np.float32)
+        self.context_ridge = float(ridge)
+        self.context_fit = {"utterances": len(mels), "tokens": int(frames)}
+        return self
 
     def _state(self):
         fields = {"k": self.k, "iters": self.iters, "max_fit_frames": self.max_fit_frames,
                   "seed": self.seed, "inertia": self.inertia, "frames": self.frames}  # fmt: skip
-        return fields, {"centers": self.centers, "mel_mean": self.stats.mean,
-                        "mel_std": self.stats.std}  # fmt: skip
+        arrays = {"centers": self.centers, "mel_mean": self.stats.mean,
+                  "mel_std": self.stats.std}  # fmt: skip
+        if self.context_tables is not None:
+            fields.update(context_window=self.context_window, context_ridge=self.context_ridge,
+                          context_fit=self.context_fit)  # fmt: skip
+            arrays["context_tables"] = self.context_tables
+        return fields, arrays
 
     @classmethod
     def _from_state(cls, meta: dict, arrays: dict, mel_cfg: MelConfig) -> KMeansTokenizer:
@@ -308,6 +386,16 @@ class KMeansTokenizer(SpeechTokenizer):
         tok.centers = arrays["centers"].astype(np.float32)
         tok.stats = MelStats(arrays["mel_mean"], arrays["mel_std"])
         tok.inertia = meta.get("inertia", [])
+        if "context_tables" in arrays:
+            tables = arrays["context_tables"].astype(np.float32)
+            if (tables.ndim != 3 or tables.shape[0] % 2 != 1 or tables.shape[1] != tok.k + 1
+                    or tables.shape[2] != tok.centers.shape[1]):
+                raise DataError(f"tokenizer {tok.name!r}: context_tables.npy of shape "
+                                f"{tables.shape}, expected [2W + 1, {tok.k + 1}, "
+                                f"{tok.centers.shape[1]}]")  # fmt: skip
+            tok.context_tables = tables
+            tok.context_ridge = float(meta.get("context_ridge", 0.0))
+            tok.context_fit = meta.get("context_fit", {})
         return tok
 
 
@@ -577,3 +665,67 @@ def load_tokens(corpus_dir: str | os.PathLike, name: str, ids: Sequence[str]
             raise DataError(f"{path}: speech tokens of {uid!r} not found (extract_tokens first)")
         out[uid] = np.load(path)
     return out
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def fit_context_cli(argv: Sequence[str] | None = None) -> None:
+    """`python -m jaxtts.data.tokenizers fit-context DIR [DIR ...] --corpus C`: fits the context
+    decoder of the k-means tokenizer in DIR on C's training utterances and saves it there (and
+    into every further DIR holding the same tokenizer: same fingerprint)."""
+    import argparse
+    import time
+
+    from jaxtts.data.audio import utterance_mels
+    from jaxtts.data.manifest import read_split
+
+    ap = argparse.ArgumentParser(prog="python -m jaxtts.data.tokenizers fit-context",
+                                 description=fit_context_cli.__doc__.split("\n")[0])
+    ap.add_argument("dirs", nargs="+", help="tokenizer folders (tokenizer.json)")
+    ap.add_argument("--corpus", required=True, help="corpus folder (its train split)")
+    ap.add_argument("--num", type=int, default=3000, help="training utterances (evenly spaced)")
+    ap.add_argument("--window", type=int, default=1, help="W: neighbours on each side")
+    ap.add_argument("--ridge", type=float, default=1.0)
+    a = ap.parse_args(argv)
+    toks = [load_tokenizer(d) for d in a.dirs]
+    if not isinstance(toks[0], KMeansTokenizer):
+        raise ConfigError(f"{a.dirs[0]}: a {toks[0].kind!r} tokenizer; the context decoder is "
+                          "for k-means tokenizers")  # fmt: skip
+    fp = toks[0].fingerprint()
+    for d, t in zip(a.dirs[1:], toks[1:], strict=True):
+        if t.fingerprint() != fp:
+            raise ConfigError(f"{d}: not the same tokenizer as {a.dirs[0]} (fingerprints "
+                              f"{t.fingerprint()[:12]} vs {fp[:12]})")  # fmt: skip
+    utts = read_split(a.corpus, "train")
+    if a.num > 0:
+        utts = utts[::max(1, len(utts) // a.num)][:a.num]
+    t0 = time.perf_counter()
+    mels = utterance_mels(utts, toks[0].mel_cfg, desc="log-mel (context decoder)")
+    toks[0].fit_context_decoder(mels, window=a.window, ridge=a.ridge, progress=True)
+    for d in a.dirs:
+        toks[0].save(d)
+    print(f"context decoder W={a.window} ridge={a.ridge:g} fitted on {len(mels)} utterances "
+          f"({toks[0].context_fit['tokens']} tokens) of {a.corpus} in "
+          f"{time.perf_counter() - t0:.0f} s; saved to {', '.join(a.dirs)}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import sys
+
+    from jaxtts.errors import JaxttsError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] != "fit-context":
+        print("usage: python -m jaxtts.data.tokenizers fit-context DIR [DIR ...] --corpus C "
+              "[--num N] [--window W] [--ridge R]", file=sys.stderr)  # fmt: skip
+        sys.exit(2)
+    try:
+        fit_context_cli(argv[1:])
+    except JaxttsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -100,6 +100,8 @@ def tokenizer_for(data_cfg, corpus: Path, train_utts, progress: bool = True):
     mels = utterance_mels(list(train_utts)[::stride], tok.mel_cfg, progress=progress,
                           desc="log-mel (fit)")  # fmt: skip
     tok.fit(mels, progress=progress)
+    tok.fit_context_decoder(mels, window=int(data_cfg.get("tokenizer_context", 1)),
+                            progress=progress)  # fmt: skip
     tok.save(folder)
     log.info("fitted %s on %d utterances in %.1fs", tok.name, len(mels), time.perf_counter() - t0)
     return tok
