@@ -331,7 +331,8 @@ class KMeansTokenizer(SpeechTokenizer):
         """Fits the context decoder (module docstring) on `mels`: the ridge solution of
         min_E sum_t |z_t - sum_o E_o[x_{t+o}]|^2 + ridge |E - E_prior|^2, with E_prior = the
         centroids for o = 0 and zeros elsewhere (so unseen tokens decode as before).
-        `window=0` removes it."""
+        `window=0` removes it. Memory: the float64 Gram matrix is [(2W + 1)(K + 1)]^2, i.e.
+        75 MB for K = 1024, W = 1 and 1.6 GB for K = 2048, W = 3."""
         self._check_fitted("fit_context_decoder")
         if window < 0 or ridge <= 0:
             raise ConfigError(f"fit_context_decoder: window={window} (expected >= 0), "
