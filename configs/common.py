@@ -83,6 +83,7 @@ def data_config(**overrides) -> mlc.ConfigDict:
             # centroid lookup); add one to an existing tokenizer with
             # `python -m jaxtts.data.tokenizers fit-context <dir> --corpus <corpus>`
             tokenizer_context=1,
+            tokenizer_conv_steps=0,  # > 0: also train a conv decoder (minutes; see help)
             text_backend="espeak",  # phonemes from espeak-ng; 'char' for characters
             prompt_seconds=3.0,
             batch_size=16,

@@ -11,7 +11,10 @@
   tables, index K = outside the utterance), fitted in closed form by ridge regression onto the
   standardised frames, shrunk towards the centroids (E_0 -> centers, E_o -> 0). It is the
   least-squares version of CosyVoice's learned token-to-mel decoder, kept linear so that it
-  fits in seconds; it never changes `encode` (not part of the fingerprint). The k-means is
+  fits in seconds; it never changes `encode` (not part of the fingerprint). On top of either,
+  an optional **conv decoder** (`fit_conv_decoder`, `jaxtts.data.token_decoder`, saved as
+  `conv_decoder.npz`) adds a learned non-linear residual from a wider token context (a small
+  residual conv stack, trained in minutes; decode-only too). The k-means is
   fitted with k-means++ seeding on a subsample and Lloyd iterations in JAX (jitted, chunked
   distance computation) over up to `max_fit_frames` frames; empty clusters are re-seeded
   with the currently worst-fitted frames.
@@ -35,6 +38,7 @@ Axis letters: T frames, M mel bins, K clusters.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import hashlib
 import json
 import logging
@@ -133,9 +137,23 @@ class SpeechTokenizer(abc.ABC):
         directory.mkdir(parents=True, exist_ok=True)
         fields, arrays = self._state()
         for key, arr in arrays.items():
-            np.save(directory / f"{key}.npy", arr)
+            if isinstance(arr, dict):  # a bundle of named arrays -> one .npz
+                np.savez(directory / f"{key}.npz", **arr)
+            else:
+                np.save(directory / f"{key}.npy", arr)
+        if (directory / _META).is_file():  # drop the files of state removed since the last save
+            try:
+                old = json.loads((directory / _META).read_text())
+            except json.JSONDecodeError:
+                old = {}
+            for key in set(old.get("arrays", [])) - set(arrays):
+                (directory / f"{key}.npy").unlink(missing_ok=True)
+            for key in set(old.get("bundles", [])) - set(arrays):
+                (directory / f"{key}.npz").unlink(missing_ok=True)
         meta = {"kind": self.kind, "name": self.name, "mel_cfg": self.mel_cfg.to_dict(),
-                "arrays": sorted(arrays), **fields}  # fmt: skip
+                "arrays": sorted(k for k, v in arrays.items() if not isinstance(v, dict)),
+                "bundles": sorted(k for k, v in arrays.items() if isinstance(v, dict)),
+                **fields}  # fmt: skip
         tmp = directory / (_META + ".tmp")
         tmp.write_text(json.dumps(meta, indent=1) + "\n")
         os.replace(tmp, directory / _META)
@@ -237,7 +255,8 @@ class KMeansTokenizer(SpeechTokenizer):
     """k-means tokens over standardised log-mel frames (see module docstring)."""
 
     kind = "kmeans"
-    _decode_only = ("context_tables", "context_window", "context_ridge", "context_fit")
+    _decode_only = ("context_tables", "context_window", "context_ridge", "context_fit",
+                    "conv_decoder", "conv_fit", "gv_scale")  # fmt: skip
 
     def __init__(self, k: int = 1024, mel_cfg: MelConfig = MelConfig(), name: str | None = None,
                  iters: int = 25, max_fit_frames: int = 400_000, seed: int = 0,
@@ -255,6 +274,9 @@ class KMeansTokenizer(SpeechTokenizer):
         self.context_tables: np.ndarray | None = None  # float32 [2W + 1, K + 1, f M] or None
         self.context_ridge: float = 0.0
         self.context_fit: dict = {}  # what the context decoder was fitted on (reported)
+        self.conv_decoder: dict[str, np.ndarray] | None = None  # token_decoder params or None
+        self.conv_fit: dict = {}  # its config, data and dev numbers (reported)
+        self.gv_scale: float = 1.0  # postfilter: deviations from the utterance mean x this
 
     @staticmethod
     def default_name(k: int, frames: int = 1) -> str:
@@ -307,12 +329,25 @@ class KMeansTokenizer(SpeechTokenizer):
         if tokens.size and (tokens.min() < 0 or tokens.max() >= self.k):
             raise DataError(f"{self.name}.decode: token ids must be in [0, {self.k}), got "
                             f"[{tokens.min()}, {tokens.max()}]")  # fmt: skip
+        z = self._decode_standardised(tokens).reshape(tokens.size * self.frames, -1)  # [T f, M]
+        if self.gv_scale != 1.0 and tokens.size:  # global-variance postfilter
+            mu = z.mean(0, keepdims=True)  # [1, M]
+            z = mu + self.gv_scale * (z - mu)
+        return self.stats.denormalize(z)  # [T f, M]
+
+    def _decode_standardised(self, tokens: np.ndarray, conv: bool = True) -> np.ndarray:
+        """tokens [T] -> standardised token vectors [T, f M]: centroids or the context
+        decoder, plus the conv decoder's residual (`conv`); no postfilter."""
         if self.context_tables is None:
             z = self.centers[tokens]  # [T, f M]
         else:
             z = self.context_tables[np.arange(self.context_tables.shape[0]),
                                     self._context_ids(tokens)].sum(1)  # [T, O, f M] -> [T, f M]
-        return self.stats.denormalize(z.reshape(tokens.size * self.frames, -1))  # [T f, M]
+        if conv and self.conv_decoder is not None and tokens.size:
+            from jaxtts.data import token_decoder
+
+            z = z + token_decoder.apply(self.conv_decoder, tokens[None])[0]  # [T, f M]
+        return z
 
     # -- context decoder
     @property
@@ -337,6 +372,10 @@ class KMeansTokenizer(SpeechTokenizer):
         if window < 0 or ridge <= 0:
             raise ConfigError(f"fit_context_decoder: window={window} (expected >= 0), "
                               f"ridge={ridge} (expected > 0)")  # fmt: skip
+        if self.conv_decoder is not None:  # it models this decoder's residual: now stale
+            log.warning("tokenizer %r: refitting the context decoder drops its conv decoder "
+                        "(fit it again: python -m jaxtts.data.tokenizers fit-conv)", self.name)
+            self.conv_decoder, self.conv_fit = None, {}
         if window == 0:
             self.context_tables, self.context_ridge, self.context_fit = None, 0.0, {}
             return self
@@ -377,6 +416,11 @@ class KMeansTokenizer(SpeechTokenizer):
             fields.update(context_window=self.context_window, context_ridge=self.context_ridge,
                           context_fit=self.context_fit)  # fmt: skip
             arrays["context_tables"] = self.context_tables
+        if self.gv_scale != 1.0:
+            fields["gv_scale"] = self.gv_scale
+        if self.conv_decoder is not None:
+            fields["conv_fit"] = self.conv_fit
+            arrays["conv_decoder"] = {k: v.astype(np.float16) for k, v in self.conv_decoder.items()}
         return fields, arrays
 
     @classmethod
@@ -397,7 +441,60 @@ class KMeansTokenizer(SpeechTokenizer):
             tok.context_tables = tables
             tok.context_ridge = float(meta.get("context_ridge", 0.0))
             tok.context_fit = meta.get("context_fit", {})
+        if "conv_decoder" in arrays:
+            from jaxtts.data import token_decoder
+
+            tok.conv_decoder = token_decoder.check(arrays["conv_decoder"], tok.k,
+                                                   tok.centers.shape[1], f"tokenizer {tok.name!r}: "
+                                                   "conv_decoder.npz")  # fmt: skip
+            tok.conv_fit = meta.get("conv_fit", {})
+        tok.gv_scale = float(meta.get("gv_scale", 1.0))
+        if not tok.gv_scale > 0:
+            raise DataError(f"tokenizer {tok.name!r}: gv_scale={tok.gv_scale}, expected > 0")
         return tok
+
+    # -- conv decoder
+    def fit_conv_decoder(self, mels: Sequence[np.ndarray], cfg=None, progress: bool = False,
+                         dev_mels: Sequence[np.ndarray] = ()) -> KMeansTokenizer:
+        """Trains the conv decoder (`jaxtts.data.token_decoder`) on `mels` as the residual of
+        the current linear decoder (context tables, or centroids); `dev_mels` give the
+        reported dev L1 / MSE of the standardised frames before and after."""
+        from jaxtts.data import token_decoder
+
+        self._check_fitted("fit_conv_decoder")
+        cfg = cfg or token_decoder.ConvDecoderConfig()
+        ids, res = self._residuals(mels, progress, "conv decoder targets")
+        params, curve = token_decoder.fit(ids, res, self.k, cfg, progress=progress)
+        self.conv_fit = {"config": dataclasses.asdict(cfg), "utterances": len(ids),
+                         "tokens": int(sum(len(i) for i in ids)), "train_mse_per_100": curve}
+        if dev_mels:
+            d_ids, d_res = self._residuals(dev_mels, False, "")
+            out = [token_decoder.apply(params, i[None])[0] for i in d_ids]
+            lin = np.concatenate([r.ravel() for r in d_res])
+            err = np.concatenate([(r - o).ravel() for r, o in zip(d_res, out, strict=True)])
+            self.conv_fit["dev"] = {
+                "utterances": len(d_ids),
+                "l1_linear": float(np.abs(lin).mean()), "l1_conv": float(np.abs(err).mean()),
+                "mse_linear": float((lin**2).mean()), "mse_conv": float((err**2).mean()),
+            }  # fmt: skip
+        self.conv_decoder = params
+        return self
+
+    def _residuals(self, mels, progress: bool, desc: str):
+        """Token ids [T] and standardised frames minus the linear decode [T, f M] per mel."""
+        from tqdm.auto import tqdm
+
+        ids, res = [], []
+        for mel in tqdm(mels, desc=desc, disable=not progress, leave=False):
+            mel = self._check_mel(mel)
+            if mel.shape[0] == 0:
+                continue
+            z = self._stack(self.stats.normalize(mel))  # [T, f M]
+            x = kmeans_assign(z, self.centers)[0]
+            base = self._decode_standardised(x, conv=False)  # [T, f M]
+            ids.append(x.astype(np.int32))
+            res.append((z - base).astype(np.float32))
+        return ids, res
 
 
 # ----------------------------------------------------------------------------- linear quantiser
@@ -590,6 +687,15 @@ def load_tokenizer(directory: str | os.PathLike) -> SpeechTokenizer:
         if not f.is_file():
             raise DataError(f"{f}: array of tokenizer {meta.get('name')!r} missing")
         arrays[key] = np.load(f)
+    for key in meta.get("bundles", []):
+        f = directory / f"{key}.npz"
+        if not f.is_file():
+            raise DataError(f"{f}: arrays of tokenizer {meta.get('name')!r} missing")
+        try:
+            with np.load(f) as z:
+                arrays[key] = {k: z[k] for k in z.files}
+        except (ValueError, OSError, EOFError) as e:
+            raise DataError(f"{f}: unreadable ({type(e).__name__}: {e})") from None
     return TOKENIZERS[kind]._from_state(meta, arrays, MelConfig.from_dict(meta["mel_cfg"]))
 
 
@@ -689,15 +795,7 @@ def fit_context_cli(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--window", type=int, default=1, help="W: neighbours on each side")
     ap.add_argument("--ridge", type=float, default=1.0)
     a = ap.parse_args(argv)
-    toks = [load_tokenizer(d) for d in a.dirs]
-    if not isinstance(toks[0], KMeansTokenizer):
-        raise ConfigError(f"{a.dirs[0]}: a {toks[0].kind!r} tokenizer; the context decoder is "
-                          "for k-means tokenizers")  # fmt: skip
-    fp = toks[0].fingerprint()
-    for d, t in zip(a.dirs[1:], toks[1:], strict=True):
-        if t.fingerprint() != fp:
-            raise ConfigError(f"{d}: not the same tokenizer as {a.dirs[0]} (fingerprints "
-                              f"{t.fingerprint()[:12]} vs {fp[:12]})")  # fmt: skip
+    toks = _same_kmeans_tokenizers(a.dirs, "context decoder")
     utts = read_split(a.corpus, "train")
     if a.num > 0:
         utts = utts[::max(1, len(utts) // a.num)][:a.num]
@@ -711,18 +809,103 @@ def fit_context_cli(argv: Sequence[str] | None = None) -> None:
           f"{time.perf_counter() - t0:.0f} s; saved to {', '.join(a.dirs)}")
 
 
+def fit_conv_cli(argv: Sequence[str] | None = None) -> None:
+    """`python -m jaxtts.data.tokenizers fit-conv DIR [DIR ...] --corpus C`: trains the conv
+    decoder (`jaxtts.data.token_decoder`) of the k-means tokenizer in DIR on C's training
+    utterances, over its current linear decoder, reports the dev error before / after, and
+    saves it there (and into every further DIR holding the same tokenizer)."""
+    import argparse
+    import time
+
+    from jaxtts.data import token_decoder
+    from jaxtts.data.audio import utterance_mels
+    from jaxtts.data.manifest import read_split
+
+    d = token_decoder.ConvDecoderConfig()
+    ap = argparse.ArgumentParser(prog="python -m jaxtts.data.tokenizers fit-conv",
+                                 description=fit_conv_cli.__doc__.split("\n")[0])
+    ap.add_argument("dirs", nargs="+", help="tokenizer folders (tokenizer.json)")
+    ap.add_argument("--corpus", required=True, help="corpus folder (its train and dev splits)")
+    ap.add_argument("--num", type=int, default=16000, help="training utterances (evenly spaced)")
+    for f in dataclasses.fields(d):
+        ap.add_argument(f"--{f.name}", type=type(getattr(d, f.name)), default=getattr(d, f.name))
+    a = ap.parse_args(argv)
+    toks = _same_kmeans_tokenizers(a.dirs, "conv decoder")
+    utts = read_split(a.corpus, "train")
+    if a.num > 0:
+        utts = utts[::max(1, len(utts) // a.num)][:a.num]
+    dev = read_split(a.corpus, "dev")[:200]
+    cfg = token_decoder.ConvDecoderConfig(**{f.name: getattr(a, f.name)
+                                             for f in dataclasses.fields(d)})  # fmt: skip
+    t0 = time.perf_counter()
+    mels = utterance_mels(utts, toks[0].mel_cfg, desc="log-mel (conv decoder)")
+    dev_mels = utterance_mels(dev, toks[0].mel_cfg, desc="log-mel (dev)")
+    toks[0].fit_conv_decoder(mels, cfg, progress=True, dev_mels=dev_mels)
+    for folder in a.dirs:
+        toks[0].save(folder)
+    r = toks[0].conv_fit["dev"]
+    print(f"conv decoder (C {cfg.width}, {cfg.layers} blocks, kernel {cfg.kernel}, {cfg.steps} "
+          f"steps) trained on {len(mels)} utterances of {a.corpus} in "
+          f"{time.perf_counter() - t0:.0f} s; dev ({r['utterances']} utterances) L1 "
+          f"{r['l1_linear']:.4f} -> {r['l1_conv']:.4f}, MSE {r['mse_linear']:.4f} -> "
+          f"{r['mse_conv']:.4f}; saved to {', '.join(a.dirs)}")
+
+
+def _same_kmeans_tokenizers(dirs: Sequence[str], what: str) -> list[KMeansTokenizer]:
+    """Loads the tokenizers in `dirs`; a one-line error unless all are the same k-means one."""
+    toks = [load_tokenizer(d) for d in dirs]
+    if not isinstance(toks[0], KMeansTokenizer):
+        raise ConfigError(f"{dirs[0]}: a {toks[0].kind!r} tokenizer; the {what} is for k-means "
+                          "tokenizers")  # fmt: skip
+    fp = toks[0].fingerprint()
+    for d, t in zip(dirs[1:], toks[1:], strict=True):
+        if t.fingerprint() != fp:
+            raise ConfigError(f"{d}: not the same tokenizer as {dirs[0]} (fingerprints "
+                              f"{t.fingerprint()[:12]} vs {fp[:12]})")  # fmt: skip
+    return toks
+
+
+def postfilter_cli(argv: Sequence[str] | None = None) -> None:
+    """`python -m jaxtts.data.tokenizers postfilter DIR [DIR ...] --gv_scale S`: sets the
+    global-variance postfilter of k-means tokenizer folders (1 = off): decoded standardised
+    frames z become mean_t(z) + S (z - mean_t(z)) per utterance, undoing part of the
+    over-smoothing of a least-squares decoder (the 'GV' postfilter of statistical parametric
+    TTS). Decode-only: tokens and caches are unchanged."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m jaxtts.data.tokenizers postfilter",
+                                 description=postfilter_cli.__doc__.split("\n")[0])
+    ap.add_argument("dirs", nargs="+", help="tokenizer folders (tokenizer.json)")
+    ap.add_argument("--gv_scale", type=float, required=True, help="S > 0 (1 = off)")
+    a = ap.parse_args(argv)
+    if not a.gv_scale > 0:
+        raise ConfigError(f"--gv_scale {a.gv_scale}: expected > 0 (1 = off)")
+    toks = _same_kmeans_tokenizers(a.dirs, "postfilter")
+    for folder, tok in zip(a.dirs, toks, strict=True):
+        tok.gv_scale = float(a.gv_scale)
+        tok.save(folder)
+    print(f"gv_scale {a.gv_scale:g} set in {', '.join(a.dirs)}")
+
+
+_COMMANDS = {"fit-context": fit_context_cli, "fit-conv": fit_conv_cli, "postfilter": postfilter_cli}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     import sys
 
     from jaxtts.errors import JaxttsError
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] != "fit-context":
+    if not argv or argv[0] not in _COMMANDS:
         print("usage: python -m jaxtts.data.tokenizers fit-context DIR [DIR ...] --corpus C "
-              "[--num N] [--window W] [--ridge R]", file=sys.stderr)  # fmt: skip
+              "[--num N] [--window W] [--ridge R]\n"
+              "       python -m jaxtts.data.tokenizers fit-conv DIR [DIR ...] --corpus C "
+              "[--num N] [--steps S] [--width C] [--layers L] ...\n"
+              "       python -m jaxtts.data.tokenizers postfilter DIR [DIR ...] --gv_scale S",
+              file=sys.stderr)  # fmt: skip
         sys.exit(2)
     try:
-        fit_context_cli(argv[1:])
+        _COMMANDS[argv[0]](argv[1:])
     except JaxttsError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -102,6 +102,11 @@ def tokenizer_for(data_cfg, corpus: Path, train_utts, progress: bool = True):
     tok.fit(mels, progress=progress)
     tok.fit_context_decoder(mels, window=int(data_cfg.get("tokenizer_context", 1)),
                             progress=progress)  # fmt: skip
+    conv_steps = int(data_cfg.get("tokenizer_conv_steps", 0))
+    if conv_steps > 0:
+        from jaxtts.data.token_decoder import ConvDecoderConfig
+
+        tok.fit_conv_decoder(mels, ConvDecoderConfig(steps=conv_steps), progress=progress)
     tok.save(folder)
     log.info("fitted %s on %d utterances in %.1fs", tok.name, len(mels), time.perf_counter() - t0)
     return tok
