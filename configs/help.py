@@ -66,7 +66,7 @@ HELP = {
     "data.tokenizer_dir": "tokenizer folder ('' = <corpus>/tokenizers/kmeans<K>[x<frames>])",
     "data.tokenizer_context": "context decoder of a newly fitted k-means tokenizer: W tokens each "
     "side decode each token (0 = centroid lookup)",
-    "data.tokenizer_conv_steps": "training steps of a newly fitted k-means tokenizer's conv decoder "
+    "data.tokenizer_conv_steps": "training steps of a new k-means tokenizer's conv decoder "
     "(a learned non-linear residual over the context decoder, jaxtts.data.token_decoder; "
     "0 = none; the shipped tokenizer's: 3000 steps, ~10 min on 2 cores, added with "
     "python -m jaxtts.data.tokenizers fit-conv)",
