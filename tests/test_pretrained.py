@@ -31,6 +31,7 @@ def test_shipped_folder_is_self_contained(name):
     for field in ("Command", "Commit", "Training time", "Data", "Measured"):
         assert field in card, f"{name}/MODEL_CARD.md lacks '{field}'"
     assert (run / "params.msgpack").stat().st_size <= MAX_BYTES
+    assert sum(f.stat().st_size for f in run.rglob("*") if f.is_file()) <= MAX_BYTES, name
     assert not (run / "checkpoints").exists()
     assert json.loads((run / "config.json").read_text())["task"]
 
@@ -93,6 +94,33 @@ def test_car_small_speaks_a_sentence(lm_engine, tiny_corpus):
                               greedy=True, max_seconds=8.0, progress=False)  # fmt: skip
     seconds = res.wav.size / synth.sample_rate
     assert not res.info["hit_max"] and 0.8 < seconds < 4.0, res.info
+
+
+def test_car_small_token_decoders_shrink_the_round_trip_error(tiny_corpus):
+    """Corpus mels -> tokens -> log-mel: the shipped tokenizer's context decoder is closer to
+    the truth than the centroids, and its conv decoder closer still (standardised L1; the
+    16 h corpus' dev split: 0.160 / 0.139 / 0.125, tokenizer.json's conv_fit)."""
+    from jaxtts.data.audio import utterance_mels
+    from jaxtts.data.tokenizers import load_tokenizer
+
+    tok = load_tokenizer(PRETRAINED / "car_small" / "tokenizer")
+    assert tok.conv_decoder is not None and tok.context_window == 1
+    mels = utterance_mels(_utts(tiny_corpus)[:8], tok.mel_cfg, progress=False)
+
+    def err(**kw):
+        e = []
+        for m in mels:
+            ids = tok.encode(m)
+            z = tok._stack(tok.stats.normalize(m))  # [T, f M]
+            if kw.get("centroid"):
+                zh = tok.centers[ids]
+            else:
+                zh = tok._decode_standardised(ids, conv=kw["conv"])
+            e.append(np.abs(zh - z).mean())
+        return float(np.mean(e))
+
+    centroid, context, conv = err(centroid=True), err(conv=False), err(conv=True)
+    assert conv < 0.95 * context < 0.95 * centroid, (centroid, context, conv)
 
 
 def test_speaker_encoder_separates_speakers(tiny_corpus):
