@@ -96,6 +96,13 @@ def test_tokenizer_saves_loads_and_checks_its_conv_decoder(tmp_path, caplog):
     (tmp_path / "km" / "conv_decoder.npz").unlink()
     with pytest.raises(DataError, match="conv_decoder.npz: arrays of tokenizer"):
         T.load_tokenizer(tmp_path / "km")
+    tok.save(tmp_path / "km")  # truncated files (an interrupted copy): named, not a traceback
+    for name in ("conv_decoder.npz", "centers.npy"):
+        f = tmp_path / "km" / name
+        f.write_bytes(f.read_bytes()[:200])
+        with pytest.raises(DataError, match=f"{name}: unreadable"):
+            T.load_tokenizer(tmp_path / "km")
+        tok.save(tmp_path / "km")
     other = T.KMeansTokenizer(k=8, iters=5, frames=2).fit(mels)
     other.conv_decoder = TD.init_params(16, 160, cfg)
     other.save(tmp_path / "o")

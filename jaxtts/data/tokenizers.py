@@ -43,6 +43,7 @@ import hashlib
 import json
 import logging
 import os
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -686,7 +687,10 @@ def load_tokenizer(directory: str | os.PathLike) -> SpeechTokenizer:
         f = directory / f"{key}.npy"
         if not f.is_file():
             raise DataError(f"{f}: array of tokenizer {meta.get('name')!r} missing")
-        arrays[key] = np.load(f)
+        try:
+            arrays[key] = np.load(f)
+        except (ValueError, OSError, EOFError) as e:
+            raise DataError(f"{f}: unreadable ({type(e).__name__}: {e})") from None
     for key in meta.get("bundles", []):
         f = directory / f"{key}.npz"
         if not f.is_file():
@@ -694,7 +698,7 @@ def load_tokenizer(directory: str | os.PathLike) -> SpeechTokenizer:
         try:
             with np.load(f) as z:
                 arrays[key] = {k: z[k] for k in z.files}
-        except (ValueError, OSError, EOFError) as e:
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:  # truncated / not .npz
             raise DataError(f"{f}: unreadable ({type(e).__name__}: {e})") from None
     return TOKENIZERS[kind]._from_state(meta, arrays, MelConfig.from_dict(meta["mel_cfg"]))
 
