@@ -728,7 +728,7 @@ def _stamp_token_cache(tokenizer: SpeechTokenizer, out: Path) -> None:
         for f in stale:
             f.unlink()
     if old != fp:
-        tmp = out / (_STAMP + ".tmp")
+        tmp = out / f"{_STAMP}.{os.getpid()}.tmp"  # per process: runs may share a corpus
         tmp.write_text(fp + "\n")
         os.replace(tmp, stamp)
 
@@ -754,7 +754,7 @@ def extract_tokens(tokenizer: SpeechTokenizer, utts: Sequence, corpus_dir: str |
             mel = mels[u.id]
         else:
             mel = log_mel(load_audio(u.path, tokenizer.mel_cfg.sample_rate), tokenizer.mel_cfg)
-        tmp = out / f"{u.id}.tmp.npy"
+        tmp = out / f"{u.id}.{os.getpid()}.tmp.npy"  # per process: runs may share a corpus
         np.save(tmp, tokenizer.encode(mel))
         os.replace(tmp, out / f"{u.id}.npy")
 
