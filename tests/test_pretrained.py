@@ -185,7 +185,8 @@ def test_ssd_draft_predicts_the_next_token(tiny_corpus):
     assert info.ce_right[0] < SSD_CE_BOUND, info
 
 
-def test_tldr_reads_its_text(tiny_corpus):
+@pytest.mark.parametrize("name", ["tldr", "tldr_p2"])
+def test_tldr_reads_its_text(tiny_corpus, name):
     """Teacher-forced CE of the shipped TLDR extractor on the tiny corpus (its backbone's
     tokenizer) with the right transcript vs another row's: below a bound its untrained state
     (~7.3 nats) is far from, and a text gap that a model ignoring the text does not have
@@ -193,7 +194,7 @@ def test_tldr_reads_its_text(tiny_corpus):
     from jaxtts.engine import load_engine
     from jaxtts.methods.tldr.task import text_information
 
-    info = text_information(load_engine(PRETRAINED / "tldr"), _utts(tiny_corpus))
+    info = text_information(load_engine(PRETRAINED / name), _utts(tiny_corpus))
     assert info.tokens > 1000
     assert info.ce_right[0] < TLDR_CE_BOUND, info
     assert info.gap[0] > TLDR_GAP_BOUND, info
