@@ -168,6 +168,19 @@ def test_tiny_recipe_trains_and_synthesizes(tmp_path, tiny_corpus):
     assert int(d.min()) == 1  # every phone keeps >= 1 frame: a text never gets zero frames
     (skipped,) = Synthesizer(eng).synthesize(["..."], None, strategy="l2r", progress=False)
     assert skipped.skipped and "no pronounceable symbols" in skipped.skipped
+    # the run's quantiser ships as its tokenizer folder (the quantised ground-truth row)
+    from jaxtts.data.tokenizers import load_tokenizer
+
+    quant = load_tokenizer(tmp_path / "run" / "tokenizer")
+    assert (quant.levels, quant.lo, quant.hi) == (eng.cfg.levels, eng.cfg.mel_lo, eng.cfg.mel_hi)
+    # the text diagnostic of the shipped-model test: untrained, right and wrong text score alike
+    from jaxtts.data.manifest import read_split
+    from jaxtts.methods.mdm.task import text_information
+
+    info = text_information(eng, read_split(tiny_corpus, "train")[:8], batch_size=4)
+    assert info["frames"] > 100
+    assert abs(info["nll_wrong"] - info["nll_right"]) < 0.05, info
+    assert abs(info["prior_wrong"] - info["prior_right"]) < 0.05, info
 
 
 # -- the Grad-TTS baseline decoder (jaxtts/methods/mdm/gradtts.py) on the same tiny model
