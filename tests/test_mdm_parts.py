@@ -67,6 +67,21 @@ def test_dmol_sums_to_one_and_matches_a_hand_value():
     assert float(dmol.nll(one, jnp.array(1), 3)) == pytest.approx(-math.log(want[1]), abs=1e-6)
 
 
+def test_dmol_mode_equals_the_full_table():
+    """`dmol.mode` (probability space, what decoding uses) = max / argmax of
+    `level_log_probs` (log space, every level), including sharp and tail-heavy mixtures."""
+    rng = np.random.default_rng(2)
+    params = rng.normal(size=(64, 15)).astype(np.float32)  # K = 5
+    params[:16, 10:] = -6.0  # sharp components: mass in one level
+    params[16:32, 5:10] = rng.choice([-1.4, 1.4], size=(16, 5))  # means past the grid: tails
+    params = jnp.asarray(params)
+    for q in (2, 10, 100):
+        lp = np.asarray(dmol.level_log_probs(params, q))
+        top, arg = (np.asarray(x) for x in dmol.mode(params, q))
+        np.testing.assert_allclose(top, lp.max(-1), atol=2e-5)
+        np.testing.assert_array_equal(arg, lp.argmax(-1))
+
+
 def test_dmol_sampling_follows_the_distribution():
     params = jnp.array([0.0, 1.5, 0.3, -0.5, -0.2, -1.0])  # K = 2
     q = 5

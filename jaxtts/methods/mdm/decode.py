@@ -91,11 +91,12 @@ def mdm_decode(model, params, text, text_len, speaker, keys, *, order: str, fram
         out = model.apply(p, mu, cfg.level_value(q), decoded, t_len, speaker,
                           method="decode_params")  # [B, T, M, 3K]
         undecoded = valid & ~decoded
+        need_mode = ranks is None or greedy or name == "top1"
+        top_lp, top_level = dmol.mode(out, cfg.levels) if need_mode else (None, None)  # [B, T, M]
         if ranks is not None:
             pick = undecoded & (ranks == s)
         else:
-            lp = dmol.level_log_probs(out, cfg.levels)  # [B, T, M, Q]
-            conf = jnp.sum(jnp.max(lp, axis=-1), axis=-1)  # [B, T]
+            conf = jnp.sum(top_lp, axis=-1)  # [B, T]
             if name == "duration":
                 # the current segment, or (when it is full) the most confident one
                 in_seg = undecoded & (seg_of == seg[:, None])
@@ -114,7 +115,7 @@ def mdm_decode(model, params, text, text_len, speaker, keys, *, order: str, fram
             else:
                 pick = select_confident(conf, undecoded, jnp.full((b,), per_step, jnp.int32))
         if greedy or name == "top1":
-            vals = dmol.argmax_level(out, cfg.levels)  # [B, T, M]
+            vals = top_level  # [B, T, M]
         else:
             vals = jax.vmap(lambda kk, o: dmol.sample(jax.random.fold_in(kk, 5), o, cfg.levels,
                                                       tau1, tau2))(k, out)  # fmt: skip

@@ -83,3 +83,23 @@ def sample(key: jax.Array, params: jax.Array, levels: int, tau1: float = 1.0,
 def argmax_level(params: jax.Array, levels: int) -> jax.Array:
     """The most probable level (greedy values)."""
     return jnp.argmax(level_log_probs(params, levels), axis=-1).astype(jnp.int32)
+
+
+def mode(params: jax.Array, levels: int) -> tuple[jax.Array, jax.Array]:
+    """(max_v log p(v) float32 [...], its level int32 [...]): what decoding needs every step
+    (the confidence of `top1` / `topk` / `duration` and the greedy value), computed in
+    probability space from each component's CDF at the Q + 1 bin edges,
+    p(v) = sum_k pi_k (F_k(e_{v+1}) - F_k(e_v)), with one log per distribution: the same
+    numbers as `level_log_probs`' max / argmax (tested) at a fraction of the cost, which
+    evaluates log-masses for every level (on 2 CPU cores 0.7 s of a top1 step's 0.73 s)."""
+    logits, means, log_s = split(params.astype(jnp.float32))
+    q = levels
+    edges = -1.0 + (2.0 * jnp.arange(q + 1) - 1.0) / (q - 1)  # [Q+1] e_v = c_v - h
+    z = (edges[:, None] - means[..., None, :]) * jnp.exp(-log_s)[..., None, :]  # [..., Q+1, K]
+    cdf = jax.nn.sigmoid(z)
+    cdf = cdf.at[..., 0, :].set(0.0).at[..., q, :].set(1.0)  # the outer levels take the tails
+    mass = cdf[..., 1:, :] - cdf[..., :-1, :]  # [..., Q, K]
+    p = jnp.einsum("...QK,...K->...Q", mass, jax.nn.softmax(logits, axis=-1))
+    best = jnp.argmax(p, axis=-1).astype(jnp.int32)  # [...]
+    top = jnp.take_along_axis(p, best[..., None], axis=-1)[..., 0]
+    return jnp.log(jnp.maximum(top, 1e-30)), best
