@@ -230,9 +230,9 @@ class RunFolder:
         """The full parameter tree as saved (params file or checkpoint, trained and frozen
         merged), without a target layout: what `train.init_from` and `export` read."""
         if step is None and self.params_file.is_file() and not self.checkpoints_dir.is_dir():
-            from flax import serialization
+            from jaxtts.train import checkpoint as ckpt_lib
 
-            return serialization.msgpack_restore(self.params_file.read_bytes())
+            return ckpt_lib.read_params_tree(self.params_file)
         return self.checkpointer(read_only=True).restore_full_as_saved(step)
 
     def trained_params(self, step: int | None = None) -> Any:
@@ -240,9 +240,9 @@ class RunFolder:
         `trained_only`), else the checkpoint's `params` item (TLDR: the adapters and new
         modules, its frozen backbone comes from the backbone's own run)."""
         if step is None and self.params_file.is_file() and not self.checkpoints_dir.is_dir():
-            from flax import serialization
+            from jaxtts.train import checkpoint as ckpt_lib
 
-            return serialization.msgpack_restore(self.params_file.read_bytes())
+            return ckpt_lib.read_params_tree(self.params_file)
         return self.checkpointer(read_only=True).restore_as_saved("params", step)
 
     # -- shipping
@@ -292,8 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("workdir", help="training run folder")
     ex.add_argument("dest", help="output folder, e.g. pretrained/car_small")
     ex.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
-    ex.add_argument("--dtype", default="float16", choices=["float16", "float32"],
-                    help="storage type of the parameters (loaded back as float32)")
+    ex.add_argument("--dtype", default="float16", choices=["float16", "float32", "int8"],
+                    help="storage type of the parameters (loaded back as float32; int8: "
+                         "matrices with a scale per output channel, the rest float16)")
     ex.add_argument("--trained_only", action="store_true",
                     help="only the trained parameters (TLDR: its frozen backbone ships apart)")
     args = ap.parse_args(argv)

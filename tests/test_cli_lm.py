@@ -137,6 +137,14 @@ def test_export_to_one_params_file_synthesizes_the_same(trained, tiny_corpus, tm
     for x, y in zip(jax.tree.leaves(full16), jax.tree.leaves(full32), strict=True):
         assert x.dtype == np.float16
         np.testing.assert_allclose(x.astype(np.float32), y, rtol=1e-3, atol=1e-4)
+    # int8 storage (matrices with a scale per output channel, the rest float16): a quarter of
+    # float32's bytes, every matrix within half a quantisation step, and it loads
+    q8 = RunFolder(wd).export(tmp_path / "int8", dtype="int8")
+    assert q8.params_file.stat().st_size < 0.3 * ship.params_file.stat().st_size
+    for x, y in zip(jax.tree.leaves(q8.saved_params()), jax.tree.leaves(full32), strict=True):
+        step = np.abs(y).max(axis=tuple(range(y.ndim - 1))) / 127 if y.ndim >= 2 else 1e-3
+        assert np.all(np.abs(x.astype(np.float32) - y) <= 0.5 * step + 1e-3 * np.abs(y) + 1e-6)
+    Synthesizer.from_workdir(q8.path)  # the engine loads it
     assert not ship.checkpoints_dir.exists() and ship.params_file.is_file()
     prompt = Prompt.from_utterance(read_split(tiny_corpus, "dev")[0])
     kw = dict(strategy="car:2", max_seconds=0.4, progress=False, seed=1)
