@@ -90,8 +90,8 @@ def mode(params: jax.Array, levels: int) -> tuple[jax.Array, jax.Array]:
     (the confidence of `top1` / `topk` / `duration` and the greedy value), computed in
     probability space from each component's CDF at the Q + 1 bin edges,
     p(v) = sum_k pi_k (F_k(e_{v+1}) - F_k(e_v)), with one log per distribution: the same
-    numbers as `level_log_probs`' max / argmax (tested) at a fraction of the cost, which
-    evaluates log-masses for every level (on 2 CPU cores 0.7 s of a top1 step's 0.73 s)."""
+    numbers as `level_log_probs`' max / argmax (tested), 8.5x faster on a CPU core for
+    [1, 384, 80] mixtures (0.19 s vs 1.61 s: no log-masses for every level; RESULTS 16b)."""
     logits, means, log_s = split(params.astype(jnp.float32))
     q = levels
     edges = -1.0 + (2.0 * jnp.arange(q + 1) - 1.0) / (q - 1)  # [Q+1] e_v = c_v - h
