@@ -81,8 +81,8 @@ def sample(key: jax.Array, params: jax.Array, levels: int, tau1: float = 1.0,
 
 
 def argmax_level(params: jax.Array, levels: int) -> jax.Array:
-    """The most probable level (greedy values)."""
-    return jnp.argmax(level_log_probs(params, levels), axis=-1).astype(jnp.int32)
+    """The most probable level (greedy values; `mode`'s level)."""
+    return mode(params, levels)[1]
 
 
 def mode(params: jax.Array, levels: int) -> tuple[jax.Array, jax.Array]:
