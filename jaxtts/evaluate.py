@@ -194,7 +194,8 @@ def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _R
                 f"jaxtts/synthesize.py: make_synthesizer(workdir, strategy) unavailable ({e})"
             ) from None
         sampling = {k: v for k, v in (sampling or {}).items() if v is not None}
-        name = arg + suffix + "".join(f" {k}={v:g}" for k, v in sampling.items())
+        name = arg + suffix + "".join(f" {k}" if v is True else f" {k}={v:g}"
+                                      for k, v in sampling.items())  # fmt: skip
         return _SynthRow(name, make_synthesizer(workdir, arg, **sampling))
     raise ConfigError(f"--rows {spec!r}: expected ground_truth, resynth:<vocoder>, "
                       "tokenizer:<dir> or model:<strategy>")
@@ -489,8 +490,8 @@ def evaluate(
     Writes `<out_dir>/results.json`, `results.md`, `wer_vs_rtf.png`, `mels.png` and a few
     wavs under `samples/<row>/`. Returns the results dict (the content of results.json).
     `speaker_encoder`: a SpeakerEncoder, a name for `load_speaker_encoder`, "auto" (try the
-    known ones) or None (SIM disabled). `sampling`: temperature / top_k / top_p for every
-    model row (None values: the run's config), named in the row.
+    known ones) or None (SIM disabled). `sampling`: greedy / temperature / top_k / top_p for
+    every model row (None values: the run's config), named in the row.
     """
     from jaxtts.data.manifest import read_manifest
     from jaxtts.eval import report
@@ -623,6 +624,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     _add(p, "no_asr_adapt", action="store_true",
          help="use the stock PocketSphinx acoustic model (no MAP adaptation to the training "
               "audio)")  # fmt: skip
+    _add(p, "greedy", action="store_true",
+         help="argmax decoding in every model row (MDM: argmax values in any order)")
     _add(p, "temperature", type=float, default=None,
          help="sampling temperature of every model row (None = the run's decode config)")
     _add(p, "top_k", type=int, default=None, help="top-k of every model row (0 = off)")
@@ -665,7 +668,8 @@ def main(argv: list[str] | None = None) -> int:
                            asr_workers=a.asr_workers, lm_generated=a.lm_generated,
                            asr_adapt=not a.no_asr_adapt, plots=not a.no_plots,
                            progress=not a.no_progress,
-                           sampling={"temperature": a.temperature, "top_k": a.top_k,
+                           sampling={"greedy": True if a.greedy else None,
+                                     "temperature": a.temperature, "top_k": a.top_k,
                                      "top_p": a.top_p})  # fmt: skip
     except JaxttsError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -387,7 +387,7 @@ def resolve_prompt(workdir: str | Path, speaker: str | None = None,
 
 def make_synthesizer(workdir: str, strategy: str, **sampling):
     """`jaxtts.evaluate` model rows: a `synth(texts, prompts)` callable for one strategy
-    (`sampling`: temperature / top_k / top_p overrides of the run's decode config)."""
+    (`sampling`: greedy / temperature / top_k / top_p overrides of the run's decode config)."""
     synth = Synthesizer.from_workdir(workdir)
     synth.engine.check_strategy(strategy)
     synth.engine.options(strategy=strategy, **sampling)  # bad values: one-line errors now

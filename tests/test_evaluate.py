@@ -235,14 +235,15 @@ def test_model_rows_name_their_own_run_folder(tiny_corpus, tmp_path, capsys):
 
 
 def test_sampling_overrides_name_the_model_rows(tiny_corpus, tmp_path, capsys):
-    """--temperature / --top_k / --top_p apply to every model row and appear in its name; a bad
-    value is a one-line error before anything runs."""
+    """--greedy / --temperature / --top_k / --top_p apply to every model row and appear in its
+    name; a bad value is a one-line error before anything runs."""
     from jaxtts.evaluate import make_row
 
     run = str(Path(__file__).resolve().parents[1] / "pretrained" / "car_small")
     row = make_row("model:far", run, {"top_k": 50, "temperature": None})
     assert row.name == "far top_k=50"
     assert make_row("model:car:3", run, None).name == "car:3"
+    assert make_row("model:far", run, {"greedy": True}).name == "far greedy"
     rc = main(["--corpus", str(tiny_corpus), "--out", str(tmp_path), "--rows", "",
                "--workdir", run, "--strategies", "far", "--top_p", "1.5",
                "--no-progress"])  # fmt: skip
