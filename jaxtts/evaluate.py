@@ -15,6 +15,9 @@ Rows (``--rows``, comma separated):
   model:<strategy>@<dir>  the same with the run folder <dir> instead of --workdir, so one
                         table compares models: ``--strategies far@pretrained/car_small,
                         palle@pretrained/palle`` (rows named ``far @car_small``, ...)
+  model:<strategy>+greedy[@<dir>]  this row's own sampling (``+greedy``, ``+temperature=T``,
+                        ``+top_k=K``, ``+top_p=P``; they win over --greedy / --temperature),
+                        e.g. ``topk:8+greedy@pretrained/mdm`` (row ``topk:8 @mdm greedy``)
 ``--strategies a,b`` is shorthand for ``model:a,model:b``.
 
 Model rows use the `Synthesizer` interface: a callable
@@ -193,7 +196,9 @@ def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _R
             raise MissingDependencyError(
                 f"jaxtts/synthesize.py: make_synthesizer(workdir, strategy) unavailable ({e})"
             ) from None
+        arg, *opts = arg.split("+")  # per-row sampling: 'topk:8+greedy', 'far+top_p=0.9'
         sampling = {k: v for k, v in (sampling or {}).items() if v is not None}
+        sampling.update(_row_sampling(spec, opts))
         name = arg + suffix + "".join(f" {k}" if v is True else f" {k}={v:g}"
                                       for k, v in sampling.items())  # fmt: skip
         return _SynthRow(name, make_synthesizer(workdir, arg, **sampling))
@@ -204,6 +209,29 @@ def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _R
 # ------------------------------------------------------------------------------------------
 # Helpers
 # ------------------------------------------------------------------------------------------
+
+
+_ROW_SAMPLING = {"temperature": float, "top_k": int, "top_p": float}
+
+
+def _row_sampling(spec: str, opts: list[str]) -> dict:
+    """'+greedy', '+temperature=0.8', '+top_k=50', '+top_p=0.9' pieces of a model row -> the
+    row's sampling overrides (they win over --greedy / --temperature / ...)."""
+    out: dict = {}
+    for opt in opts:
+        key, eq, val = opt.strip().partition("=")
+        try:
+            if key == "greedy" and not eq:
+                out["greedy"] = True
+            elif key in _ROW_SAMPLING and eq:
+                out[key] = _ROW_SAMPLING[key](val)
+            else:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(f"--rows {spec}: '+{opt}' is not a sampling setting, expected "
+                              "+greedy, +temperature=<float>, +top_k=<int> or "
+                              "+top_p=<float>") from None  # fmt: skip
+    return out
 
 
 def _to_eval_wav(wav: Any, sr: int) -> np.ndarray:
@@ -584,6 +612,9 @@ _EXAMPLES = """examples:
   # every shipped method in one table (a row's own run folder after '@')
   python -m jaxtts.evaluate --num 40 --rows "" --strategies far@pretrained/car_small,\\
 dcar@pretrained/dcar,ssd:L=3,beta=0@pretrained/ssd,tldr@pretrained/tldr,palle@pretrained/palle
+  # MDM, 8 frames per step with argmax values, beside the backbone's sampled FAR
+  python -m jaxtts.evaluate --rows "" \\
+      --strategies far@pretrained/car_small,topk:8+greedy@pretrained/mdm
 
 rows (--rows, comma separated):
   ground_truth          the corpus audio (the ASR's WER floor)
@@ -591,6 +622,7 @@ rows (--rows, comma separated):
   tokenizer:<dir>       audio -> tokenizer -> vocoder (the token round-trip ceiling)
   model:<strategy>      the --workdir model with a strategy (--strategies a,b adds model:a,model:b)
   model:<strategy>@<dir>  the run folder <dir> with a strategy: one table over several models
+  model:<strategy>+greedy  this row's own sampling: +greedy, +temperature=T, +top_k=K, +top_p=P
 """
 
 

@@ -244,6 +244,14 @@ def test_sampling_overrides_name_the_model_rows(tiny_corpus, tmp_path, capsys):
     assert row.name == "far top_k=50"
     assert make_row("model:car:3", run, None).name == "car:3"
     assert make_row("model:far", run, {"greedy": True}).name == "far greedy"
+    # a row's own settings after '+' win over the table-wide ones; a bad one is named
+    assert make_row("model:far+greedy", run, None).name == "far greedy"
+    row = make_row("model:car:3+top_p=0.9@" + run, None, {"top_p": 0.5, "top_k": 7})
+    assert row.name == "car:3 @car_small top_p=0.9 top_k=7"
+    with pytest.raises(ConfigError, match=r"'\+top_q=1' is not a sampling setting"):
+        make_row("model:far+top_q=1", run, None)
+    with pytest.raises(ConfigError, match=r"'\+top_k=x'"):
+        make_row("model:far+top_k=x", run, None)
     rc = main(["--corpus", str(tiny_corpus), "--out", str(tmp_path), "--rows", "",
                "--workdir", run, "--strategies", "far", "--top_p", "1.5",
                "--no-progress"])  # fmt: skip
