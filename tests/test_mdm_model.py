@@ -133,6 +133,36 @@ def test_greedy_batch_n_equals_batch_1(model_params, order):
         np.testing.assert_array_equal(one.order_step[0], full.order_step[r])
 
 
+@pytest.mark.parametrize("order", ["r2l", "random", "top1", "topk:3"])
+def test_greedy_values_are_the_mode_given_the_frames_decoded_before(model_params, order):
+    """Replays a greedy decode step by step: the frames decoded at step s hold exactly the
+    argmax level of the decoder given mu and the frames of steps < s (fixed orders compute it
+    for the picked frame only, confidence orders for all frames: the same values)."""
+    from jaxtts.methods.mdm import dmol
+
+    model, params = model_params
+    b = batch()
+    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(0), i))(jnp.arange(3))
+    args = (jnp.asarray(b["text"]), jnp.asarray(b["text_len"]), jnp.asarray(b["speaker"]))
+    out = jax.device_get(mdm_decode(model, params, *args, keys, order=order, frames=24,
+                                    greedy=True))  # fmt: skip
+    p = {"params": params}
+    _, mu_x, logw = model.apply(p, args[0], args[1], args[2], method="encode")
+    mu = upsample(mu_x, predicted_durations(logw, args[1]), 24)
+    t_len = jnp.asarray(out.frames)
+    checked = 0
+    for s in range(int(out.order_step.max()) + 1):
+        before = jnp.asarray((out.order_step >= 0) & (out.order_step < s))  # [B, T]
+        q = jnp.where(before[..., None], jnp.asarray(out.levels), 0)
+        o = model.apply(p, mu, CFG.level_value(q), before, t_len, args[2],
+                        method="decode_params")  # fmt: skip
+        mode = np.asarray(dmol.mode(o, CFG.levels)[1])  # [B, T, M]
+        now = out.order_step == s
+        np.testing.assert_array_equal(out.levels[now], mode[now])
+        checked += int(now.sum())
+    assert checked == int(out.frames.sum())
+
+
 def test_tiny_recipe_trains_and_synthesizes(tmp_path, tiny_corpus):
     """configs/mdm.py:tiny trains one step and its run folder synthesizes through the engine
     (bad orders and a zero-frame duration predictor are one-line errors)."""

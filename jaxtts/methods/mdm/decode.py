@@ -91,10 +91,13 @@ def mdm_decode(model, params, text, text_len, speaker, keys, *, order: str, fram
         out = model.apply(p, mu, cfg.level_value(q), decoded, t_len, speaker,
                           method="decode_params")  # [B, T, M, 3K]
         undecoded = valid & ~decoded
-        need_mode = ranks is None or greedy or name == "top1"
-        top_lp, top_level = dmol.mode(out, cfg.levels) if need_mode else (None, None)  # [B, T, M]
+        # confidence orders need every frame's mode; fixed orders at most the picked frame's
+        top_lp, top_level = dmol.mode(out, cfg.levels) if ranks is None else (None, None)
         if ranks is not None:
-            pick = undecoded & (ranks == s)
+            pick = undecoded & (ranks == s)  # [B, T]: at most one frame a row
+            if greedy:  # the argmax of the picked frame only (T times cheaper than all)
+                at = jnp.argmax(pick, axis=1)[:, None, None, None]  # [B, 1, 1, 1]
+                top_level = dmol.mode(jnp.take_along_axis(out, at, axis=1), cfg.levels)[1]
         else:
             conf = jnp.sum(top_lp, axis=-1)  # [B, T]
             if name == "duration":
@@ -115,7 +118,7 @@ def mdm_decode(model, params, text, text_len, speaker, keys, *, order: str, fram
             else:
                 pick = select_confident(conf, undecoded, jnp.full((b,), per_step, jnp.int32))
         if greedy or name == "top1":
-            vals = top_level  # [B, T, M]
+            vals = top_level  # [B, T, M] ([B, 1, M] for fixed orders)
         else:
             vals = jax.vmap(lambda kk, o: dmol.sample(jax.random.fold_in(kk, 5), o, cfg.levels,
                                                       tau1, tau2))(k, out)  # fmt: skip
