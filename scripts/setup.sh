@@ -11,7 +11,9 @@ PY=${PY:-python3}
 
 need_apt=()
 command -v espeak-ng >/dev/null 2>&1 || need_apt+=(espeak-ng)
-ldconfig -p 2>/dev/null | grep -q libsndfile || need_apt+=(libsndfile1)
+# grep without -q reads all of ldconfig's output: -q exits at the first match, ldconfig then dies of
+# SIGPIPE and, under pipefail, the check failed and re-ran apt-get on every setup
+ldconfig -p 2>/dev/null | grep libsndfile >/dev/null || need_apt+=(libsndfile1)
 # optional: without them the evaluation ASR falls back to the stock model (with a warning)
 want_apt=()
 [ -x /usr/lib/sphinxtrain/map_adapt ] || want_apt+=(sphinxtrain)
