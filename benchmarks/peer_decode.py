@@ -30,6 +30,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from decode import random_batch  # noqa: E402  (benchmarks/decode.py)
+
 D, LAYERS, HEADS, HEAD_DIM, FFN, K_TOK, N_TEXT, MTP = 256, 4, 4, 64, 1024, 1024, 64, 4
 
 
@@ -38,8 +40,8 @@ def jax_runner(spec: str, batch: int, args):
     import numpy as np
 
     from jaxtts.decode import registry
-    from jaxtts.decode.driver import PromptBatch, decode
-    from jaxtts.decode.sampling import SamplingConfig, row_keys
+    from jaxtts.decode.driver import decode
+    from jaxtts.decode.sampling import SamplingConfig
     from jaxtts.methods.lm.model import TTSLM, LMConfig
 
     cfg = LMConfig(num_text_symbols=N_TEXT, num_speech_tokens=K_TOK, d_model=D, num_layers=LAYERS,
@@ -50,12 +52,7 @@ def jax_runner(spec: str, batch: int, args):
 
     params = nn.unbox(jax.jit(model.init)(jax.random.key(0), one, np.array([4]), one,
                                           np.array([4])))["params"]  # fmt: skip
-    rng = np.random.default_rng(0)
-    text = rng.integers(2, N_TEXT, (batch, args.text_len)).astype(np.int32)
-    prompt = rng.integers(0, K_TOK, (batch, args.prompt_len)).astype(np.int32)
-    pb = PromptBatch(text, np.full((batch,), args.text_len, np.int32), prompt,
-                     np.full((batch,), args.prompt_len, np.int32))  # fmt: skip
-    keys = row_keys(0, range(batch))
+    pb, keys = random_batch(np.random.default_rng(0), cfg, batch, args.text_len, args.prompt_len)
     sampling = SamplingConfig(temperature=1.0, min_tokens=args.tokens)
     strat = registry.get(spec)
 
