@@ -26,6 +26,12 @@ so the two decoders differ in the diffusion, not in the network. Both decoders a
 one run on one encoder (`model.score_layers > 0`; both losses train the encoder), so the
 comparison is on literally the same durations and prior.
 
+**Deviation, found later (not yet changed):** the diffusion runs on the [-1, 1]-normalised mels
+of `model.py` (log-mels times 2 / (mel_hi - mel_lo), ~0.16), while Grad-TTS diffuses unscaled
+log-mels; with the same terminal N(mu, I) the noise here is ~6x larger relative to the speech,
+a likely cause of the baseline's poor numbers (RESULTS.md 16f). A fix scales the diffusion and
+needs a retrained score decoder.
+
 Axis letters: B batch, T frames, M mel bins, D width.
 """
 
