@@ -7,6 +7,9 @@ Variants (`--config configs/car.py:<variant>`):
   small  the 2-CPU-core recipe (the shipped `pretrained/car_small`): a 20,000-utterance
          (~16 h) built-in corpus, 25 Hz k-means tokens, alignment learning (prior + CTC loss)
          on heads 0-1 of layers 1-2; results in benchmarks/RESULTS.md
+  deep   `small` at 12 layers (the papers' depth ratio): a block expansion of
+         `pretrained/car_small` (`python -m jaxtts.methods.lm.expand`), fine-tuned; the
+         shipped `pretrained/car_deep` and the backbone of DCAR, SSD and TLDR
   paper  12 layers, D=1024, FFN 4096, 8 heads, K=7 heads (DCAR paper), for accelerators
 
   python train.py --config configs/car.py:small --workdir runs/car
@@ -19,11 +22,13 @@ import ml_collections as mlc
 from configs import common
 
 STEPS_SMALL = 3000  # ~2 h on 2 CPU cores
+STEPS_DEEP = 900  # fine-tune of the expanded car_small (~6 s a step on 2 CPU cores)
 
 MODELS = dict(
     tiny=dict(d_model=32, num_layers=2, num_heads=2, head_dim=16, d_ff=64, num_mtp_heads=4),
     demo=dict(d_model=128, num_layers=2, num_heads=2, head_dim=64, d_ff=512, num_mtp_heads=4),
     small=dict(d_model=256, num_layers=4, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4),
+    deep=dict(d_model=256, num_layers=12, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4),
     paper=dict(d_model=1024, num_layers=12, num_heads=8, head_dim=128, d_ff=4096, num_mtp_heads=7),
 )
 
@@ -101,6 +106,19 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         )
         config.loss.update(align_layers=(1, 2), align_heads=(0, 1),
                            align_prior_start=STEPS_SMALL // 5, align_prior_end=STEPS_SMALL // 2)
+    elif v == "deep":
+        # the `small` data; a fine-tune of the expanded `car_small` (the old layers 1, 2 are
+        # layers 9, 10 of the default layer map: the CTC alignment loss stays on them; the
+        # prior, which only bootstraps alignment from scratch, is off, as in car_small's
+        # fine-tunes)
+        config.data.update(corpus_utterances=20_000, tokenizer_frames=2, batch_size=16,
+                           prompt_seconds=2.0, max_speech_len=320, bucket_step=32,
+                           text_bucket_step=64, max_text_len=256)  # fmt: skip
+        config.train.update(steps=STEPS_DEEP, learning_rate=5e-4, warmup_steps=100,
+                            final_lr_fraction=0.05, log_every=10, eval_every=150,
+                            checkpoint_every=50)  # fmt: skip
+        config.loss.update(align_layers=(9, 10), align_heads=(0, 1), align_prior_scaling=0.0,
+                           align_prior_normalize=False)  # fmt: skip
     else:  # paper
         config.data.update(batch_size=64)
         config.train.update(steps=200_000, learning_rate=3e-4, warmup_steps=4000)

@@ -89,6 +89,27 @@ def test_constant_policy_reproduces_car(params, chunk, sampling):
     np.testing.assert_array_equal(hist[:, chunk - 1], np.asarray(ref.steps))
 
 
+@pytest.mark.parametrize("sampling", [GREEDY, SAMPLE], ids=["greedy", "sampling"])
+def test_step_that_follows_the_choice_equals_extend_by_k(params, sampling):
+    """The step that extends by the batch's largest chosen size (`dynamic_chunk_step`) gives
+    the tokens, steps and chunk histogram of the reference step that computes all K heads and
+    extends by K; batch 4, rows choosing different sizes."""
+    from jaxtts.methods.dcar.strategies import DCAR
+
+    rows = random_rows(4, seed=21)
+    keys = row_keys(5, range(4))
+    models = {"target": TTSLM(TINY), "policy": ChunkPolicy(PCFG)}
+    ps = {"target": params, "policy": policy_params(2, scale=3.0)}
+    outs = [decode(DCAR(extend_all=ref), models, ps, batch_of(rows), keys, max_new_tokens=20,
+                   sampling=sampling) for ref in (False, True)]  # fmt: skip
+    fast, ref = outs
+    np.testing.assert_array_equal(fast.tokens, ref.tokens)
+    np.testing.assert_array_equal(fast.steps, ref.steps)
+    hist = np.asarray(fast.stats["chunk_hist"])
+    np.testing.assert_array_equal(hist, np.asarray(ref.stats["chunk_hist"]))
+    assert (hist > 0).sum(axis=1).max() >= 2 and len({tuple(h) for h in hist}) >= 2  # mixed
+
+
 def test_forced_rows_reproduce_car_and_others_follow_the_policy(params):
     rows = random_rows(4, seed=11)
     keys = row_keys(1, range(4))

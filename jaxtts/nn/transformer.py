@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxtts.nn.attention import Attention, LayerCache
 from jaxtts.nn.layers import MLP, RMSNorm
@@ -100,3 +101,56 @@ class TransformerStack(nn.Module):
                 capture=i in bias_layers)  # fmt: skip
             new_caches.append(c)
         return RMSNorm(name="final_norm")(x), (None if caches is None else tuple(new_caches))
+
+
+# Parameters of a block whose output is added to the residual stream: zeroing them makes the
+# block the identity (pre-norm: x + o(attn(norm x)) + wo(mlp(norm x)) = x).
+OUTPUT_PROJECTIONS = (("attn", "o"), ("mlp", "wo"))
+
+
+def check_layer_map(layer_map: Sequence[int], src_layers: int, num_layers: int) -> tuple[int, ...]:
+    """The new index of each old layer (strictly increasing, in [0, num_layers)); a bad map is
+    a ValueError naming both depths."""
+    m = tuple(int(i) for i in layer_map)
+    where = f"layer_map={','.join(map(str, m))} (a {src_layers}-layer stack into {num_layers})"
+    if num_layers < src_layers:
+        raise ValueError(f"{where}: the new depth must be >= the old one")
+    if len(m) != src_layers:
+        raise ValueError(f"{where}: expected one new index per old layer ({src_layers})")
+    if any(b <= a for a, b in zip(m, m[1:])) or m[0] < 0 or m[-1] >= num_layers:
+        raise ValueError(f"{where}: expected strictly increasing indices in [0, {num_layers})")
+    return m
+
+
+def identity_copy(layer: dict) -> dict:
+    """A copy of one block's parameters with its output projections (`OUTPUT_PROJECTIONS`,
+    LoRA factors included) at zero: the block then adds nothing to the residual stream."""
+
+    def leaf(path, x):
+        keys = tuple(str(getattr(k, "key", k)) for k in path)
+        return np.zeros_like(x) if keys[:2] in OUTPUT_PROJECTIONS else np.array(x)
+
+    return jax.tree_util.tree_map_with_path(leaf, layer)
+
+
+def expand_layers(stack: dict, num_layers: int, layer_map: Sequence[int]) -> dict:
+    """Function-preserving block expansion of a `TransformerStack`'s parameter dict.
+
+    Old `layer_i` becomes `layer_{layer_map[i]}` unchanged; every other new layer is an
+    `identity_copy` of the next old layer above it (the last old layer when none is), so the
+    expanded stack computes exactly what the old one did (LLaMA-Pro style: the copy gives the
+    new layer trained query/key/MLP features to start from, the zeros keep the function).
+    `final_norm` and anything else that is not a layer are kept as they are.
+    """
+    src = sorted(int(k.split("_")[1]) for k in stack if k.startswith("layer_"))
+    if src != list(range(len(src))):
+        raise ValueError(f"stack layers {src}: expected layer_0..layer_{len(src) - 1}")
+    m = check_layer_map(layer_map, len(src), num_layers)
+    out = {k: v for k, v in stack.items() if not k.startswith("layer_")}
+    for new in range(num_layers):
+        if new in m:
+            out[f"layer_{new}"] = stack[f"layer_{m.index(new)}"]
+        else:
+            above = [i for i, j in enumerate(m) if j > new]
+            out[f"layer_{new}"] = identity_copy(stack[f"layer_{above[0] if above else len(m) - 1}"])
+    return out

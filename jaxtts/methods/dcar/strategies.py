@@ -3,8 +3,8 @@ head verifies with tolerance) for the generic decode driver (`jaxtts.decode.driv
 
 dcar: models {"target": TTSLM, "policy": ChunkPolicy}. At every step the policy reads each
 row's last hidden state and picks c_b in {1..K} (argmax, or sampled with `dcar:sample`); every
-row samples K tokens from heads 1..K, the batch extends by K in one forward and each row rolls
-back to its own c_b (`chunk_step`). A row whose `params["forced_chunk"][b]` > 0 takes that
+row samples c tokens from heads 1..c, the batch extends by c = max_b c_b in one forward and
+each row rolls back to its own c_b (`dynamic_chunk_step`: a step costs what the batch chose). A row whose `params["forced_chunk"][b]` > 0 takes that
 fixed chunk instead (DCPO's chase-then-exceed rollouts; the policy still runs and its log-prob
 of the forced size is recorded). A policy that always picks c reproduces `car:c` exactly, also
 when sampling (`sample_tokens` keys each slot apart). With `record=True` the strategy keeps
@@ -36,6 +36,7 @@ from jaxtts.methods.lm.strategies import (
     ChunkCarry,
     cache_windows,
     chunk_step,
+    dynamic_chunk_step,
     prefill,
     window_fits,
 )
@@ -75,6 +76,9 @@ class DCAR(_SpeechSlots, Strategy):
     sample: bool = False  # sample the chunk size from the policy (DCPO rollouts) vs argmax
     record: bool = False  # keep policy inputs / actions / log-probs (DCPO)
     max_chunk: int = 0  # filled by bind: K (token-buffer headroom)
+    # the reference step: every step computes all K heads and extends by K (the step before
+    # `dynamic_chunk_step`; same tokens, kept for the equivalence test and the benchmark)
+    extend_all: bool = False
 
     @property
     def name(self) -> str:
@@ -135,7 +139,11 @@ class DCAR(_SpeechSlots, Strategy):
             chosen = jnp.where(forced > 0, forced, chosen)
         count = chosen.astype(jnp.int32)  # [B]
         logp = action_logp(logits, count)  # [B]
-        prop = chunk_step(target, params["target"], c.chunk, state, keys, sampling, k, count)
+        if self.extend_all:
+            prop = chunk_step(target, params["target"], c.chunk, state, keys, sampling, k, count)
+        else:
+            prop = dynamic_chunk_step(target, params["target"], c.chunk, state, keys, sampling,
+                                      count, k)  # fmt: skip
         active = ~state.done
         i = jnp.minimum(state.steps, c.actions.shape[1] - 1)  # this row's decision index
         if self.record:

@@ -244,9 +244,13 @@ class TTSLM(nn.Module):
         """speech input ids [B, T] (tokens, EOS, BOS, PAD) -> [B, T, D]."""
         return jnp.take(self.speech_embed, speech, axis=0)
 
-    def heads(self, hidden: jax.Array) -> jax.Array:
-        """hidden [..., D] -> logits float32 [..., K, V] (head k predicts k tokens ahead)."""
-        outs = [self.base_head(hidden)] + [h(hidden) for h in self.mtp_heads]
+    def heads(self, hidden: jax.Array, num: int | None = None) -> jax.Array:
+        """hidden [..., D] -> logits float32 [..., K, V] (head k predicts k tokens ahead).
+        num: compute only heads 1..num (static; a step that keeps c tokens needs c heads)."""
+        num = self.cfg.num_mtp_heads if num is None else int(num)
+        if not 1 <= num <= self.cfg.num_mtp_heads:
+            raise ValueError(f"heads(num={num}): expected 1..{self.cfg.num_mtp_heads}")
+        outs = [self.base_head(hidden)] + [h(hidden) for h in self.mtp_heads[: num - 1]]
         return jnp.stack(outs, axis=-2)[..., : self.cfg.out_vocab].astype(jnp.float32)
 
     def base_logits(self, hidden: jax.Array) -> jax.Array:

@@ -9,10 +9,12 @@ before the first EOS (an EOS from any head ends the row); rows finish on EOS or 
 
 Steps = ceil(T / c) forwards per row for T generated tokens (+ the prefill).
 
-Per-row dynamic chunks (`chunk_step` with a `count` per row, e.g. a DCAR policy's choice):
-sample K tokens from heads 1..K, extend every row by K in one forward, then roll each row's
-cache back to its own count and continue from the hidden state of its last kept token
-(`extend_rows`). With count == c for every row this is exactly `car:c`.
+Per-row dynamic chunks (a `count` per row, e.g. a DCAR policy's choice): `chunk_step` with
+`heads` = c samples c tokens from heads 1..c, extends every row by c in one forward, then rolls
+each row's cache back to its own count and continues from the hidden state of its last kept
+token (`extend_rows`). `dynamic_chunk_step` picks c = the largest count in the batch (a
+`lax.switch` over the static sizes), so a step costs what its rows chose. With count == c for
+every row this is exactly `car:c`.
 """
 
 from __future__ import annotations
@@ -83,11 +85,36 @@ class ChunkCarry:
 def chunk_step(model: TTSLM, params, carry: ChunkCarry, state: DecodeState, keys: jax.Array,
                sampling: SamplingConfig, heads: int, count: jax.Array) -> Proposal:  # fmt: skip
     """Sample `heads` tokens per row from heads 1..heads, keep count[b] of them (int32 [B])."""
-    logits = model.apply({"params": params}, carry.hidden, method="heads")[:, :heads]  # [B,C,V]
+    logits = model.apply({"params": params}, carry.hidden, heads, method="heads")  # [B, C, V]
     logits = suppress_early_eos(logits, state.length, sampling, model.cfg.eos)
     toks = sample_tokens(step_keys(keys, state.step), logits, sampling)  # [B, C]
     hidden, cache = extend_rows(model, params, toks, count, carry.cache)
     return Proposal(tokens=toks, count=count, carry=ChunkCarry(cache, hidden))
+
+
+def dynamic_chunk_step(model: TTSLM, params, carry: ChunkCarry, state: DecodeState,
+                       keys: jax.Array, sampling: SamplingConfig, count: jax.Array,
+                       max_chunk: int) -> Proposal:  # fmt: skip
+    """`chunk_step` whose cost follows the sizes chosen: count int32 [B] in 1..max_chunk; the
+    step computes heads 1..c and extends by c, c = the largest count among active rows, one
+    `lax.switch` branch per static c. Row b keeps count[b] tokens as in `chunk_step`, and its
+    tokens equal those of `chunk_step(..., max_chunk, count)` (a slot's draw does not depend
+    on how many slots the step samples; causal attention: later appended slots do not change
+    earlier ones). Tokens come back as [B, max_chunk], zeros past the step's c."""
+    c_max = jnp.max(jnp.where(state.done, 1, count))
+
+    def branch(c: int):
+        def run(_):
+            prop = chunk_step(model, params, carry, state, keys, sampling, c,
+                              jnp.minimum(count, c))  # fmt: skip
+            pad = jnp.zeros((count.shape[0], max_chunk - c), jnp.int32)
+            return jnp.concatenate([prop.tokens, pad], axis=1), prop.carry
+
+        return run
+
+    toks, new_carry = jax.lax.switch(c_max - 1, [branch(c) for c in range(1, max_chunk + 1)],
+                                     None)  # fmt: skip
+    return Proposal(tokens=toks, count=count, carry=new_carry)
 
 
 @dataclasses.dataclass(frozen=True)
