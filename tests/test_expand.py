@@ -60,7 +60,8 @@ def test_new_layers_copy_the_next_old_layer_with_zero_outputs():
         layer = stack[f"layer_{new}"]
         assert not np.any(layer["attn"]["o"]["kernel"]) and not np.any(layer["mlp"]["wo"]["kernel"])
         np.testing.assert_array_equal(layer["attn"]["q"]["kernel"], old1["attn"]["q"]["kernel"])
-        np.testing.assert_array_equal(layer["mlp"]["wi_up"]["kernel"], old1["mlp"]["wi_up"]["kernel"])
+        up = layer["mlp"]["wi_up"]["kernel"]
+        np.testing.assert_array_equal(up, old1["mlp"]["wi_up"]["kernel"])
     assert np.any(stack["layer_4"]["attn"]["o"]["kernel"])  # the old layers are untouched
     np.testing.assert_array_equal(stack["layer_0"]["mlp"]["wo"]["kernel"],
                                   params["stack"]["layer_0"]["mlp"]["wo"]["kernel"])  # fmt: skip

@@ -117,7 +117,7 @@ def check_layer_map(layer_map: Sequence[int], src_layers: int, num_layers: int) 
         raise ValueError(f"{where}: the new depth must be >= the old one")
     if len(m) != src_layers:
         raise ValueError(f"{where}: expected one new index per old layer ({src_layers})")
-    if any(b <= a for a, b in zip(m, m[1:])) or m[0] < 0 or m[-1] >= num_layers:
+    if any(b <= a for a, b in zip(m[:-1], m[1:], strict=True)) or m[0] < 0 or m[-1] >= num_layers:
         raise ValueError(f"{where}: expected strictly increasing indices in [0, {num_layers})")
     return m
 

@@ -4,7 +4,8 @@ head verifies with tolerance) for the generic decode driver (`jaxtts.decode.driv
 dcar: models {"target": TTSLM, "policy": ChunkPolicy}. At every step the policy reads each
 row's last hidden state and picks c_b in {1..K} (argmax, or sampled with `dcar:sample`); every
 row samples c tokens from heads 1..c, the batch extends by c = max_b c_b in one forward and
-each row rolls back to its own c_b (`dynamic_chunk_step`: a step costs what the batch chose). A row whose `params["forced_chunk"][b]` > 0 takes that
+each row rolls back to its own c_b (`dynamic_chunk_step`: a step costs what the batch
+chose). A row whose `params["forced_chunk"][b]` > 0 takes that
 fixed chunk instead (DCPO's chase-then-exceed rollouts; the policy still runs and its log-prob
 of the forced size is recorded). A policy that always picks c reproduces `car:c` exactly, also
 when sampling (`sample_tokens` keys each slot apart). With `record=True` the strategy keeps

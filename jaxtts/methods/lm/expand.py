@@ -40,8 +40,13 @@ def default_layer_map(src_layers: int, num_layers: int) -> tuple[int, ...]:
     return (0,) + tuple(range(num_layers - src_layers + 1, num_layers))
 
 
-def expand_run(src: str | Path, dest: str | Path, num_layers: int,
-               layer_map: Sequence[int] | None = None, dtype: str | None = "float16") -> RunFolder:  # fmt: skip
+def expand_run(
+    src: str | Path,
+    dest: str | Path,
+    num_layers: int,
+    layer_map: Sequence[int] | None = None,
+    dtype: str | None = "float16",
+) -> RunFolder:
     """Write the expanded copy of the LM run folder `src` to `dest` (see module docstring)."""
     run = RunFolder(src)
     config = run.read_config("lm")
@@ -72,9 +77,11 @@ def expand_run(src: str | Path, dest: str | Path, num_layers: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m jaxtts.methods.lm.expand",
-                                 description="Expand a trained TTS LM into a deeper one with "
-                                             "the same function (zero-output new layers).")  # fmt: skip
+    ap = argparse.ArgumentParser(
+        prog="python -m jaxtts.methods.lm.expand",
+        description="Expand a trained TTS LM into a deeper one with the same function "
+        "(zero-output new layers).",
+    )
     ap.add_argument("src", help="LM run folder, e.g. pretrained/car_small")
     ap.add_argument("dest", help="output run folder, e.g. runs/car_deep_init")
     ap.add_argument("--num_layers", type=int, required=True, help="the new depth")
