@@ -2,9 +2,11 @@
 
 - `SamplingConfig`: greedy or temperature / top-k / top-p (static under jit).
 - `filter_logits`: the filtered distribution (speculative decoding applies it to the draft
-  and the target alike).
+  and the target alike). Its cutoff is searched among the most likely ids (`lax.top_k`)
+  and falls back to a full sort only for rows that need it: the same result as a full sort.
 - `sample_tokens`: per-row PRNG keys (key array [B]), so a row's samples do not depend on
-  which other rows share its batch (batch-N == batch-1 also when sampling).
+  which other rows share its batch (batch-N == batch-1 also when sampling); one uniform per
+  token, inverse CDF over the kept candidates.
 - `row_keys` / `step_keys`: one key per row from (seed, row id), folded with the step.
 
 Axis letters: B batch, C tokens per step, V vocabulary.
@@ -49,20 +51,82 @@ class SamplingConfig:
                    int(get("min_tokens", 0) or 0))  # fmt: skip
 
 
-def filter_logits(logits: jax.Array, s: SamplingConfig) -> jax.Array:
-    """Temperature, top-k and top-p applied to logits [..., V] (removed ids -> -inf)."""
-    logits = logits.astype(jnp.float32) / s.temperature
-    if s.top_k > 0 and s.top_k < logits.shape[-1]:
-        kth = jax.lax.top_k(logits, s.top_k)[0][..., -1:]
-        logits = jnp.where(logits < kth, -jnp.inf, logits)
+# top-k / top-p look for their cutoff among this many most likely ids first (`lax.top_k`, a
+# partial sort); a row whose kept set does not fit falls back to the full sort.
+CANDIDATES = 64
+
+
+def _filter_sorted(x: jax.Array, s: SamplingConfig) -> jax.Array:
+    """The reference filter over scaled logits x [..., V], with a full sort: top-k keeps the
+    ids >= the k-th largest value, top-p then keeps the ids >= the smallest value of the
+    shortest descending prefix whose mass (of the top-k-filtered softmax) reaches top_p."""
+    if s.top_k > 0 and s.top_k < x.shape[-1]:
+        kth = jax.lax.top_k(x, s.top_k)[0][..., -1:]
+        x = jnp.where(x < kth, -jnp.inf, x)
     if s.top_p < 1.0:
-        srt = jnp.sort(logits, axis=-1)[..., ::-1]
-        probs = jax.nn.softmax(srt, axis=-1)
+        srt = jnp.sort(x, axis=-1)[..., ::-1]
+        probs = jnp.exp(srt - jax.nn.logsumexp(x, axis=-1, keepdims=True))
         before = jnp.cumsum(probs, axis=-1) - probs  # mass strictly above each sorted id
-        keep = before < s.top_p  # always keeps the first
-        cutoff = jnp.min(jnp.where(keep, srt, jnp.inf), axis=-1, keepdims=True)
-        logits = jnp.where(logits < cutoff, -jnp.inf, logits)
-    return logits
+        cutoff = jnp.min(jnp.where(before < s.top_p, srt, jnp.inf), axis=-1, keepdims=True)
+        x = jnp.where(x < cutoff, -jnp.inf, x)
+    return x
+
+
+def _candidates(x: jax.Array, s: SamplingConfig):
+    """The filter on the `CANDIDATES` (or top_k + 1) largest ids of x [..., V]:
+    (values [..., M] descending, their ids, keep [..., M], covered [...]). Where `covered`,
+    the kept candidates are exactly the ids `_filter_sorted` keeps (the last candidate is
+    dropped, so no kept id lies outside them); elsewhere the caller falls back to it."""
+    v = x.shape[-1]
+    m = min(v, s.top_k + 1 if s.top_k > 0 else CANDIDATES)
+    vals, ids = jax.lax.top_k(x, m)  # [..., M]
+    keep = jnp.ones(vals.shape, bool)
+    lse = None
+    covered = jnp.ones(vals.shape[:-1], bool)
+    if 0 < s.top_k < v:
+        keep = vals >= vals[..., s.top_k - 1 : s.top_k]
+        covered = ~keep[..., -1]  # no id tied with the k-th lies past the candidates
+        lse = jax.nn.logsumexp(jnp.where(keep, vals, -jnp.inf), axis=-1, keepdims=True)
+    if s.top_p < 1.0:
+        if lse is None:
+            lse = jax.nn.logsumexp(x, axis=-1, keepdims=True)
+        probs = jnp.where(keep, jnp.exp(vals - lse), 0.0)
+        before = jnp.cumsum(probs, axis=-1) - probs
+        cutoff = jnp.min(jnp.where(keep & (before < s.top_p), vals, jnp.inf), axis=-1,
+                         keepdims=True)  # fmt: skip
+        keep = keep & (vals >= cutoff)
+        if s.top_k <= 0 and m < v:
+            covered = ~keep[..., -1]  # the nucleus ends inside the candidates
+    return vals, ids, keep, covered
+
+
+def filter_logits(logits: jax.Array, s: SamplingConfig) -> jax.Array:
+    """Temperature, top-k and top-p applied to logits [..., V] (removed ids -> -inf).
+
+    The cutoff is found among the most likely ids (`_candidates`, no full sort); rows whose
+    kept set does not fit there take the full sort (`_filter_sorted`, computed only when some
+    row needs it). Either way a row's result is that of the full sort."""
+    x = logits.astype(jnp.float32) / s.temperature
+    if s.top_k <= 0 and s.top_p >= 1.0:
+        return x
+    vals, _, keep, covered = _candidates(x, s)
+    thr = jnp.min(jnp.where(keep, vals, jnp.inf), axis=-1, keepdims=True)
+    fast = jnp.where(x < thr, -jnp.inf, x)
+    full = jax.lax.cond(jnp.all(covered), lambda: fast, lambda: _filter_sorted(x, s))
+    return jnp.where(covered[..., None], fast, full)
+
+
+def _inverse_cdf(x: jax.Array, u: jax.Array) -> jax.Array:
+    """Index drawn from softmax(x) over the last axis (-inf = never) by inverting its CDF at
+    u [...] in [0, 1): x [..., M] -> int32 [...]."""
+    w = jnp.exp(x - jnp.max(x, axis=-1, keepdims=True))  # [..., M]
+    c = jax.lax.associative_scan(jnp.add, w, axis=-1)
+    idx = jnp.argmax(c > u[..., None] * c[..., -1:], axis=-1)
+    # u * total can round up to total: then take the last id with mass
+    last = w.shape[-1] - 1 - jnp.argmax(w[..., ::-1] > 0, axis=-1)
+    return jnp.where(jnp.any(c > u[..., None] * c[..., -1:], axis=-1), idx, last).astype(
+        jnp.int32
+    )
 
 
 def suppress_early_eos(logits: jax.Array, length: jax.Array, s: SamplingConfig, eos: int
@@ -77,17 +141,28 @@ def suppress_early_eos(logits: jax.Array, length: jax.Array, s: SamplingConfig, 
 
 
 def sample_tokens(keys: jax.Array, logits: jax.Array, s: SamplingConfig) -> jax.Array:
-    """keys [B] PRNG keys, logits [B, C, V] -> int32 [B, C] (one independent draw per slot)."""
+    """keys [B] PRNG keys, logits [B, C, V] -> int32 [B, C] (one independent draw per slot).
+
+    Slot i of row b draws ONE uniform with fold_in(keys[b], i) and inverts the CDF of the
+    filtered distribution: over the kept candidates in descending order (`_candidates`), or,
+    for a row whose kept set does not fit them, over the full filtered vocabulary in id order.
+    No sort of the vocabulary and no V random numbers per token. A slot's draw does not depend
+    on how many slots the step samples (DCAR sampling K heads and keeping c tokens then equals
+    car:c sampling c), nor on the other rows (the fallback is chosen per row)."""
     if s.greedy:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-
-    def row(key, lg):  # [C, V]; slot i draws with fold_in(key, i): a slot's draw does not
-        # depend on how many slots the step samples (DCAR sampling K heads and keeping c
-        # tokens then equals car:c sampling c)
-        ks = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(lg.shape[0]))
-        return jax.vmap(jax.random.categorical)(ks, filter_logits(lg, s))
-
-    return jax.vmap(row)(keys, logits).astype(jnp.int32)
+    b, c = logits.shape[:2]
+    u = jax.vmap(lambda key: jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(key, i)))(
+        jnp.arange(c)))(keys)  # [B, C]  # fmt: skip
+    x = logits.astype(jnp.float32) / s.temperature
+    if s.top_k <= 0 and s.top_p >= 1.0:
+        return _inverse_cdf(x, u)
+    vals, ids, keep, covered = _candidates(x, s)
+    pick = _inverse_cdf(jnp.where(keep, vals, -jnp.inf), u)  # [B, C] index into candidates
+    fast = jnp.take_along_axis(ids, pick[..., None], axis=-1)[..., 0].astype(jnp.int32)
+    full = jax.lax.cond(jnp.all(covered), lambda: fast,
+                        lambda: _inverse_cdf(_filter_sorted(x, s), u))  # fmt: skip
+    return jnp.where(covered, fast, full)
 
 
 def step_keys(keys: jax.Array, step: jax.Array) -> jax.Array:

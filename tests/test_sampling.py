@@ -1,0 +1,83 @@
+"""Sampling without a full sort of the vocabulary: the same filtered distribution as a full
+sort (exactly), draws that follow it, and rows that do not depend on each other."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxtts.decode import sampling
+from jaxtts.decode.sampling import SamplingConfig, filter_logits, row_keys, sample_tokens
+
+SETTINGS = [
+    SamplingConfig(top_p=0.6),
+    SamplingConfig(top_p=0.95),
+    SamplingConfig(top_p=0.999),
+    SamplingConfig(top_k=5),
+    SamplingConfig(top_k=200),  # more than CANDIDATES: top_k + 1 candidates
+    SamplingConfig(top_k=20, top_p=0.8),
+    SamplingConfig(temperature=0.7, top_p=0.9),
+]
+
+
+def _logits(seed, b=48, c=3, v=1025):
+    """Rows from flat (the top-p set is hundreds of ids: the full-sort fallback) to peaked
+    (a handful of ids), and rows with integer logits (ties)."""
+    rng = np.random.default_rng(seed)
+    scale = np.geomspace(0.05, 8.0, b)[:, None, None]
+    x = rng.standard_normal((b, c, v)) * scale
+    x[::7] = np.round(x[::7])  # ties, also at the cutoff
+    return jnp.asarray(x, jnp.float32)
+
+
+@pytest.mark.parametrize("s", SETTINGS, ids=str)
+def test_filter_equals_the_full_sort(s):
+    x = _logits(0)
+    got = np.asarray(filter_logits(x, s))
+    want = np.asarray(sampling._filter_sorted(x / s.temperature, s))
+    np.testing.assert_array_equal(got, want)
+    _, _, _, covered = sampling._candidates(x / s.temperature, s)
+    if s.top_k == 0:  # the data really exercises both paths
+        assert 0 < np.asarray(covered).mean() < 1
+
+
+def test_filter_hand_computed():
+    probs = np.array([0.5, 0.3, 0.15, 0.05])
+    x = jnp.log(jnp.asarray(probs))[None]
+    keep = lambda s: np.isfinite(np.asarray(filter_logits(x, s)))[0]  # noqa: E731
+    np.testing.assert_array_equal(keep(SamplingConfig(top_p=0.7)), [1, 1, 0, 0])  # 0.5 < 0.7
+    np.testing.assert_array_equal(keep(SamplingConfig(top_p=0.8)), [1, 1, 0, 0])  # 0.8 reached
+    np.testing.assert_array_equal(keep(SamplingConfig(top_p=0.81)), [1, 1, 1, 0])
+    np.testing.assert_array_equal(keep(SamplingConfig(top_k=3, top_p=0.99)), [1, 1, 1, 0])
+
+
+@pytest.mark.parametrize("s", [SamplingConfig(), SamplingConfig(top_p=0.6),
+                               SamplingConfig(top_k=3), SamplingConfig(top_p=0.9999)],
+                         ids=str)  # fmt: skip
+def test_draws_follow_the_filtered_distribution(s):
+    """20,000 draws of one slot against softmax(filter_logits): every frequency within 5
+    standard errors, and no removed id ever drawn. top_p 0.9999 over a near-flat 100-id row
+    keeps more ids than the candidates: the fallback path."""
+    n, v = 20_000, 100
+    lg = jnp.linspace(0.0, 3.0, v)  # softmax from 0.3 % to 6 % per id
+    logits = jnp.broadcast_to(lg, (n, 1, v))
+    toks = np.asarray(sample_tokens(row_keys(3, range(n)), logits, s))[:, 0]
+    p = np.asarray(jax.nn.softmax(filter_logits(lg[None], s)[0]))
+    freq = np.bincount(toks, minlength=v) / n
+    assert np.all(freq[p == 0] == 0)
+    se = np.sqrt(p * (1 - p) / n) + 1e-12
+    assert np.max(np.abs(freq - p) / np.maximum(se, 1 / n)) < 5
+
+
+def test_rows_do_not_depend_on_each_other():
+    """A row decided on the candidates and a row that needs the full sort, sampled together
+    and apart: the same tokens (the fallback is chosen per row)."""
+    s = SamplingConfig(top_p=0.9)
+    x = _logits(2, b=6)
+    _, _, _, covered = sampling._candidates(x / s.temperature, s)
+    assert not np.asarray(covered).all() and np.asarray(covered).any()
+    keys = row_keys(0, range(6))
+    together = np.asarray(sample_tokens(keys, x, s))
+    for i in range(6):
+        alone = np.asarray(sample_tokens(keys[i : i + 1], x[i : i + 1], s))
+        np.testing.assert_array_equal(alone[0], together[i])
