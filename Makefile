@@ -4,7 +4,7 @@
 PY ?= python3
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test lint fmt
 
 setup:
 	bash scripts/setup.sh
@@ -15,5 +15,11 @@ demo: setup
 test: setup
 	bash scripts/test.sh
 
+# lint and layout (ruff, configured in pyproject.toml; tests/test_style.py runs the same checks)
 lint:
-	ruff check jaxtts tests configs train.py infer.py benchmarks
+	ruff check .
+	ruff format --check .
+
+fmt:
+	ruff check --fix .
+	ruff format .

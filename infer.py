@@ -14,18 +14,24 @@ from jaxtts import cli
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training run folder (config + checkpoints).")
 _CHECKPOINT = flags.DEFINE_string(
-    "checkpoint", None, "A checkpoint step folder <workdir>/checkpoints/<step> (instead of "
-    "--workdir, which takes the latest).")
+    "checkpoint",
+    None,
+    "A checkpoint step folder <workdir>/checkpoints/<step> (instead of "
+    "--workdir, which takes the latest).",
+)
 _TEXT = flags.DEFINE_multi_string("text", [], "Text to synthesize (repeatable).")
 _TEXT_FILE = flags.DEFINE_string("text_file", None, "File with one utterance per line.")
 _SPEAKER = flags.DEFINE_string("speaker", None, "Corpus utterance id or speaker name as prompt.")
 _SPEAKER_WAV = flags.DEFINE_string("speaker_wav", None, "Prompt audio of the target speaker.")
 _SPEAKER_TEXT = flags.DEFINE_string("speaker_text", None, "Transcript of --speaker_wav.")
 _STRATEGY = flags.DEFINE_string(
-    "strategy", None, "Decoding strategy the run folder offers: far | car:<c> | "
+    "strategy",
+    None,
+    "Decoding strategy the run folder offers: far | car:<c> | "
     "vadusa:<tau> | dcar[:sample] | ssd:L=<n>,beta=<b> | tldr | par | palle[:refine=<n>] | nar "
     "| <mdm order> | gradtts:<steps> (default: the run's config.decode.strategy; a strategy "
-    "the run does not offer is a one-line error listing those it does).")
+    "the run does not offer is a one-line error listing those it does).",
+)
 _BATCH = flags.DEFINE_integer("batch_size", 8, "Rows decoded together.")
 _OUT = flags.DEFINE_string("out_dir", "out/infer", "Output folder.")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed (per line: (seed, line index)).")
@@ -41,12 +47,24 @@ def main(argv):
 
     if len(argv) > 1:
         raise flags.Error(f"unexpected arguments: {argv[1:]}")
-    run_infer(workdir=_WORKDIR.value, checkpoint=_CHECKPOINT.value, texts=_TEXT.value,
-              text_file=_TEXT_FILE.value, speaker=_SPEAKER.value, speaker_wav=_SPEAKER_WAV.value,
-              speaker_text=_SPEAKER_TEXT.value, strategy=_STRATEGY.value,
-              batch_size=_BATCH.value, out_dir=_OUT.value, seed=_SEED.value,
-              temperature=_TEMP.value, top_k=_TOP_K.value, top_p=_TOP_P.value,
-              greedy=_GREEDY.value, max_seconds=_MAX_SECONDS.value)
+    run_infer(
+        workdir=_WORKDIR.value,
+        checkpoint=_CHECKPOINT.value,
+        texts=_TEXT.value,
+        text_file=_TEXT_FILE.value,
+        speaker=_SPEAKER.value,
+        speaker_wav=_SPEAKER_WAV.value,
+        speaker_text=_SPEAKER_TEXT.value,
+        strategy=_STRATEGY.value,
+        batch_size=_BATCH.value,
+        out_dir=_OUT.value,
+        seed=_SEED.value,
+        temperature=_TEMP.value,
+        top_k=_TOP_K.value,
+        top_p=_TOP_P.value,
+        greedy=_GREEDY.value,
+        max_seconds=_MAX_SECONDS.value,
+    )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,14 @@ EXTRAS = {
     # Resemblyzer speaker encoder (the DCAR paper's SIM evaluator); needs torch.
     "eval": ["resemblyzer>=0.1.4"],
     # nbclient + ipykernel: tests/test_notebooks.py runs notebooks/ in a real kernel
-    "dev": ["pytest>=8", "pytest-timeout>=2.3", "ruff>=0.6", "nbclient>=0.10", "nbformat>=5.10",
-            "ipykernel>=6.29"],
+    "dev": [
+        "pytest>=8",
+        "pytest-timeout>=2.3",
+        "ruff==0.17.6",  # pinned: `ruff format` output is part of the tests (test_style.py)
+        "nbclient>=0.10",
+        "nbformat>=5.10",
+        "ipykernel>=6.29",
+    ],
     # benchmarks/peer_decode.py: HF `generate` as the peer (torch 2.13.0 is the CPU build
     # that pip finds on these machines; never a core dependency)
     "bench": ["torch==2.13.0", "transformers>=5,<6"],

@@ -17,19 +17,23 @@ from jaxtts import cli
 from jaxtts.errors import ConfigError
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Config file and variant, e.g. configs/car.py:small (see --list_configs).",
+    "config",
+    None,
+    "Config file and variant, e.g. configs/car.py:small (see --list_configs).",
     lock_config=True,
 )
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, logs, samples); "
-                               "an existing one resumes.")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Run directory (checkpoints, logs, samples); an existing one resumes."
+)
 _DISTRIBUTED = flags.DEFINE_bool(
     "distributed", None, "Call jax.distributed.initialize() (default: $JAXTTS_DISTRIBUTED)."
 )
 _PRINT_CONFIG = flags.DEFINE_bool(
-    "print_config", False, "Print the resolved config (every key, its value and meaning) and "
-    "exit.")
-_LIST_CONFIGS = flags.DEFINE_bool("list_configs", False, "List the config files and their "
-                                  "variants and exit.")
+    "print_config", False, "Print the resolved config (every key, its value and meaning) and exit."
+)
+_LIST_CONFIGS = flags.DEFINE_bool(
+    "list_configs", False, "List the config files and their variants and exit."
+)
 
 
 def main(argv):
@@ -41,8 +45,9 @@ def main(argv):
         print(config_help.list_configs())
         return
     if _CONFIG.value is None:
-        raise ConfigError("--config is required, e.g. --config configs/car.py:small "
-                          "(--list_configs shows them)")  # fmt: skip
+        raise ConfigError(
+            "--config is required, e.g. --config configs/car.py:small (--list_configs shows them)"
+        )
     if _PRINT_CONFIG.value:
         print(config_help.describe(_CONFIG.value, flags.FLAGS["config"].config_filename))
         return

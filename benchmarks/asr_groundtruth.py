@@ -48,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", default="test")
     p.add_argument("--num", type=int, default=None)
     p.add_argument("--out", default="out/asr_groundtruth")
-    p.add_argument("--lm-generated", type=int, default=None,
-                   help="default: jaxtts.evaluate.AUTO_LM_GENERATED")
+    p.add_argument(
+        "--lm-generated", type=int, default=None, help="default: jaxtts.evaluate.AUTO_LM_GENERATED"
+    )
     p.add_argument("--no-resynth", action="store_true")
     p.add_argument("--asr-workers", type=int, default=1)
     p.add_argument("--no-adapt", action="store_true")
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     asrs = {"domain": PocketSphinxASR.from_corpus(corpus, "domain", **kw)}
     if a.lm_generated > 0:
         asrs["domain+gen"] = PocketSphinxASR.from_corpus(
-            corpus, "domain", generated_sentences=a.lm_generated, **kw)
+            corpus, "domain", generated_sentences=a.lm_generated, **kw
+        )
     asrs["default"] = PocketSphinxASR.from_corpus(corpus, "default", **kw)
     if not a.no_adapt:
         from jaxtts.eval.asr import corpus_adapted_hmm
@@ -99,22 +101,35 @@ def main(argv: list[str] | None = None) -> int:
         for lm, asr in asrs.items():
             hyps = asr.transcribe([s.wav for s in ss], EVAL_SR)
             scores[(name, lm)] = wer_details(refs, hyps)
-            dump.append({"row": name, "lm": lm, "asr": asr.name,
-                         "utterances": [{"id": u.id, "speaker": u.speaker, "ref": d.ref,
-                                         "hyp": d.hyp, "wer": d.wer}
-                                        for u, d in zip(utts, scores[(name, lm)], strict=False)]})
+            dump.append(
+                {
+                    "row": name,
+                    "lm": lm,
+                    "asr": asr.name,
+                    "utterances": [
+                        {"id": u.id, "speaker": u.speaker, "ref": d.ref, "hyp": d.hyp, "wer": d.wer}
+                        for u, d in zip(utts, scores[(name, lm)], strict=False)
+                    ],
+                }
+            )
     voices = {}
     spk_file = corpus / "speakers.json"
     if spk_file.exists():
         for spk, v in json.loads(spk_file.read_text()).items():
-            voices[spk] = (f"{v.get('voice', '')} p{v.get('pitch', '')} s{v.get('rate', '')}"
-                           if isinstance(v, dict) else str(v))
+            voices[spk] = (
+                f"{v.get('voice', '')} p{v.get('pitch', '')} s{v.get('rate', '')}"
+                if isinstance(v, dict)
+                else str(v)
+            )
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "asr_groundtruth.json").write_text(json.dumps(dump, indent=1))
-    print(f"\nPocketSphinx WER on {corpus}/{a.split} ({len(utts)} utterances, "
-          f"{time.time() - t0:.0f} s); LMs: "
-          + ", ".join(f"{k}={v.name}" for k, v in asrs.items()) + "\n")
+    print(
+        f"\nPocketSphinx WER on {corpus}/{a.split} ({len(utts)} utterances, "
+        f"{time.time() - t0:.0f} s); LMs: "
+        + ", ".join(f"{k}={v.name}" for k, v in asrs.items())
+        + "\n"
+    )
     print(per_speaker_table(scores, utts, voices))
     for w in warn[:20]:
         print(f"- warning: {w}")

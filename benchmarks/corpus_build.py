@@ -35,16 +35,20 @@ def main() -> None:
     kw = dict(num_utterances=args.num_utterances, seed=args.seed, workers=args.workers)
     try:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        print(f"cpus {os.cpu_count()}, workers {args.workers or os.cpu_count()}, "
-              f"load average before {load:.2f}")  # fmt: skip
+        print(
+            f"cpus {os.cpu_count()}, workers {args.workers or os.cpu_count()}, "
+            f"load average before {load:.2f}"
+        )
         t0 = time.perf_counter()
         build_corpus(out, progress=True, **kw)
         cold = time.perf_counter() - t0
         stats = corpus_stats(out)
         n, hours = stats["utterances"], stats["hours"]
         splits = ", ".join(f"{k} {v['utterances']}" for k, v in stats["splits"].items())
-        print(f"cold build: {cold:.1f} s for {n} utterances ({splits}) = {n / cold:.1f} utt/s, "
-              f"{hours:.2f} h of audio ({hours * 3600 / cold:.0f}x realtime)")  # fmt: skip
+        print(
+            f"cold build: {cold:.1f} s for {n} utterances ({splits}) = {n / cold:.1f} utt/s, "
+            f"{hours:.2f} h of audio ({hours * 3600 / cold:.0f}x realtime)"
+        )
 
         t0 = time.perf_counter()
         build_corpus(out, progress=False, **kw)

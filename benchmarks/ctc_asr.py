@@ -41,15 +41,19 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((split, r))
         last = r
         with open(out_dir / f"ctc_asr_{split}.json", "w") as f:
-            rows_out = [{"id": u.id, "speaker": u.speaker, "ref": ref, "hyp": hyp}
-                        for u, ref, hyp in zip(r["utts"], r["refs"], r["hyps"], strict=True)]
+            rows_out = [
+                {"id": u.id, "speaker": u.speaker, "ref": ref, "hyp": hyp}
+                for u, ref, hyp in zip(r["utts"], r["refs"], r["hyps"], strict=True)
+            ]
             json.dump(rows_out, f, indent=1)
 
     print("| split | N | audio (s) | CER % | WER % |")
     print("|---|--:|--:|--:|--:|")
     for split, r in rows:
-        print(f"| {split} | {r['n']} | {r['audio_s']:.0f} | {100 * r['cer']:.2f} | "
-              f"{100 * r['wer']:.2f} |")
+        print(
+            f"| {split} | {r['n']} | {r['audio_s']:.0f} | {100 * r['cer']:.2f} | "
+            f"{100 * r['wer']:.2f} |"
+        )
     split = rows[-1][0]
     print(f"\nPer speaker ({split}):\n")
     print("| speaker | N | CER % | WER % |")
@@ -79,15 +83,21 @@ def main(argv: list[str] | None = None) -> int:
     mean_dur = float(np.mean([len(w) for w in wavs[:20]])) / cfg.sample_rate
     import jax
 
-    print(f"\nThroughput ({split}, {len(utts)} utterances, {audio_s:.0f} s of audio, "
-          f"batch {a.batch_size}, {jax.devices()[0].platform}):\n")
+    print(
+        f"\nThroughput ({split}, {len(utts)} utterances, {audio_s:.0f} s of audio, "
+        f"batch {a.batch_size}, {jax.devices()[0].platform}):\n"
+    )
     print("| input | wall (s) | utterances/s | x real time |")
     print("|---|--:|--:|--:|")
     print(f"| log-mels, batched | {t_mel:.2f} | {len(utts) / t_mel:.0f} | {audio_s / t_mel:.0f} |")
-    print(f"| waveforms, batched (incl. log-mel) | {t_wav:.2f} | {len(utts) / t_wav:.0f} | "
-          f"{audio_s / t_wav:.0f} |")
-    print(f"| waveform, batch 1 (mean {mean_dur:.1f} s clip) | {t_one:.3f} | {1 / t_one:.0f} | "
-          f"{mean_dur / t_one:.0f} |")
+    print(
+        f"| waveforms, batched (incl. log-mel) | {t_wav:.2f} | {len(utts) / t_wav:.0f} | "
+        f"{audio_s / t_wav:.0f} |"
+    )
+    print(
+        f"| waveform, batch 1 (mean {mean_dur:.1f} s clip) | {t_one:.3f} | {1 / t_one:.0f} | "
+        f"{mean_dur / t_one:.0f} |"
+    )
     return 0
 
 

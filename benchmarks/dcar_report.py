@@ -20,8 +20,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-KEYS = [("train/reward_policy", "reward (policy rollouts)"), ("train/wer", "reward-ASR WER"),
-        ("train/mean_chunk_policy", "mean chunk (policy rollouts)"), ("train/kl", "KL to ref")]
+KEYS = [
+    ("train/reward_policy", "reward (policy rollouts)"),
+    ("train/wer", "reward-ASR WER"),
+    ("train/mean_chunk_policy", "mean chunk (policy rollouts)"),
+    ("train/kl", "KL to ref"),
+]
 
 
 def _smooth(y: np.ndarray, k: int = 5) -> np.ndarray:
@@ -37,8 +41,10 @@ def curves(runs: list[str], out: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(KEYS), figsize=(4 * len(KEYS), 3.2))
-    print("| run | steps | s / step | s / epoch | reward (last 25) | WER (last 25) | "
-          "mean chunk (last 25) |")
+    print(
+        "| run | steps | s / step | s / epoch | reward (last 25) | WER (last 25) | "
+        "mean chunk (last 25) |"
+    )
     print("|---|--:|--:|--:|--:|--:|--:|")
     for run in runs:
         rows = [json.loads(x) for x in open(Path(run) / "metrics.jsonl")]
@@ -46,7 +52,7 @@ def curves(runs: list[str], out: str) -> None:
         for ax, (key, title) in zip(axes, KEYS, strict=True):
             y = np.array([r.get(key, np.nan) for r in rows])
             ys = _smooth(y)
-            ax.plot(step[len(step) - len(ys):], ys, label=Path(run).name)
+            ax.plot(step[len(step) - len(ys) :], ys, label=Path(run).name)
             ax.set_title(title, fontsize=9)
             ax.set_xlabel("DCPO step")
         cfg = json.loads((Path(run) / "config.json").read_text())
@@ -58,9 +64,11 @@ def curves(runs: list[str], out: str) -> None:
         def mean(k, rows=last):
             return float(np.mean([r[k] for r in rows]))
 
-        print(f"| {Path(run).name} | {rows[-1]['step']} | {per_step:.1f} | "
-              f"{'—' if epoch is None else f'{epoch:.0f}'} | {mean('train/reward_policy'):.3f} | "
-              f"{100 * mean('train/wer'):.1f} % | {mean('train/mean_chunk_policy'):.2f} |")
+        print(
+            f"| {Path(run).name} | {rows[-1]['step']} | {per_step:.1f} | "
+            f"{'—' if epoch is None else f'{epoch:.0f}'} | {mean('train/reward_policy'):.3f} | "
+            f"{100 * mean('train/wer'):.1f} % | {mean('train/mean_chunk_policy'):.2f} |"
+        )
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(f"{out}_curves.png", dpi=110)

@@ -49,12 +49,14 @@ def _load(args):
         config = mod.get_config(arg or None)
         m = dict(config.model)
         m["num_text_symbols"] = m["num_text_symbols"] if m["num_text_symbols"] > 0 else 64
-        m["num_speech_tokens"] = (m["num_speech_tokens"] if m["num_speech_tokens"] > 0
-                                  else config.data.tokenizer_k)  # fmt: skip
+        m["num_speech_tokens"] = (
+            m["num_speech_tokens"] if m["num_speech_tokens"] > 0 else config.data.tokenizer_k
+        )
         cfg = LMConfig.from_config(m)
         one = np.ones((1, 4), np.int32)
-        params = nn.unbox(jax.jit(TTSLM(cfg).init)(jax.random.key(0), one, np.array([4]), one,
-                                                   np.array([4])))["params"]  # fmt: skip
+        params = nn.unbox(
+            jax.jit(TTSLM(cfg).init)(jax.random.key(0), one, np.array([4]), one, np.array([4]))
+        )["params"]
         source = args.config
         from jaxtts.data.audio import MelConfig
 
@@ -72,8 +74,9 @@ def random_batch(rng, cfg, b: int, text_len: int, prompt_len: int):
 
     text = rng.integers(2, cfg.num_text_symbols, (b, text_len)).astype(np.int32)
     prompt = rng.integers(0, cfg.num_speech_tokens, (b, prompt_len)).astype(np.int32)
-    batch = PromptBatch(text, np.full((b,), text_len, np.int32), prompt,
-                        np.full((b,), prompt_len, np.int32))  # fmt: skip
+    batch = PromptBatch(
+        text, np.full((b,), text_len, np.int32), prompt, np.full((b,), prompt_len, np.int32)
+    )
     return batch, row_keys(0, range(b))
 
 
@@ -85,8 +88,7 @@ def time_decode(strat, models, params, batch, keys, tokens: int, sampling, repea
     from jaxtts.decode.driver import decode
 
     def run():
-        out = decode(strat, models, params, batch, keys, max_new_tokens=tokens,
-                     sampling=sampling)  # fmt: skip
+        out = decode(strat, models, params, batch, keys, max_new_tokens=tokens, sampling=sampling)
         return jax.block_until_ready(out)
 
     t0 = time.perf_counter()
@@ -123,15 +125,19 @@ def main(argv=None) -> int:
 
     cfg, params, source, frame_rate = _load(args)
     strategies = [s for s in args.strategies.split(",") if s] or (
-        ["far"] + [f"car:{c}" for c in range(2, cfg.num_mtp_heads + 1)])
+        ["far"] + [f"car:{c}" for c in range(2, cfg.num_mtp_heads + 1)]
+    )
     sampling = SamplingConfig(temperature=1.0, top_k=0, min_tokens=args.tokens)
     rng = np.random.default_rng(0)
     rows = []
     dev = jax.devices()[0]
-    print(f"device: {dev.device_kind} ({jax.default_backend()}), {jax.device_count()} device(s); "
-          f"model {source}: L={cfg.num_layers} D={cfg.d_model} K={cfg.num_mtp_heads} "
-          f"V={cfg.out_vocab}; {args.tokens} tokens/row, text {args.text_len}, prompt "
-          f"{args.prompt_len}, {frame_rate:g} tokens per audio second", flush=True)  # fmt: skip
+    print(
+        f"device: {dev.device_kind} ({jax.default_backend()}), {jax.device_count()} device(s); "
+        f"model {source}: L={cfg.num_layers} D={cfg.d_model} K={cfg.num_mtp_heads} "
+        f"V={cfg.out_vocab}; {args.tokens} tokens/row, text {args.text_len}, prompt "
+        f"{args.prompt_len}, {frame_rate:g} tokens per audio second",
+        flush=True,
+    )
     per_pos = cfg.kv_bytes_per_token()
     models = {"target": TTSLM(cfg)}
     for b in [int(x) for x in args.batch.split(",")]:
@@ -139,32 +145,56 @@ def main(argv=None) -> int:
         for spec in strategies:
             strat = registry.get(spec)
 
-            out, wall, compile_s = time_decode(strat, models, {"target": params}, batch, keys,
-                                               args.tokens, sampling, args.repeats)
+            out, wall, compile_s = time_decode(
+                strat, models, {"target": params}, batch, keys, args.tokens, sampling, args.repeats
+            )
             n_tok = int(np.asarray(out.length).sum())
             audio_s = n_tok / frame_rate
             forwards = int(out.num_forwards) + 1  # + prefill
             kv_total = per_pos * (args.text_len + 1 + args.prompt_len + args.tokens)
-            rows.append({
-                "strategy": spec, "batch": b, "tokens": n_tok, "wall_s": wall,
-                "compile_s": compile_s, "tokens_per_s": n_tok / wall,
-                "lm_rtf": wall / audio_s, "forwards_per_audio_s": forwards / (audio_s / b),
-                "kv_bytes_per_audio_s": kv_total / (args.tokens / frame_rate),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "strategy": spec,
+                    "batch": b,
+                    "tokens": n_tok,
+                    "wall_s": wall,
+                    "compile_s": compile_s,
+                    "tokens_per_s": n_tok / wall,
+                    "lm_rtf": wall / audio_s,
+                    "forwards_per_audio_s": forwards / (audio_s / b),
+                    "kv_bytes_per_audio_s": kv_total / (args.tokens / frame_rate),
+                }
+            )
             r = rows[-1]
-            print(f"  {spec:6s} B={b:3d}: {r['tokens_per_s']:9.1f} tok/s  LM-RTF "
-                  f"{r['lm_rtf']:.4f}  compile {r['compile_s']:.1f}s", flush=True)
-    print("\n| strategy | batch | tokens/s | LM-RTF | forwards / audio s | KV MiB / audio s | "
-          "compile s |\n|---|--:|--:|--:|--:|--:|--:|")
+            print(
+                f"  {spec:6s} B={b:3d}: {r['tokens_per_s']:9.1f} tok/s  LM-RTF "
+                f"{r['lm_rtf']:.4f}  compile {r['compile_s']:.1f}s",
+                flush=True,
+            )
+    print(
+        "\n| strategy | batch | tokens/s | LM-RTF | forwards / audio s | KV MiB / audio s | "
+        "compile s |\n|---|--:|--:|--:|--:|--:|--:|"
+    )
     for r in rows:
-        print(f"| {r['strategy']} | {r['batch']} | {r['tokens_per_s']:.0f} | {r['lm_rtf']:.4f} | "
-              f"{r['forwards_per_audio_s']:.1f} | {r['kv_bytes_per_audio_s'] / 2**20:.3f} | "
-              f"{r['compile_s']:.1f} |")
+        print(
+            f"| {r['strategy']} | {r['batch']} | {r['tokens_per_s']:.0f} | {r['lm_rtf']:.4f} | "
+            f"{r['forwards_per_audio_s']:.1f} | {r['kv_bytes_per_audio_s'] / 2**20:.3f} | "
+            f"{r['compile_s']:.1f} |"
+        )
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"device": str(dev.device_kind), "backend": jax.default_backend(),
-                   "platform": platform.platform(), "source": source, "args": vars(args),
-                   "rows": rows}, f, indent=1)  # fmt: skip
+        json.dump(
+            {
+                "device": str(dev.device_kind),
+                "backend": jax.default_backend(),
+                "platform": platform.platform(),
+                "source": source,
+                "args": vars(args),
+                "rows": rows,
+            },
+            f,
+            indent=1,
+        )
     return 0
 
 

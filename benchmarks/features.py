@@ -50,22 +50,28 @@ def main(argv=None) -> int:
     t2 = time.perf_counter()
     audio_s = sum(w.size for w in wavs) / cfg.sample_rate
     frames = sum(m.shape[0] for m in mels)
-    rows = [("load audio", f"{len(utts) / (t1 - t0):.0f} utt/s", f"{audio_s / (t1 - t0):.0f}x"),
-            ("log-mel (numpy)", f"{len(utts) / (t2 - t1):.0f} utt/s",
-             f"{audio_s / (t2 - t1):.0f}x")]  # fmt: skip
+    rows = [
+        ("load audio", f"{len(utts) / (t1 - t0):.0f} utt/s", f"{audio_s / (t1 - t0):.0f}x"),
+        ("log-mel (numpy)", f"{len(utts) / (t2 - t1):.0f} utt/s", f"{audio_s / (t2 - t1):.0f}x"),
+    ]
 
     tok = load_tokenizer(a.tokenizer)
     tok.encode(mels[0])  # compile
     t0 = time.perf_counter()
     codes = [tok.encode(m) for m in mels]
     t1 = time.perf_counter()
-    rows.append((f"{tok.name} encode", f"{frames / (t1 - t0):.0f} frames/s",
-                 f"{audio_s / (t1 - t0):.0f}x"))  # fmt: skip
-    km_l1 = float(np.mean(np.concatenate([np.abs(tok.decode(c) - m).ravel()
-                                          for c, m in zip(codes, mels, strict=True)])))  # fmt: skip
+    rows.append(
+        (f"{tok.name} encode", f"{frames / (t1 - t0):.0f} frames/s", f"{audio_s / (t1 - t0):.0f}x")
+    )
+    km_l1 = float(
+        np.mean(
+            np.concatenate(
+                [np.abs(tok.decode(c) - m).ravel() for c, m in zip(codes, mels, strict=True)]
+            )
+        )
+    )
     q = LinearMelQuantizer(100).fit(mels)
-    q_l1 = float(np.mean(np.concatenate([np.abs(q.decode(q.encode(m)) - m).ravel()
-                                         for m in mels])))  # fmt: skip
+    q_l1 = float(np.mean(np.concatenate([np.abs(q.decode(q.encode(m)) - m).ravel() for m in mels])))
 
     voc = GriffinLim(cfg)
     sub = mels[: a.vocoder_num]
@@ -74,8 +80,9 @@ def main(argv=None) -> int:
     outs = [voc.mel_to_audio(m) for m in sub]
     t1 = time.perf_counter()
     sub_s = sum(o.size for o in outs) / cfg.sample_rate
-    rows.append(("Griffin-Lim vocoder", f"RTF {(t1 - t0) / sub_s:.4f}",
-                 f"{sub_s / (t1 - t0):.0f}x"))  # fmt: skip
+    rows.append(
+        ("Griffin-Lim vocoder", f"RTF {(t1 - t0) / sub_s:.4f}", f"{sub_s / (t1 - t0):.0f}x")
+    )
     diffs = []
     for o, m in zip(outs, sub, strict=True):
         r = log_mel(o, cfg)
@@ -83,8 +90,9 @@ def main(argv=None) -> int:
         diffs.append(np.abs(r[:n] - m[:n]).ravel())
     gl_l1 = float(np.mean(np.concatenate(diffs)))
 
-    print(f"{a.corpus}/{a.split}: {len(utts)} utterances, {audio_s:.0f} s of audio, {frames} "
-          f"frames\n")
+    print(
+        f"{a.corpus}/{a.split}: {len(utts)} utterances, {audio_s:.0f} s of audio, {frames} frames\n"
+    )
     print("| stage | throughput | x realtime |\n|---|--:|--:|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} |")

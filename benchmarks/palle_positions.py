@@ -27,9 +27,18 @@ def run(rope: float, steps: int, seed: int = 0) -> list[tuple[int, float]]:
     from jaxtts.methods.palle.model import PALLEConfig, init_params
     from jaxtts.methods.palle.task import PALLETask
 
-    cfg = PALLEConfig(num_text_symbols=20, num_speech_tokens=64, d_model=64, num_layers=2,
-                      num_heads=2, head_dim=32, d_ff=128, convnext_ff=128, conv_pos_groups=4,
-                      rope_theta=rope)  # fmt: skip
+    cfg = PALLEConfig(
+        num_text_symbols=20,
+        num_speech_tokens=64,
+        d_model=64,
+        num_layers=2,
+        num_heads=2,
+        head_dim=32,
+        d_ff=128,
+        convnext_ff=128,
+        conv_pos_groups=4,
+        rope_theta=rope,
+    )
     task = PALLETask(cfg, "par")
     b, t = 8, 100
     params = init_params(cfg, jax.random.key(seed))
@@ -40,14 +49,18 @@ def run(rope: float, steps: int, seed: int = 0) -> list[tuple[int, float]]:
         rng = np.random.default_rng(1000 * seed + i)
         start = rng.integers(0, 64, (b, 1))
         speech = ((start + np.arange(t)[None]) % 64).astype(np.int32)  # [B, T] counting rows
-        return {"text": rng.integers(0, 20, (b, 40)).astype(np.int32),
-                "text_len": np.full(b, 40, np.int32), "speech": speech,
-                "speech_len": np.full(b, t, np.int32)}  # fmt: skip
+        return {
+            "text": rng.integers(0, 20, (b, 40)).astype(np.int32),
+            "text_len": np.full(b, 40, np.int32),
+            "speech": speech,
+            "speech_len": np.full(b, t, np.int32),
+        }
 
     @jax.jit
     def step(p, s, bt, key):
-        (loss, _), g = jax.value_and_grad(lambda q: task.loss(q, bt, key, train=True),
-                                          has_aux=True)(p)  # fmt: skip
+        (loss, _), g = jax.value_and_grad(
+            lambda q: task.loss(q, bt, key, train=True), has_aux=True
+        )(p)
         u, s = opt.update(g, s, p)
         return optax.apply_updates(p, u), s, loss
 

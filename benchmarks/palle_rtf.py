@@ -58,11 +58,21 @@ def main(argv=None) -> int:
             runs = [synth.synthesize([text], None, **kw)[0] for _ in range(args.repeats)]
             r = runs[0]
             lm_s = statistics.median(x.info["lm_s"] for x in runs)
-            rows.append({"strategy": spec, "seconds": r.info["duration"], "lm_s": lm_s,
-                         "lm_rtf": lm_s / max(r.info["duration"], 1e-6),
-                         "steps": r.info["steps"], "pieces": r.info.get("pieces", 1)})  # fmt: skip
-            print(f"| {spec} | {r.info['duration']:.1f} | {rows[-1]['lm_rtf']:.4f} | "
-                  f"{r.info['steps']} |", flush=True)
+            rows.append(
+                {
+                    "strategy": spec,
+                    "seconds": r.info["duration"],
+                    "lm_s": lm_s,
+                    "lm_rtf": lm_s / max(r.info["duration"], 1e-6),
+                    "steps": r.info["steps"],
+                    "pieces": r.info.get("pieces", 1),
+                }
+            )
+            print(
+                f"| {spec} | {r.info['duration']:.1f} | {rows[-1]['lm_rtf']:.4f} | "
+                f"{r.info['steps']} |",
+                flush=True,
+            )
     print("\n| strategy | audio s | LM-RTF | steps |\n|---|--:|--:|--:|")
     for r in rows:
         print(f"| {r['strategy']} | {r['seconds']:.1f} | {r['lm_rtf']:.4f} | {r['steps']} |")

@@ -44,21 +44,37 @@ def jax_runner(spec: str, batch: int, args):
     from jaxtts.decode.sampling import SamplingConfig
     from jaxtts.methods.lm.model import TTSLM, LMConfig
 
-    cfg = LMConfig(num_text_symbols=N_TEXT, num_speech_tokens=K_TOK, d_model=D, num_layers=LAYERS,
-                   num_heads=HEADS, head_dim=HEAD_DIM, d_ff=FFN, num_mtp_heads=MTP)  # fmt: skip
+    cfg = LMConfig(
+        num_text_symbols=N_TEXT,
+        num_speech_tokens=K_TOK,
+        d_model=D,
+        num_layers=LAYERS,
+        num_heads=HEADS,
+        head_dim=HEAD_DIM,
+        d_ff=FFN,
+        num_mtp_heads=MTP,
+    )
     model = TTSLM(cfg)
     one = np.ones((1, 4), np.int32)
     import flax.linen as nn
 
-    params = nn.unbox(jax.jit(model.init)(jax.random.key(0), one, np.array([4]), one,
-                                          np.array([4])))["params"]  # fmt: skip
+    params = nn.unbox(
+        jax.jit(model.init)(jax.random.key(0), one, np.array([4]), one, np.array([4]))
+    )["params"]
     pb, keys = random_batch(np.random.default_rng(0), cfg, batch, args.text_len, args.prompt_len)
     sampling = SamplingConfig(temperature=1.0, min_tokens=args.tokens)
     strat = registry.get(spec)
 
     def run():
-        out = decode(strat, {"target": model}, {"target": params}, pb, keys,
-                     max_new_tokens=args.tokens, sampling=sampling)  # fmt: skip
+        out = decode(
+            strat,
+            {"target": model},
+            {"target": params},
+            pb,
+            keys,
+            max_new_tokens=args.tokens,
+            sampling=sampling,
+        )
         out = jax.block_until_ready(out)
         return int(np.asarray(out.length).sum())
 
@@ -70,10 +86,18 @@ def hf_runner(batch: int, args):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=K_TOK + 3 + N_TEXT, hidden_size=D, intermediate_size=FFN,
-                      num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                      num_key_value_heads=HEADS, head_dim=HEAD_DIM, max_position_embeddings=4096,
-                      tie_word_embeddings=False, use_cache=True)  # fmt: skip
+    cfg = Qwen2Config(
+        vocab_size=K_TOK + 3 + N_TEXT,
+        hidden_size=D,
+        intermediate_size=FFN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS,
+        head_dim=HEAD_DIM,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        use_cache=True,
+    )
     model = Qwen2ForCausalLM(cfg).eval()
     g = torch.Generator().manual_seed(0)
     prefix = args.text_len + 1 + args.prompt_len
@@ -83,10 +107,19 @@ def hf_runner(batch: int, args):
 
     def run():
         with torch.inference_mode():
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.tokens,
-                                 min_new_tokens=args.tokens, do_sample=True, temperature=1.0,
-                                 top_k=0, top_p=1.0, use_cache=True, eos_token_id=eos,
-                                 pad_token_id=eos)  # fmt: skip
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=args.tokens,
+                min_new_tokens=args.tokens,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                use_cache=True,
+                eos_token_id=eos,
+                pad_token_id=eos,
+            )
         return int((out.shape[1] - prefix) * batch)
 
     return run
@@ -138,34 +171,57 @@ def main(argv=None) -> int:
     load1 = os.getloadavg()
     rows = []
     for (s, b), v in times.items():
-        rows.append({"system": s, "batch": b, "median": statistics.median(v), "min": min(v),
-                     "max": max(v), "rounds": v})  # fmt: skip
+        rows.append(
+            {
+                "system": s,
+                "batch": b,
+                "median": statistics.median(v),
+                "min": min(v),
+                "max": max(v),
+                "rounds": v,
+            }
+        )
     med = {(r["system"], r["batch"]): r["median"] for r in rows}
-    print(f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} cores, jax "
-          f"{jax.__version__} ({jax.default_backend()}){', ' + versions if versions else ''}, "
-          f"torch threads {args.threads}; load average {load0[0]:.2f} before, {load1[0]:.2f} "
-          f"after; {args.tokens} tokens/row, tokens/s summed over the batch, median [min-max] "
-          f"of {args.rounds} interleaved rounds\n")  # fmt: skip
+    print(
+        f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} cores, jax "
+        f"{jax.__version__} ({jax.default_backend()}){', ' + versions if versions else ''}, "
+        f"torch threads {args.threads}; load average {load0[0]:.2f} before, {load1[0]:.2f} "
+        f"after; {args.tokens} tokens/row, tokens/s summed over the batch, median [min-max] "
+        f"of {args.rounds} interleaved rounds\n"
+    )
     print("| system | " + " | ".join(f"batch {b}" for b in batches) + " |")
     print("|---|" + "--:|" * len(batches))
     for s in systems:
-        cells = [f"{med[(s, b)]:.0f} [{min(times[(s, b)]):.0f}-{max(times[(s, b)]):.0f}]"
-                 for b in batches]  # fmt: skip
-        print(f"| {'HF generate' if s == 'hf' else 'jaxtts ' + s.upper()} | " + " | ".join(cells)
-              + " |")
+        cells = [
+            f"{med[(s, b)]:.0f} [{min(times[(s, b)]):.0f}-{max(times[(s, b)]):.0f}]"
+            for b in batches
+        ]
+        print(
+            f"| {'HF generate' if s == 'hf' else 'jaxtts ' + s.upper()} | "
+            + " | ".join(cells)
+            + " |"
+        )
     if "hf" in systems:
         for s in systems:
             if s != "hf":
-                print(f"| jaxtts {s.upper()} / HF | " + " | ".join(
-                    f"**{med[(s, b)] / med[('hf', b)]:.2f}x**" for b in batches) + " |")
+                print(
+                    f"| jaxtts {s.upper()} / HF | "
+                    + " | ".join(f"**{med[(s, b)] / med[('hf', b)]:.2f}x**" for b in batches)
+                    + " |"
+                )
     for s in systems:
         if len(batches) > 1:
-            print(f"{s}: batch {batches[-1]} / batch {batches[0]} throughput = "
-                  f"{med[(s, batches[-1])] / med[(s, batches[0])]:.1f}x")
+            print(
+                f"{s}: batch {batches[-1]} / batch {batches[0]} throughput = "
+                f"{med[(s, batches[-1])] / med[(s, batches[0])]:.1f}x"
+            )
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"args": vars(args), "versions": versions, "load": [load0, load1],
-                   "rows": rows}, f, indent=1)  # fmt: skip
+        json.dump(
+            {"args": vars(args), "versions": versions, "load": [load0, load1], "rows": rows},
+            f,
+            indent=1,
+        )
     return 0
 
 

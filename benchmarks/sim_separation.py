@@ -49,10 +49,15 @@ def heldout_stats(emb, speakers, held: set[str]) -> dict[str, float]:
             elif not h[j]:
                 diff.append(cos[i, j])
     same, diff = np.array(same), np.array(diff)
-    return {"same_mean": same.mean(), "same_std": same.std(), "diff_mean": diff.mean(),
-            "diff_std": diff.std(), "gap": same.mean() - diff.mean(),
-            "eer": equal_error_rate(same, diff),
-            "id_acc": float(np.mean(nearest_centroid(emb, spk)[h] == spk[h]))}  # fmt: skip
+    return {
+        "same_mean": same.mean(),
+        "same_std": same.std(),
+        "diff_mean": diff.mean(),
+        "diff_std": diff.std(),
+        "gap": same.mean() - diff.mean(),
+        "eer": equal_error_rate(same, diff),
+        "id_acc": float(np.mean(nearest_centroid(emb, spk)[h] == spk[h])),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,21 +98,33 @@ def main(argv: list[str] | None = None) -> int:
         dt = time.perf_counter() - t0
         results.append((name, "all", separation_stats(emb, speakers), dt))
         if held & set(speakers):
-            results.append((name, "held-out " + ",".join(sorted(held)),
-                            heldout_stats(emb, speakers, held), None))  # fmt: skip
+            results.append(
+                (
+                    name,
+                    "held-out " + ",".join(sorted(held)),
+                    heldout_stats(emb, speakers, held),
+                    None,
+                )
+            )
 
     n_spk = len(set(speakers))
-    print(f"{a.split} split: {len(utts)} utterances, {n_spk} speakers "
-          f"(held out from training: {', '.join(sorted(held)) or 'none'})\n")
-    print("| encoder | pairs | same-speaker cos | different-speaker cos | gap | EER % "
-          "| speaker-ID acc % | embed time (s) |")
+    print(
+        f"{a.split} split: {len(utts)} utterances, {n_spk} speakers "
+        f"(held out from training: {', '.join(sorted(held)) or 'none'})\n"
+    )
+    print(
+        "| encoder | pairs | same-speaker cos | different-speaker cos | gap | EER % "
+        "| speaker-ID acc % | embed time (s) |"
+    )
     print("|---|---|--:|--:|--:|--:|--:|--:|")
     for name, rows, st, dt in results:
         acc = f"{100 * st['id_acc']:.1f}" if "id_acc" in st else "-"
         t = f"{dt:.1f}" if dt is not None else "-"
-        print(f"| {name} | {rows} | {st['same_mean']:.3f} +- {st['same_std']:.3f} | "
-              f"{st['diff_mean']:.3f} +- {st['diff_std']:.3f} | {st['gap']:.3f} | "
-              f"{100 * st['eer']:.1f} | {acc} | {t} |")
+        print(
+            f"| {name} | {rows} | {st['same_mean']:.3f} +- {st['same_std']:.3f} | "
+            f"{st['diff_mean']:.3f} +- {st['diff_std']:.3f} | {st['gap']:.3f} | "
+            f"{100 * st['eer']:.1f} | {acc} | {t} |"
+        )
     for n in notes:
         print(f"\n{n}")
     return 0

@@ -40,8 +40,11 @@ def main(argv=None) -> int:
     texts = [u.text for u in utts]
     eng = synth.engine
     rows = []
-    print("| L | beta | acceptance % | tokens / target forward | LM-RTF (batch "
-          f"{args.batch}) |\n|--:|--:|--:|--:|--:|", flush=True)
+    print(
+        "| L | beta | acceptance % | tokens / target forward | LM-RTF (batch "
+        f"{args.batch}) |\n|--:|--:|--:|--:|--:|",
+        flush=True,
+    )
     orig = eng.generate
     for L in [int(x) for x in args.L.split(",")]:
         for beta in [float(x) for x in args.beta.split(",")]:
@@ -56,21 +59,34 @@ def main(argv=None) -> int:
 
             eng.generate = gen
             spec = f"ssd:L={L},beta={beta:g}"
-            synth.synthesize(texts[: args.batch], prompts[: args.batch], strategy=spec,
-                             batch_size=args.batch, progress=False)  # compile  # fmt: skip
+            synth.synthesize(
+                texts[: args.batch],
+                prompts[: args.batch],
+                strategy=spec,
+                batch_size=args.batch,
+                progress=False,
+            )  # compile
             stats.update(acc=0, prop=0)
-            res = synth.synthesize(texts, prompts, strategy=spec, batch_size=args.batch,
-                                   progress=False)  # fmt: skip
+            res = synth.synthesize(
+                texts, prompts, strategy=spec, batch_size=args.batch, progress=False
+            )
             eng.generate = orig
             toks = sum(r.info["num_tokens"] for r in res)
             steps = sum(r.info["steps"] for r in res)
             audio = sum(r.info["duration"] for r in res)
-            row = {"L": L, "beta": beta, "acceptance": stats["acc"] / max(stats["prop"], 1),
-                   "tokens_per_forward": toks / max(steps, 1),
-                   "lm_rtf": sum(r.info["lm_s"] for r in res) / audio}  # fmt: skip
+            row = {
+                "L": L,
+                "beta": beta,
+                "acceptance": stats["acc"] / max(stats["prop"], 1),
+                "tokens_per_forward": toks / max(steps, 1),
+                "lm_rtf": sum(r.info["lm_s"] for r in res) / audio,
+            }
             rows.append(row)
-            print(f"| {L} | {beta:g} | {100 * row['acceptance']:.1f} | "
-                  f"{row['tokens_per_forward']:.2f} | {row['lm_rtf']:.4f} |", flush=True)
+            print(
+                f"| {L} | {beta:g} | {100 * row['acceptance']:.1f} | "
+                f"{row['tokens_per_forward']:.2f} | {row['lm_rtf']:.4f} |",
+                flush=True,
+            )
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(rows, f, indent=1)

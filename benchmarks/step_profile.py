@@ -54,16 +54,26 @@ def main(argv=None) -> int:
     from jaxtts.methods.lm.model import TTSLM, LMConfig
     from jaxtts.nn import attention as att
 
-    cfg = LMConfig(num_text_symbols=64, num_speech_tokens=1024, d_model=256, num_layers=4,
-                   num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4)  # fmt: skip
+    cfg = LMConfig(
+        num_text_symbols=64,
+        num_speech_tokens=1024,
+        d_model=256,
+        num_layers=4,
+        num_heads=4,
+        head_dim=64,
+        d_ff=1024,
+        num_mtp_heads=4,
+    )
     m = TTSLM(cfg)
     b, x = args.batch, args.text_len
     one = np.ones((1, 4), np.int32)
-    p = nn.unbox(jax.jit(m.init)(jax.random.key(0), one, np.array([4]), one,
-                                 np.array([4])))["params"]  # fmt: skip
+    p = nn.unbox(jax.jit(m.init)(jax.random.key(0), one, np.array([4]), one, np.array([4])))[
+        "params"
+    ]
     cache = m.apply({"params": p}, b, x, args.budget, method="init_cache")
-    cache = cache.replace(text_len=jnp.full((b,), x, jnp.int32),
-                          speech_len=jnp.full((b,), args.filled, jnp.int32))  # fmt: skip
+    cache = cache.replace(
+        text_len=jnp.full((b,), x, jnp.int32), speech_len=jnp.full((b,), args.filled, jnp.int32)
+    )
     tok = jnp.ones((b, 1), jnp.int32)
     rows = {}
     extend = jax.jit(lambda p, t, c: m.apply({"params": p}, t, c, method="extend"))
@@ -73,15 +83,18 @@ def main(argv=None) -> int:
         while w < args.filled + 1:
             w *= 2
         small = m.apply({"params": p}, b, x, w, method="init_cache").replace(
-            text_len=cache.text_len, speech_len=cache.speech_len)  # fmt: skip
-        rows[f"cached forward, cache window {w}"] = _time(extend, p, tok, small,
-                                                          repeats=args.repeats)  # fmt: skip
+            text_len=cache.text_len, speech_len=cache.speech_len
+        )
+        rows[f"cached forward, cache window {w}"] = _time(
+            extend, p, tok, small, repeats=args.repeats
+        )
     lc = cache.layers[0]
     q = jnp.ones((b, 1, cfg.num_heads, cfg.head_dim), jnp.float32)
     mask = jnp.ones((b, 1, cache.num_slots), bool)
     attend_out = jax.jit(lambda *a: att.attend(*a)[0])  # the output only, not the logits
-    rows["attention, 1 layer, whole buffer"] = _time(attend_out, q, lc.k, lc.v, mask,
-                                                     repeats=args.repeats)  # fmt: skip
+    rows["attention, 1 layer, whole buffer"] = _time(
+        attend_out, q, lc.k, lc.v, mask, repeats=args.repeats
+    )
     new = jnp.ones((b, 1, cfg.num_heads, cfg.head_dim), jnp.float32)
     head_major = lc.k.shape[1] == cfg.num_heads and lc.k.shape[2] == cache.num_slots
 
@@ -113,8 +126,10 @@ def main(argv=None) -> int:
     samp = jax.jit(lambda k, lg: sample_tokens(k, lg, SamplingConfig()))
     rows["sampling"] = _time(samp, keys, logits, repeats=args.repeats)
     layout = "[B, N, S, H]" if head_major else "[B, S, N, H]"
-    print(f"batch {b}, cache {layout}, {cache.num_slots} slots ({x} text + {args.budget} "
-          f"speech), {args.filled} valid speech slots; median of {args.repeats}, ms per step\n")
+    print(
+        f"batch {b}, cache {layout}, {cache.num_slots} slots ({x} text + {args.budget} "
+        f"speech), {args.filled} valid speech slots; median of {args.repeats}, ms per step\n"
+    )
     print("| piece | ms |\n|---|--:|")
     for k, v in rows.items():
         print(f"| {k} | {v:.2f} |")

@@ -42,13 +42,17 @@ def main(argv=None) -> int:
     utts = pool[: args.num]
     prompts = prompts_from_utterances(pool, utts)
     texts = [u.text for u in utts]
-    print(f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}); "
-          f"{args.workdir}; {len(utts)} {args.split} sentences", flush=True)
+    print(
+        f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}); "
+        f"{args.workdir}; {len(utts)} {args.split} sentences",
+        flush=True,
+    )
     rows = []
     for b in [int(x) for x in args.batch.split(",")]:
         for spec in split_specs(args.strategies):  # 'ssd:L=3,beta=0.4' stays one spec
-            synth.synthesize(texts[:b], prompts[:b], strategy=spec, batch_size=b,
-                             progress=False)  # compile this shape  # fmt: skip
+            synth.synthesize(
+                texts[:b], prompts[:b], strategy=spec, batch_size=b, progress=False
+            )  # compile this shape
             t0 = time.perf_counter()
             res = synth.synthesize(texts, prompts, strategy=spec, batch_size=b, progress=False)
             wall = time.perf_counter() - t0
@@ -56,19 +60,31 @@ def main(argv=None) -> int:
             audio = sum(r.info["duration"] for r in res)
             toks = sum(r.info["num_tokens"] for r in res)
             steps = sum(r.info["steps"] for r in res)
-            row = {"strategy": spec, "batch": b, "lm_rtf": lm_s / audio, "mean_chunk": toks / steps,
-                   "steps_per_audio_s": steps / audio, "audio_s": audio, "wall_s": wall,
-                   "compile_s": sum(r.info["compile_s"] for r in res)}  # fmt: skip
+            row = {
+                "strategy": spec,
+                "batch": b,
+                "lm_rtf": lm_s / audio,
+                "mean_chunk": toks / steps,
+                "steps_per_audio_s": steps / audio,
+                "audio_s": audio,
+                "wall_s": wall,
+                "compile_s": sum(r.info["compile_s"] for r in res),
+            }
             rows.append(row)
-            print(f"| {spec} | {b} | {row['lm_rtf']:.4f} | {row['mean_chunk']:.2f} | "
-                  f"{row['steps_per_audio_s']:.1f} |", flush=True)
+            print(
+                f"| {spec} | {b} | {row['lm_rtf']:.4f} | {row['mean_chunk']:.2f} | "
+                f"{row['steps_per_audio_s']:.1f} |",
+                flush=True,
+            )
     far = {r["batch"]: r["lm_rtf"] for r in rows if r["strategy"] == "far"}
     print("\n| strategy | batch | LM-RTF | speed-up vs FAR | mean chunk | steps / audio s |")
     print("|---|--:|--:|--:|--:|--:|")
     for r in rows:
         up = far.get(r["batch"], float("nan")) / r["lm_rtf"]
-        print(f"| {r['strategy']} | {r['batch']} | {r['lm_rtf']:.4f} | {up:.2f}x | "
-              f"{r['mean_chunk']:.2f} | {r['steps_per_audio_s']:.1f} |")
+        print(
+            f"| {r['strategy']} | {r['batch']} | {r['lm_rtf']:.4f} | {up:.2f}x | "
+            f"{r['mean_chunk']:.2f} | {r['steps_per_audio_s']:.1f} |"
+        )
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(rows, f, indent=1)

@@ -54,8 +54,9 @@ def main():
     corpus = args.corpus or run.read_data_info()["corpus_dir"]
     utts = read_split(corpus, args.split)
     family = getattr(engine, "family", "lm")
-    text_information = {"tldr": tldr_text_information,
-                        "palle": palle_text_information}.get(family, lm_text_information)
+    text_information = {"tldr": tldr_text_information, "palle": palle_text_information}.get(
+        family, lm_text_information
+    )
     if args.align and family != "lm":
         ap.error(f"--align: only for TTS LM runs, {args.workdir} is a {family} run")
     info = text_information(engine, utts)
@@ -63,17 +64,24 @@ def main():
     print("| head | CE right text (nats) | CE other row's text | gap (nats/token) |")
     print("|--:|--:|--:|--:|")
     for h in range(len(info.gap)):
-        print(f"| {h + 1} | {info.ce_right[h]:.3f} | {info.ce_other[h]:.3f} | "
-              f"{info.gap[h]:+.3f} |")  # fmt: skip
-    out = {"workdir": args.workdir, "step": step, "split": args.split, "tokens": info.tokens,
-           "ce_right": info.ce_right.tolist(), "ce_other": info.ce_other.tolist()}
+        print(f"| {h + 1} | {info.ce_right[h]:.3f} | {info.ce_other[h]:.3f} | {info.gap[h]:+.3f} |")
+    out = {
+        "workdir": args.workdir,
+        "step": step,
+        "split": args.split,
+        "tokens": info.tokens,
+        "ce_right": info.ce_right.tolist(),
+        "ce_other": info.ce_other.tolist(),
+    }
     if args.align:
         a = alignment_scores(engine, utts)
         print("\n| layer | diagonal mass per head | CTC alignment loss per head |")
         print("|--:|--|--|")
         for i in range(a.diag_mass.shape[0]):
-            print(f"| {i} | {' / '.join(f'{v:.3f}' for v in a.diag_mass[i])} | "
-                  f"{' / '.join(f'{v:.2f}' for v in a.ctc[i])} |")  # fmt: skip
+            print(
+                f"| {i} | {' / '.join(f'{v:.3f}' for v in a.diag_mass[i])} | "
+                f"{' / '.join(f'{v:.2f}' for v in a.ctc[i])} |"
+            )
         out.update(diag_mass=a.diag_mass.tolist(), align_ctc=a.ctc.tolist())
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

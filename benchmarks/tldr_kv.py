@@ -24,9 +24,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backbone", default="pretrained/car_small")
     ap.add_argument("--patches", default="2,4,8")
-    ap.add_argument("--symbols_per_second", type=float, default=15.0,
-                    help="text symbols per second of speech (15.05 on the built-in test "
-                         "split's phonemes): the text prefix is the prompt's and the output's")
+    ap.add_argument(
+        "--symbols_per_second",
+        type=float,
+        default=15.0,
+        help="text symbols per second of speech (15.05 on the built-in test "
+        "split's phonemes): the text prefix is the prompt's and the output's",
+    )
     ap.add_argument("--prompt_seconds", type=float, default=2.0)
     ap.add_argument("--out", default="benchmarks/tldr_kv")
     args = ap.parse_args(argv)
@@ -56,13 +60,24 @@ def main(argv=None) -> int:
     def text_len(s):
         return int(round(args.symbols_per_second * (args.prompt_seconds + s)))
 
-    mib = {name: [per_slot * global_kv_slots(text_len(s), prompt, int(s * rate), p) / 2**20
-                  for s in secs] for name, p in curves.items()}  # fmt: skip
-    print(f"{args.backbone}: {per_slot} bytes per slot, {rate:g} tokens/s, text "
-          f"{args.symbols_per_second:g} symbols per second of speech, prompt "
-          f"{args.prompt_seconds:g} s\n")
-    print("| output s | " + " | ".join(f"{n} MiB" for n in curves) + " | "
-          + " | ".join(f"{n} / FAR" for n in list(curves)[1:]) + " |")
+    mib = {
+        name: [
+            per_slot * global_kv_slots(text_len(s), prompt, int(s * rate), p) / 2**20 for s in secs
+        ]
+        for name, p in curves.items()
+    }
+    print(
+        f"{args.backbone}: {per_slot} bytes per slot, {rate:g} tokens/s, text "
+        f"{args.symbols_per_second:g} symbols per second of speech, prompt "
+        f"{args.prompt_seconds:g} s\n"
+    )
+    print(
+        "| output s | "
+        + " | ".join(f"{n} MiB" for n in curves)
+        + " | "
+        + " | ".join(f"{n} / FAR" for n in list(curves)[1:])
+        + " |"
+    )
     print("|--:|" + "--:|" * (2 * len(curves) - 1))
     for i, s in enumerate(secs):
         vals = [f"{mib[n][i]:.2f}" for n in curves]

@@ -42,17 +42,35 @@ def main() -> int:
     dirs = []
     for k in (int(x) for x in a.k.split(",")):
         for f in (int(x) for x in a.frames.split(",")):
-            data_cfg = mlc.ConfigDict(dict(tokenizer="kmeans", tokenizer_k=k, tokenizer_frames=f,
-                                           tokenizer_dir=""))  # fmt: skip
+            data_cfg = mlc.ConfigDict(
+                dict(tokenizer="kmeans", tokenizer_k=k, tokenizer_frames=f, tokenizer_dir="")
+            )
             t0 = time.perf_counter()
             tok = tokenizer_for(data_cfg, corpus, train)
-            print(f"{tok.name}: {tok.frame_rate:g} Hz, ready in {time.perf_counter() - t0:.0f} s",
-                  flush=True)  # fmt: skip
+            print(
+                f"{tok.name}: {tok.frame_rate:g} Hz, ready in {time.perf_counter() - t0:.0f} s",
+                flush=True,
+            )
             dirs.append(corpus / "tokenizers" / tok.name)
     rows = ",".join(["ground_truth"] + [f"tokenizer:{d}" for d in dirs])
-    cmd = [sys.executable, "-m", "jaxtts.evaluate", "--corpus", str(corpus), "--split", "test",
-           "--rows", rows, "--speaker_encoder", "none", "--no_plots", "--out", a.out,
-           "--asr_workers", a.asr_workers]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "jaxtts.evaluate",
+        "--corpus",
+        str(corpus),
+        "--split",
+        "test",
+        "--rows",
+        rows,
+        "--speaker_encoder",
+        "none",
+        "--no_plots",
+        "--out",
+        a.out,
+        "--asr_workers",
+        a.asr_workers,
+    ]
     if a.num:
         cmd += ["--num", str(a.num)]
     print("$", " ".join(cmd), flush=True)

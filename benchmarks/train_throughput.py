@@ -110,13 +110,22 @@ def main(argv=None) -> int:
     n_dev = jax.device_count()
     peak = matmul_rate("bfloat16" if cfg.dtype == "bfloat16" else "float32") * n_dev
     res = {
-        "config": a.config, "device": jax.devices()[0].device_kind, "devices": n_dev,
-        "mesh": dict(trainer.mesh.shape), "dtype": cfg.dtype, "params": int(n_params),
-        "batch": b, "positions_per_row": a.text + a.speech + 1, "step_s": step_s,
-        "compile_s": compile_s - step_s, "tokens_per_s": tokens / step_s,
-        "flops_per_step": flops, "achieved_flops": flops / step_s if flops else None,
-        "matmul_peak_flops": peak, "mfu": flops / step_s / peak if flops else None,
-    }  # fmt: skip
+        "config": a.config,
+        "device": jax.devices()[0].device_kind,
+        "devices": n_dev,
+        "mesh": dict(trainer.mesh.shape),
+        "dtype": cfg.dtype,
+        "params": int(n_params),
+        "batch": b,
+        "positions_per_row": a.text + a.speech + 1,
+        "step_s": step_s,
+        "compile_s": compile_s - step_s,
+        "tokens_per_s": tokens / step_s,
+        "flops_per_step": flops,
+        "achieved_flops": flops / step_s if flops else None,
+        "matmul_peak_flops": peak,
+        "mfu": flops / step_s / peak if flops else None,
+    }
     print(json.dumps(res, indent=1))
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out, "w") as f:

@@ -50,16 +50,21 @@ def main(argv=None) -> int:
             accs = " | ".join(f"{r[f'train/acc_{k}']:.3f}" for k in heads)
             print(f"| {r['step']} | {minutes[r['step']]:.0f} | {r['train/loss']:.2f} | {accs} |")
     if dev:
-        print("\n| step | dev loss | " + " | ".join(f"dev acc h{k}" for k in heads)
-              + " | sample tokens | cap hits | sample WER (domain) |")  # fmt: skip
+        print(
+            "\n| step | dev loss | "
+            + " | ".join(f"dev acc h{k}" for k in heads)
+            + " | sample tokens | cap hits | sample WER (domain) |"
+        )
         print("|--:|--:|" + "--:|" * len(heads) + "--:|--:|--:|")
         for r in dev:
             accs = " | ".join(f"{r[f'dev/acc_{k}']:.3f}" for k in heads)
             wer = r.get("samples/wer_domain")
-            print(f"| {r['step']} | {r['dev/loss']:.2f} | {accs} | "
-                  f"{r.get('samples/mean_tokens', float('nan')):.0f} | "
-                  f"{r.get('samples/hit_max', float('nan')):.2f} | "
-                  f"{'—' if wer is None else f'{100 * wer:.0f} %'} |")  # fmt: skip
+            print(
+                f"| {r['step']} | {r['dev/loss']:.2f} | {accs} | "
+                f"{r.get('samples/mean_tokens', float('nan')):.0f} | "
+                f"{r.get('samples/hit_max', float('nan')):.2f} | "
+                f"{'—' if wer is None else f'{100 * wer:.0f} %'} |"
+            )
     if a.png:
         import matplotlib
 
@@ -72,8 +77,9 @@ def main(argv=None) -> int:
             ax[0].plot([r["step"] for r in dev], [r["dev/loss"] for r in dev], "o-", label="dev")
         ax[0].set_xlabel("step"), ax[0].set_ylabel("MTP loss (sum of heads)"), ax[0].legend()
         for k in heads:
-            ax[1].plot([r["step"] for r in train], [r[f"train/acc_{k}"] for r in train],
-                       label=f"head {k}")  # fmt: skip
+            ax[1].plot(
+                [r["step"] for r in train], [r[f"train/acc_{k}"] for r in train], label=f"head {k}"
+            )
         ax[1].set_xlabel("step"), ax[1].set_ylabel("train top-1 accuracy"), ax[1].legend()
         fig.suptitle(a.workdir)
         fig.tight_layout()

@@ -59,13 +59,24 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     )
     # head k weighted alpha^(k-1); align_*: alignment learning (jaxtts/train/align.py), off
     # unless a variant (or an override) names layers
-    config.loss = mlc.ConfigDict(dict(
-        alpha=1.0, align_layers=(), align_heads=(), align_ctc_weight=0.0,
-        align_prior_scaling=0.0, align_prior_start=0, align_prior_end=0,
-        align_prior_normalize=True, align_blank_logprob=-1.0, align_band=0.1))  # fmt: skip
+    config.loss = mlc.ConfigDict(
+        dict(
+            alpha=1.0,
+            align_layers=(),
+            align_heads=(),
+            align_ctc_weight=0.0,
+            align_prior_scaling=0.0,
+            align_prior_start=0,
+            align_prior_end=0,
+            align_prior_normalize=True,
+            align_blank_logprob=-1.0,
+            align_band=0.1,
+        )
+    )
     if v != "paper":
-        config.loss.update(align_layers=(1,), align_heads=(0,), align_ctc_weight=1.0,
-                           align_prior_scaling=1.0)  # fmt: skip
+        config.loss.update(
+            align_layers=(1,), align_heads=(0,), align_ctc_weight=1.0, align_prior_scaling=1.0
+        )
 
     config.data = common.data_config()
     config.train = common.train_config()
@@ -78,47 +89,101 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
 
     if v == "tiny":
         config.data.update(
-            corpus_utterances=40, tokenizer_k=64, batch_size=8, prompt_seconds=1.0,
-            max_text_len=128, max_speech_len=512, bucket_step=256, text_bucket_step=128,
+            corpus_utterances=40,
+            tokenizer_k=64,
+            batch_size=8,
+            prompt_seconds=1.0,
+            max_text_len=128,
+            max_speech_len=512,
+            bucket_step=256,
+            text_bucket_step=128,
         )
         config.train.update(
-            steps=20, learning_rate=3e-3, warmup_steps=2, log_every=1, eval_every=10,
+            steps=20,
+            learning_rate=3e-3,
+            warmup_steps=2,
+            log_every=1,
+            eval_every=10,
             checkpoint_every=10,
         )
         config.loss.update(align_prior_start=5, align_prior_end=15)
         config.eval.num_samples = 2
         config.decode.max_seconds = 2.0
     elif v == "demo":
-        config.data.update(batch_size=16, prompt_seconds=2.0, max_speech_len=512,
-                           bucket_step=128, text_bucket_step=128, max_text_len=256)
-        config.train.update(steps=150, learning_rate=3e-3, warmup_steps=20, log_every=10,
-                            eval_every=150, checkpoint_every=50)
+        config.data.update(
+            batch_size=16,
+            prompt_seconds=2.0,
+            max_speech_len=512,
+            bucket_step=128,
+            text_bucket_step=128,
+            max_text_len=256,
+        )
+        config.train.update(
+            steps=150,
+            learning_rate=3e-3,
+            warmup_steps=20,
+            log_every=10,
+            eval_every=150,
+            checkpoint_every=50,
+        )
         config.loss.update(align_prior_start=50, align_prior_end=120)
         config.eval.num_samples = 0
         config.decode.max_seconds = 6.0
     elif v == "small":
-        config.data.update(corpus_utterances=20_000, tokenizer_frames=2, batch_size=16,
-                           prompt_seconds=2.0, max_speech_len=320, bucket_step=32,
-                           text_bucket_step=64, max_text_len=256)  # fmt: skip
-        config.train.update(
-            steps=STEPS_SMALL, learning_rate=2e-3, warmup_steps=100, log_every=10,
-            eval_every=500, checkpoint_every=250,
+        config.data.update(
+            corpus_utterances=20_000,
+            tokenizer_frames=2,
+            batch_size=16,
+            prompt_seconds=2.0,
+            max_speech_len=320,
+            bucket_step=32,
+            text_bucket_step=64,
+            max_text_len=256,
         )
-        config.loss.update(align_layers=(1, 2), align_heads=(0, 1),
-                           align_prior_start=STEPS_SMALL // 5, align_prior_end=STEPS_SMALL // 2)
+        config.train.update(
+            steps=STEPS_SMALL,
+            learning_rate=2e-3,
+            warmup_steps=100,
+            log_every=10,
+            eval_every=500,
+            checkpoint_every=250,
+        )
+        config.loss.update(
+            align_layers=(1, 2),
+            align_heads=(0, 1),
+            align_prior_start=STEPS_SMALL // 5,
+            align_prior_end=STEPS_SMALL // 2,
+        )
     elif v == "deep":
         # the `small` data; a fine-tune of the expanded `car_small` (the old layers 1, 2 are
         # layers 9, 10 of the default layer map: the CTC alignment loss stays on them; the
         # prior, which only bootstraps alignment from scratch, is off, as in car_small's
         # fine-tunes)
-        config.data.update(corpus_utterances=20_000, tokenizer_frames=2, batch_size=16,
-                           prompt_seconds=2.0, max_speech_len=320, bucket_step=32,
-                           text_bucket_step=64, max_text_len=256)  # fmt: skip
-        config.train.update(steps=STEPS_DEEP, learning_rate=5e-4, warmup_steps=100,
-                            final_lr_fraction=0.05, log_every=10, eval_every=150,
-                            checkpoint_every=50)  # fmt: skip
-        config.loss.update(align_layers=(9, 10), align_heads=(0, 1), align_prior_scaling=0.0,
-                           align_prior_normalize=False)  # fmt: skip
+        config.data.update(
+            corpus_utterances=20_000,
+            tokenizer_frames=2,
+            batch_size=16,
+            prompt_seconds=2.0,
+            max_speech_len=320,
+            bucket_step=32,
+            text_bucket_step=64,
+            max_text_len=256,
+        )
+        config.train.update(
+            steps=STEPS_DEEP,
+            learning_rate=5e-4,
+            warmup_steps=100,
+            final_lr_fraction=0.05,
+            log_every=10,
+            eval_every=150,
+            checkpoint_every=50,
+        )
+        config.loss.update(
+            align_layers=(9, 10),
+            align_heads=(0, 1),
+            align_prior_scaling=0.0,
+            align_prior_normalize=False,
+        )
     else:  # paper
         config.data.update(batch_size=64)
         config.train.update(steps=200_000, learning_rate=3e-4, warmup_steps=4000)

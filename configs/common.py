@@ -31,8 +31,9 @@ def mesh_config(shape=None) -> mlc.ConfigDict:
             shape=shape or dict(data=-1, fsdp=1, tensor=1),
             # [logical axis, mesh axis or axes]: jaxtts/nn/axes.py DEFAULT_RULES, the one
             # definition (override here per experiment).
-            rules=[[name, list(m) if isinstance(m, tuple) else m]
-                   for name, m in axes.DEFAULT_RULES],
+            rules=[
+                [name, list(m) if isinstance(m, tuple) else m] for name, m in axes.DEFAULT_RULES
+            ],
         )
     )
 

@@ -40,8 +40,14 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         )
     )
     config.specaug = mlc.ConfigDict(
-        dict(enabled=v != "tiny", freq_masks=2, freq_width=10, time_masks=2, time_width=20,
-             max_time_fraction=0.2)  # fmt: skip
+        dict(
+            enabled=v != "tiny",
+            freq_masks=2,
+            freq_width=10,
+            time_masks=2,
+            time_width=20,
+            max_time_fraction=0.2,
+        )
     )
     config.data = mlc.ConfigDict(
         dict(
@@ -60,11 +66,26 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     config.train = common.train_config()
     config.mesh = common.mesh_config()
     if v == "tiny":
-        config.data.update(batch_size=8, eval_batch_size=8, max_mel_len=512, bucket_step=128,
-                           limit_dev=8)  # fmt: skip
-        config.train.update(steps=4, learning_rate=3e-3, warmup_steps=1, log_every=1,
-                            eval_every=4, checkpoint_every=0, tensorboard=False)  # fmt: skip
+        config.data.update(
+            batch_size=8, eval_batch_size=8, max_mel_len=512, bucket_step=128, limit_dev=8
+        )
+        config.train.update(
+            steps=4,
+            learning_rate=3e-3,
+            warmup_steps=1,
+            log_every=1,
+            eval_every=4,
+            checkpoint_every=0,
+            tensorboard=False,
+        )
     else:  # small
-        config.train.update(steps=1500, learning_rate=2e-3, warmup_steps=150, weight_decay=0.01,
-                            log_every=25, eval_every=500, checkpoint_every=250)  # fmt: skip
+        config.train.update(
+            steps=1500,
+            learning_rate=2e-3,
+            warmup_steps=150,
+            weight_decay=0.01,
+            log_every=25,
+            eval_every=500,
+            checkpoint_every=250,
+        )
     return config

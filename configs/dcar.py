@@ -23,8 +23,9 @@ VARIANTS = ("tiny", "small")
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
     args = common.parse_arg(arg, variant="small")
     if args.variant not in VARIANTS:
-        raise KeyError(f"configs/dcar.py: unknown variant '{args.variant}', expected "
-                       f"{list(VARIANTS)}")  # fmt: skip
+        raise KeyError(
+            f"configs/dcar.py: unknown variant '{args.variant}', expected {list(VARIANTS)}"
+        )
     v = args.variant
     config = mlc.ConfigDict()
     config.variant = v
@@ -50,15 +51,24 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     )
     config.data = mlc.ConfigDict(dict(corpus_dir="", corpus_utterances=2400, corpus_seed=0))
     config.train = common.train_config(
-        steps=150, learning_rate=3e-4, warmup_steps=10, final_lr_fraction=0.3, weight_decay=0.0,
-        trainable="prefix:policy", log_every=5, eval_every=0, checkpoint_every=25,
-    )  # fmt: skip
+        steps=150,
+        learning_rate=3e-4,
+        warmup_steps=10,
+        final_lr_fraction=0.3,
+        weight_decay=0.0,
+        trainable="prefix:policy",
+        log_every=5,
+        eval_every=0,
+        checkpoint_every=25,
+    )
     config.mesh = common.mesh_config()
     if v == "tiny":
         config.policy.update(num_heads=2, head_dim=16, d_ff=64)
         config.data.corpus_utterances = 40  # built in seconds on a fresh clone
-        config.dcpo.update(group_size=2, prompts_per_step=4, max_seconds=1.0, num_utterances=4,
-                           kl_warmup_steps=2)  # fmt: skip
-        config.train.update(steps=2, warmup_steps=1, log_every=1, checkpoint_every=0,
-                            tensorboard=False)  # fmt: skip
+        config.dcpo.update(
+            group_size=2, prompts_per_step=4, max_seconds=1.0, num_utterances=4, kl_warmup_steps=2
+        )
+        config.train.update(
+            steps=2, warmup_steps=1, log_every=1, checkpoint_every=0, tensorboard=False
+        )
     return config

@@ -37,8 +37,10 @@ HELP = {
     "model.speakers": "training speaker names in class order (None = from the train split)",
     # loss
     "loss.alpha": "weight of prediction head k is alpha^(k-1) (1 = uniform)",
-    "loss.align_layers": ("layers whose speech->text attention learns the alignment (() = off; "
-                          "on the command line '(1, 2)' or '()')"),
+    "loss.align_layers": (
+        "layers whose speech->text attention learns the alignment (() = off; "
+        "on the command line '(1, 2)' or '()')"
+    ),
     "loss.align_heads": "heads of those layers that do (() = all heads)",
     "loss.align_ctc_weight": "weight of the CTC (forward-sum) alignment loss (0 = no loss)",
     "loss.align_prior_scaling": "beta-binomial prior scaling (0 = no prior; larger = narrower)",
@@ -122,8 +124,10 @@ HELP = {
     "model.convnext_ff": "PALLE: pointwise MLP width of the text ConvNeXt V2 block",
     "model.conv_pos_kernel": "PALLE: kernel of the convolutional positional embedding",
     "model.conv_pos_groups": "PALLE: groups of that (depthwise-grouped) convolution",
-    "model.text_layout": ("PALLE: text over the speech positions: pad (the paper: symbols then "
-                          "[PAD]) | stretch (symbol floor(t L / T) at position t)"),
+    "model.text_layout": (
+        "PALLE: text over the speech positions: pad (the paper: symbols then "
+        "[PAD]) | stretch (symbol floor(t L / T) at position t)"
+    ),
     "palle.stage": "PALLE stage trained: par (stage one) | refine (stage two) | nar (baseline)",
     "palle.refine_p": "stage two: masking probability beyond the visible first 30 %",
     "palle.par_run": "stage two: the stage-one run folder the 'palle' strategy starts from",

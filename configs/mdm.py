@@ -34,48 +34,93 @@ VARIANTS = ("tiny", "small", "full")
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
     args = common.parse_arg(arg, variant="small")
     if args.variant not in VARIANTS:
-        raise KeyError(f"configs/mdm.py: unknown variant '{args.variant}', expected "
-                       f"{list(VARIANTS)}")  # fmt: skip
+        raise KeyError(
+            f"configs/mdm.py: unknown variant '{args.variant}', expected {list(VARIANTS)}"
+        )
     v = args.variant
     config = mlc.ConfigDict()
     config.variant = v
     config.task = "mdm"
-    config.model = mlc.ConfigDict(dict(
-        num_text_symbols=-1,  # filled from the data
-        n_mels=80, levels=100,
-        mel_lo=None, mel_hi=None,  # the quantiser's range, fitted on the training mels
-        d_model=192, enc_layers=4, enc_heads=2, enc_ff=768, dur_channels=256,
-        dec_layers=6, dec_width=256, dec_heads=4, dec_ff=1024, mixtures=5,
-        speaker_dim=-1,  # filled from the speaker encoder (0 without one)
-        rope_theta=10_000.0,
-        score_layers=6,  # the Grad-TTS baseline's score decoder, trained in the same run
-        beta_min=0.05, beta_max=20.0,
-    ))  # fmt: skip
-    config.mdm = mlc.ConfigDict(dict(
-        speaker_encoder="pretrained/speaker_encoder",  # '' = no speaker input
-        tau1=1.0,  # mixture-component temperature (tau_2, the value's, is decode.temperature)
-        length_scale=1.0,  # durations x this at synthesis
-        gradtts_tau=1.5,  # Grad-TTS baseline: X_1 = mu + z / tau (the paper's 1.5)
-        train_crop=0,  # > 0: the decoders train on random windows of this many frames
-    ))  # fmt: skip
-    config.data = mlc.ConfigDict(dict(
-        corpus_dir="", corpus_utterances=2400, corpus_seed=0, text_backend="espeak",
-        batch_size=16, max_mel_len=1024, max_text_len=256, bucket_step=128,
-        text_bucket_step=64, prompt_seconds=3.0, seed=0,
-    ))  # fmt: skip
-    config.train = common.train_config(steps=20_000, learning_rate=5e-4, warmup_steps=500,
-                                       eval_every=1000, checkpoint_every=500)  # fmt: skip
+    config.model = mlc.ConfigDict(
+        dict(
+            num_text_symbols=-1,  # filled from the data
+            n_mels=80,
+            levels=100,
+            mel_lo=None,
+            mel_hi=None,  # the quantiser's range, fitted on the training mels
+            d_model=192,
+            enc_layers=4,
+            enc_heads=2,
+            enc_ff=768,
+            dur_channels=256,
+            dec_layers=6,
+            dec_width=256,
+            dec_heads=4,
+            dec_ff=1024,
+            mixtures=5,
+            speaker_dim=-1,  # filled from the speaker encoder (0 without one)
+            rope_theta=10_000.0,
+            score_layers=6,  # the Grad-TTS baseline's score decoder, trained in the same run
+            beta_min=0.05,
+            beta_max=20.0,
+        )
+    )
+    config.mdm = mlc.ConfigDict(
+        dict(
+            speaker_encoder="pretrained/speaker_encoder",  # '' = no speaker input
+            tau1=1.0,  # mixture-component temperature (tau_2, the value's, is decode.temperature)
+            length_scale=1.0,  # durations x this at synthesis
+            gradtts_tau=1.5,  # Grad-TTS baseline: X_1 = mu + z / tau (the paper's 1.5)
+            train_crop=0,  # > 0: the decoders train on random windows of this many frames
+        )
+    )
+    config.data = mlc.ConfigDict(
+        dict(
+            corpus_dir="",
+            corpus_utterances=2400,
+            corpus_seed=0,
+            text_backend="espeak",
+            batch_size=16,
+            max_mel_len=1024,
+            max_text_len=256,
+            bucket_step=128,
+            text_bucket_step=64,
+            prompt_seconds=3.0,
+            seed=0,
+        )
+    )
+    config.train = common.train_config(
+        steps=20_000, learning_rate=5e-4, warmup_steps=500, eval_every=1000, checkpoint_every=500
+    )
     config.mesh = common.mesh_config()
-    config.decode = mlc.ConfigDict(dict(strategy="mdm:top1*", temperature=1.0, greedy=False,
-                                        max_seconds=12.0))  # fmt: skip
+    config.decode = mlc.ConfigDict(
+        dict(strategy="mdm:top1*", temperature=1.0, greedy=False, max_seconds=12.0)
+    )
     if v == "tiny":
-        config.data.update(corpus_utterances=40, batch_size=8, bucket_step=256,
-                           text_bucket_step=128)  # fmt: skip
-        config.model.update(d_model=32, enc_layers=1, enc_heads=2, enc_ff=64, dur_channels=32,
-                            dec_layers=1, dec_width=32, dec_heads=2, dec_ff=64, mixtures=2,
-                            score_layers=1)
-        config.train.update(steps=2, warmup_steps=1, log_every=1, eval_every=2,
-                            checkpoint_every=0, tensorboard=False)  # fmt: skip
+        config.data.update(
+            corpus_utterances=40, batch_size=8, bucket_step=256, text_bucket_step=128
+        )
+        config.model.update(
+            d_model=32,
+            enc_layers=1,
+            enc_heads=2,
+            enc_ff=64,
+            dur_channels=32,
+            dec_layers=1,
+            dec_width=32,
+            dec_heads=2,
+            dec_ff=64,
+            mixtures=2,
+            score_layers=1,
+        )
+        config.train.update(
+            steps=2,
+            warmup_steps=1,
+            log_every=1,
+            eval_every=2,
+            checkpoint_every=0,
+            tensorboard=False,
+        )
     elif v == "small":
         config.data.update(corpus_utterances=20_000, batch_size=8)
         config.model.update(dec_layers=4, score_layers=4)

@@ -62,9 +62,22 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     config.mesh = common.mesh_config()
     if v == "tiny":
         config.data.update(batch_size=8, min_crop_frames=16, max_crop_frames=48, eval_batches=1)
-        config.train.update(steps=4, learning_rate=3e-3, warmup_steps=1, log_every=1,
-                            eval_every=4, checkpoint_every=0, tensorboard=False)  # fmt: skip
+        config.train.update(
+            steps=4,
+            learning_rate=3e-3,
+            warmup_steps=1,
+            log_every=1,
+            eval_every=4,
+            checkpoint_every=0,
+            tensorboard=False,
+        )
     else:  # small
-        config.train.update(steps=1000, learning_rate=2e-3, warmup_steps=100, log_every=25,
-                            eval_every=250, checkpoint_every=250)  # fmt: skip
+        config.train.update(
+            steps=1000,
+            learning_rate=2e-3,
+            warmup_steps=100,
+            log_every=25,
+            eval_every=250,
+            checkpoint_every=250,
+        )
     return config

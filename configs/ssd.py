@@ -24,26 +24,40 @@ VARIANTS = ("tiny", "small")
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
     args = common.parse_arg(arg, variant="small")
     if args.variant not in VARIANTS:
-        raise KeyError(f"configs/ssd.py: unknown variant '{args.variant}', expected "
-                       f"{list(VARIANTS)}")  # fmt: skip
+        raise KeyError(
+            f"configs/ssd.py: unknown variant '{args.variant}', expected {list(VARIANTS)}"
+        )
     v = args.variant
     config = mlc.ConfigDict()
     config.variant = v
     config.task = "ssd"
-    config.ssd = mlc.ConfigDict(dict(
-        target="pretrained/car_small",  # the frozen target LM (run folder)
-        first=1,  # the target's first layers (trained in the draft)
-        last=1,  # the target's last layers (frozen in the draft)
-        corpus_utterances=0,  # 0 = the target's training corpus
-    ))  # fmt: skip
+    config.ssd = mlc.ConfigDict(
+        dict(
+            target="pretrained/car_small",  # the frozen target LM (run folder)
+            first=1,  # the target's first layers (trained in the draft)
+            last=1,  # the target's last layers (frozen in the draft)
+            corpus_utterances=0,  # 0 = the target's training corpus
+        )
+    )
     config.train = common.train_config(
-        steps=800, learning_rate=1e-3, warmup_steps=50, weight_decay=0.0, log_every=20,
-        eval_every=400, checkpoint_every=200,
-    )  # fmt: skip
+        steps=800,
+        learning_rate=1e-3,
+        warmup_steps=50,
+        weight_decay=0.0,
+        log_every=20,
+        eval_every=400,
+        checkpoint_every=200,
+    )
     config.eval = mlc.ConfigDict(dict(num_samples=0))
     config.mesh = common.mesh_config()
     if v == "tiny":
         config.ssd.corpus_utterances = 40
-        config.train.update(steps=2, warmup_steps=1, log_every=1, eval_every=2,
-                            checkpoint_every=0, tensorboard=False)  # fmt: skip
+        config.train.update(
+            steps=2,
+            warmup_steps=1,
+            log_every=1,
+            eval_every=2,
+            checkpoint_every=0,
+            tensorboard=False,
+        )
     return config

@@ -22,36 +22,59 @@ import ml_collections as mlc
 
 from configs import common
 
-VARIANTS = ("tiny", "small", "small_p2", "small_p8", "small_meanpool", "small_nolora",
-            "small_nospk")  # fmt: skip
+VARIANTS = (
+    "tiny",
+    "small",
+    "small_p2",
+    "small_p8",
+    "small_meanpool",
+    "small_nolora",
+    "small_nospk",
+)
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
     args = common.parse_arg(arg, variant="small")
     if args.variant not in VARIANTS:
-        raise KeyError(f"configs/tldr.py: unknown variant '{args.variant}', expected "
-                       f"{list(VARIANTS)}")  # fmt: skip
+        raise KeyError(
+            f"configs/tldr.py: unknown variant '{args.variant}', expected {list(VARIANTS)}"
+        )
     v = args.variant
     config = mlc.ConfigDict()
     config.variant = v
     config.task = "tldr"
-    config.tldr = mlc.ConfigDict(dict(
-        backbone="pretrained/car_small",  # the frozen TTS LM (run folder)
-        speaker_encoder="pretrained/speaker_encoder",  # speaker embedding of the prompt
-        corpus_utterances=0,  # 0 = the backbone's training corpus
-        patch=4,  # P speech tokens per patch
-        compressor="attention",  # 'attention' (local layer + cross-attention) | 'mean'
-        window=16,  # compressor's local attention window (tokens)
-        comp_heads=4, comp_ff=768,
-        ext_layers=2, ext_width=256, ext_heads=4, ext_ff=768, slots=4,
-        speaker=True, speaker_proj=128, min_reference_seconds=0.5,
-        token_rate_positions=True,  # backbone positions advance P per patch
-        lora_rank=32, lora_alpha=32.0,  # paper 64/64 at D 896; scaled to D 256
-    ))  # fmt: skip
+    config.tldr = mlc.ConfigDict(
+        dict(
+            backbone="pretrained/car_small",  # the frozen TTS LM (run folder)
+            speaker_encoder="pretrained/speaker_encoder",  # speaker embedding of the prompt
+            corpus_utterances=0,  # 0 = the backbone's training corpus
+            patch=4,  # P speech tokens per patch
+            compressor="attention",  # 'attention' (local layer + cross-attention) | 'mean'
+            window=16,  # compressor's local attention window (tokens)
+            comp_heads=4,
+            comp_ff=768,
+            ext_layers=2,
+            ext_width=256,
+            ext_heads=4,
+            ext_ff=768,
+            slots=4,
+            speaker=True,
+            speaker_proj=128,
+            min_reference_seconds=0.5,
+            token_rate_positions=True,  # backbone positions advance P per patch
+            lora_rank=32,
+            lora_alpha=32.0,  # paper 64/64 at D 896; scaled to D 256
+        )
+    )
     config.train = common.train_config(
-        steps=2000, learning_rate=1e-3, warmup_steps=100, weight_decay=0.0, log_every=20,
-        eval_every=500, checkpoint_every=100,
-    )  # fmt: skip
+        steps=2000,
+        learning_rate=1e-3,
+        warmup_steps=100,
+        weight_decay=0.0,
+        log_every=20,
+        eval_every=500,
+        checkpoint_every=100,
+    )
     config.eval = mlc.ConfigDict(dict(num_samples=8))
     config.mesh = common.mesh_config()
     t = config.tldr
@@ -66,9 +89,24 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     elif v == "small_nospk":
         t.speaker = False
     elif v == "tiny":
-        t.update(corpus_utterances=40, comp_ff=64, ext_layers=1, ext_width=32, ext_heads=2,
-                 ext_ff=64, speaker_proj=16, lora_rank=4, lora_alpha=4.0)  # fmt: skip
-        config.train.update(steps=2, warmup_steps=1, log_every=1, eval_every=2,
-                            checkpoint_every=0, tensorboard=False)  # fmt: skip
+        t.update(
+            corpus_utterances=40,
+            comp_ff=64,
+            ext_layers=1,
+            ext_width=32,
+            ext_heads=2,
+            ext_ff=64,
+            speaker_proj=16,
+            lora_rank=4,
+            lora_alpha=4.0,
+        )
+        config.train.update(
+            steps=2,
+            warmup_steps=1,
+            log_every=1,
+            eval_every=2,
+            checkpoint_every=0,
+            tensorboard=False,
+        )
         config.eval.num_samples = 0
     return config

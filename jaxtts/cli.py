@@ -23,8 +23,12 @@ from jaxtts.errors import JaxttsError
 
 HELP_FLAGS = ("--help", "-h", "--helpshort", "--helpfull", "-?")
 # Loggers whose INFO/WARNING lines are not for users (backend probing, checkpoint internals).
-QUIET = {"jax._src.xla_bridge": logging.ERROR, "absl": logging.ERROR, "orbax": logging.ERROR,
-         "jax._src.distributed": logging.WARNING}  # fmt: skip
+QUIET = {
+    "jax._src.xla_bridge": logging.ERROR,
+    "absl": logging.ERROR,
+    "orbax": logging.ERROR,
+    "jax._src.distributed": logging.WARNING,
+}
 
 
 class _TqdmHandler(logging.Handler):

@@ -82,8 +82,9 @@ class Engine(abc.ABC):
     def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
         """Decode a padded batch (numpy arrays); keys: [B] per-row PRNG keys."""
 
-    def memory_bytes(self, text_len: int, prompt_len: int, length: int,
-                     strategy: str | None = None) -> int:  # fmt: skip
+    def memory_bytes(
+        self, text_len: int, prompt_len: int, length: int, strategy: str | None = None
+    ) -> int:
         """Decoding-state bytes of one row (e.g. its KV cache) that decoded `length` units
         with `strategy`; 0 if not tracked."""
         return 0
@@ -127,8 +128,10 @@ def load_engine(workdir, step: int | None = None) -> Engine:
     task = str(run.read_config().task)
     fam = family(task)
     if fam.engine is None:
-        raise CheckpointError(f"{run.config_path}: a {task!r} run ({fam.what}) does not "
-                              "synthesize speech; pass the run folder of a TTS model")  # fmt: skip
+        raise CheckpointError(
+            f"{run.config_path}: a {task!r} run ({fam.what}) does not "
+            "synthesize speech; pass the run folder of a TTS model"
+        )
     return resolve(fam.engine).from_run(run, step)
 
 

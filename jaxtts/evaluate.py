@@ -66,8 +66,9 @@ EVAL_SR = 16000
 class Synthesizer(Protocol):
     """`synth(texts, prompts) -> list[(wav float32[N], info dict)]` (see module docstring)."""
 
-    def __call__(self, texts: list[str], prompts: list[Prompt]) -> list[tuple[np.ndarray, dict]]:
-        ...
+    def __call__(
+        self, texts: list[str], prompts: list[Prompt]
+    ) -> list[tuple[np.ndarray, dict]]: ...
 
 
 @dataclass
@@ -188,8 +189,9 @@ def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _R
         else:
             suffix = ""
         if not workdir:
-            raise ConfigError(f"--rows {spec}: model rows need --workdir (or "
-                              "model:<strategy>@<run folder>)")
+            raise ConfigError(
+                f"--rows {spec}: model rows need --workdir (or model:<strategy>@<run folder>)"
+            )
         try:
             from jaxtts.synthesize import make_synthesizer
         except ImportError as e:
@@ -199,11 +201,16 @@ def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _R
         arg, *opts = arg.split("+")  # per-row sampling: 'topk:8+greedy', 'far+top_p=0.9'
         sampling = {k: v for k, v in (sampling or {}).items() if v is not None}
         sampling.update(_row_sampling(spec, opts))
-        name = arg + suffix + "".join(f" {k}" if v is True else f" {k}={v:g}"
-                                      for k, v in sampling.items())  # fmt: skip
+        name = (
+            arg
+            + suffix
+            + "".join(f" {k}" if v is True else f" {k}={v:g}" for k, v in sampling.items())
+        )
         return _SynthRow(name, make_synthesizer(workdir, arg, **sampling))
-    raise ConfigError(f"--rows {spec!r}: expected ground_truth, resynth:<vocoder>, "
-                      "tokenizer:<dir> or model:<strategy>")
+    raise ConfigError(
+        f"--rows {spec!r}: expected ground_truth, resynth:<vocoder>, "
+        "tokenizer:<dir> or model:<strategy>"
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -228,9 +235,11 @@ def _row_sampling(spec: str, opts: list[str]) -> dict:
             else:
                 raise ValueError
         except ValueError:
-            raise ConfigError(f"--rows {spec}: '+{opt}' is not a sampling setting, expected "
-                              "+greedy, +temperature=<float>, +top_k=<int> or "
-                              "+top_p=<float>") from None  # fmt: skip
+            raise ConfigError(
+                f"--rows {spec}: '+{opt}' is not a sampling setting, expected "
+                "+greedy, +temperature=<float>, +top_k=<int> or "
+                "+top_p=<float>"
+            ) from None
     return out
 
 
@@ -292,8 +301,12 @@ AUTO_LM_GENERATED = 150_000  # generator sentences added to the built-in corpus'
 
 
 def make_asrs(
-    corpus_dir: str | os.PathLike, num_workers: int = 1, progress: bool = True,
-    cache_dir: str | None = None, lm_generated: int | None = None, adapt: bool = True,
+    corpus_dir: str | os.PathLike,
+    num_workers: int = 1,
+    progress: bool = True,
+    cache_dir: str | None = None,
+    lm_generated: int | None = None,
+    adapt: bool = True,
 ) -> tuple[dict[str, Any], list[str]]:
     """{'domain': ASR, 'default': ASR} (missing ones left out) and warnings.
 
@@ -312,20 +325,31 @@ def make_asrs(
         hmm = None
         if adapt:
             try:
-                hmm = corpus_adapted_hmm(corpus_dir, cache_dir, num_workers=num_workers,
-                                         progress=progress)
+                hmm = corpus_adapted_hmm(
+                    corpus_dir, cache_dir, num_workers=num_workers, progress=progress
+                )
             except (JaxttsError, OSError, RuntimeError) as e:  # incl. missing tools
-                warn.append(f"ASR acoustic model not adapted to the corpus voices (WER floor "
-                            f"much higher): {e}")
+                warn.append(
+                    f"ASR acoustic model not adapted to the corpus voices (WER floor "
+                    f"much higher): {e}"
+                )
         for lm in ("domain", "default"):
             kw = {"generated_sentences": lm_generated} if lm == "domain" else {}
-            asrs[lm] = PocketSphinxASR.from_corpus(corpus_dir, lm=lm, num_workers=num_workers,
-                                                   progress=progress, cache_dir=cache_dir,
-                                                   hmm=hmm, **kw)
+            asrs[lm] = PocketSphinxASR.from_corpus(
+                corpus_dir,
+                lm=lm,
+                num_workers=num_workers,
+                progress=progress,
+                cache_dir=cache_dir,
+                hmm=hmm,
+                **kw,
+            )
         missing = asrs["domain"].missing_words
         if missing:
-            warn.append(f"domain LM: {len(missing)} training words have no pronunciation "
-                        f"and can never be recognised: {' '.join(missing[:20])}")
+            warn.append(
+                f"domain LM: {len(missing)} training words have no pronunciation "
+                f"and can never be recognised: {' '.join(missing[:20])}"
+            )
     except MissingDependencyError as e:
         warn.append(f"WER columns disabled: {e}")
         asrs = {}
@@ -341,9 +365,17 @@ def score_samples(
     progress: bool = True,
 ) -> list[dict]:
     """Per-utterance scores: transcripts + WER per ASR, SIM, MCD, logF0 RMSE."""
-    rows = [{"id": s.id, "speaker": s.speaker, "ref": M.normalize_for_wer(s.text),
-             "duration": len(s.wav) / EVAL_SR, "wall_s": s.wall_s, "error": s.error}
-            for s in samples]
+    rows = [
+        {
+            "id": s.id,
+            "speaker": s.speaker,
+            "ref": M.normalize_for_wer(s.text),
+            "duration": len(s.wav) / EVAL_SR,
+            "wall_s": s.wall_s,
+            "error": s.error,
+        }
+        for s in samples
+    ]
     for lm, asr in asrs.items():
         hyps = asr.transcribe([s.wav for s in samples], EVAL_SR)
         details = M.wer_details([r["ref"] for r in rows], hyps)
@@ -355,8 +387,16 @@ def score_samples(
         from jaxtts.eval.speaker import speaker_similarity
 
         ok = [i for i, s in enumerate(samples) if s.wav.size and np.any(s.wav)]
-        sims = speaker_similarity(speaker_encoder, [prompts[samples[i].id] for i in ok],
-                                  [samples[i].wav for i in ok], EVAL_SR) if ok else []
+        sims = (
+            speaker_similarity(
+                speaker_encoder,
+                [prompts[samples[i].id] for i in ok],
+                [samples[i].wav for i in ok],
+                EVAL_SR,
+            )
+            if ok
+            else []
+        )
         for r in rows:
             r["sim"] = None
         for i, v in zip(ok, sims, strict=False):
@@ -386,10 +426,20 @@ def _heldout_speakers(corpus_dir: Path) -> set[str]:
     return {name for name, d in spk.items() if isinstance(d, dict) and d.get("role") == "heldout"}
 
 
-def _summarise(row: _Row, samples: list[Sample], per: list[dict], compile_s: float | None,
-               asrs: dict, heldout: set[str] = frozenset()) -> dict:  # fmt: skip
-    out: dict[str, Any] = {"name": row.name, "kind": row.kind, "num_utts": len(samples),
-                           "failed": sum(1 for r in per if r["error"])}
+def _summarise(
+    row: _Row,
+    samples: list[Sample],
+    per: list[dict],
+    compile_s: float | None,
+    asrs: dict,
+    heldout: set[str] = frozenset(),
+) -> dict:
+    out: dict[str, Any] = {
+        "name": row.name,
+        "kind": row.kind,
+        "num_utts": len(samples),
+        "failed": sum(1 for r in per if r["error"]),
+    }
     for lm in ("domain", "default"):
         if lm in asrs:
             errs = sum(r[f"errors_{lm}"] for r in per)
@@ -399,12 +449,14 @@ def _summarise(row: _Row, samples: list[Sample], per: list[dict], compile_s: flo
             out[f"wer_{lm}"] = None
     held = [r for r in per if r["speaker"] in heldout]
     words = sum(r.get("words_domain", 0) for r in held)
-    out["wer_domain_heldout"] = (sum(r["errors_domain"] for r in held) / words
-                                 if "domain" in asrs and words else None)  # fmt: skip
+    out["wer_domain_heldout"] = (
+        sum(r["errors_domain"] for r in held) / words if "domain" in asrs and words else None
+    )
     out["sim"] = _mean([r.get("sim") for r in per])
     out["mcd"] = _mean([r.get("mcd") for r in per]) if row.kind != "ground_truth" else None
-    out["logf0_rmse"] = (_mean([r.get("logf0_rmse") for r in per])
-                         if row.kind != "ground_truth" else None)
+    out["logf0_rmse"] = (
+        _mean([r.get("logf0_rmse") for r in per]) if row.kind != "ground_truth" else None
+    )
     if row.timed:  # speed over the utterances that produced audio
         ok = [s for s in samples if not s.error]
         audio_s = sum(len(s.wav) for s in ok) / EVAL_SR
@@ -414,26 +466,44 @@ def _summarise(row: _Row, samples: list[Sample], per: list[dict], compile_s: flo
             vals = [s.info.get(key) for s in ok]
             return float(sum(vals)) if vals and all(v is not None for v in vals) else None
 
-        out.update(speed_stats(wall_s, audio_s, total("lm_s"), total("num_tokens"),
-                               total("num_forwards"), total("kv_cache_bytes")))
+        out.update(
+            speed_stats(
+                wall_s,
+                audio_s,
+                total("lm_s"),
+                total("num_tokens"),
+                total("num_forwards"),
+                total("kv_cache_bytes"),
+            )
+        )
         out.update(compile_s=compile_s, wall_s=wall_s, audio_s=audio_s)
         steps = total("steps")  # decoding steps after prefill: tokens / steps = mean chunk
         tokens = total("num_tokens")
         out["mean_chunk"] = tokens / steps if steps and tokens is not None else None
         hit = [s.info.get("hit_max") for s in ok]
-        out["no_eos"] = (float(np.mean([bool(h) for h in hit]))
-                         if hit and all(h is not None for h in hit) else None)  # fmt: skip
+        out["no_eos"] = (
+            float(np.mean([bool(h) for h in hit]))
+            if hit and all(h is not None for h in hit)
+            else None
+        )
     else:
-        out.update(rtf=None, lm_rtf=None, tokens_per_s=None, forwards_per_audio_s=None,
-                   mean_chunk=None,
-                   kv_bytes_per_audio_s=None, compile_s=None,
-                   audio_s=sum(len(s.wav) for s in samples) / EVAL_SR)
+        out.update(
+            rtf=None,
+            lm_rtf=None,
+            tokens_per_s=None,
+            forwards_per_audio_s=None,
+            mean_chunk=None,
+            kv_bytes_per_audio_s=None,
+            compile_s=None,
+            audio_s=sum(len(s.wav) for s in samples) / EVAL_SR,
+        )
     out["utterances"] = per
     return out
 
 
-def generate_row(row: _Row, utts: list, gt: dict, prompts: dict[str, Prompt],
-              progress: bool) -> tuple[list[Sample], float | None]:
+def generate_row(
+    row: _Row, utts: list, gt: dict, prompts: dict[str, Prompt], progress: bool
+) -> tuple[list[Sample], float | None]:
     compile_s = None
     if row.timed and utts:  # warm-up / compile call, untimed in the RTF
         u = utts[0]
@@ -461,8 +531,9 @@ def generate_row(row: _Row, utts: list, gt: dict, prompts: dict[str, Prompt],
     return samples, compile_s
 
 
-def load_split(all_utts: list, num: int | None = None
-               ) -> tuple[list, dict[str, np.ndarray], dict[str, Prompt], list[str]]:
+def load_split(
+    all_utts: list, num: int | None = None
+) -> tuple[list, dict[str, np.ndarray], dict[str, Prompt], list[str]]:
     """Select `num` utterances, load their audio and their prompts' audio (16 kHz).
 
     Returns (utterances, {id: wav}, {id: Prompt}, warnings); clips that cannot be loaded are
@@ -545,8 +616,7 @@ def evaluate(
     utts, gt, prompts, w = load_split(all_utts, num)
     warn += w
 
-    asrs, w = make_asrs(corpus_dir, asr_workers, progress, asr_cache_dir, lm_generated,
-                        asr_adapt)
+    asrs, w = make_asrs(corpus_dir, asr_workers, progress, asr_cache_dir, lm_generated, asr_adapt)
     warn += w
     encoder = None
     if speaker_encoder is not None:
@@ -569,22 +639,34 @@ def evaluate(
     samples_by_row: dict[str, list[Sample]] = {}
     for row in row_objs:
         samples, compile_s = generate_row(row, utts, gt, prompts, progress)
-        per = score_samples(samples, asrs, gt if spectral else None,
-                            {u.id: prompts[u.id].wav for u in utts}, encoder, progress)
-        results_rows.append(_summarise(row, samples, per, compile_s, asrs,
-                                       _heldout_speakers(corpus_dir)))  # fmt: skip
+        per = score_samples(
+            samples,
+            asrs,
+            gt if spectral else None,
+            {u.id: prompts[u.id].wav for u in utts},
+            encoder,
+            progress,
+        )
+        results_rows.append(
+            _summarise(row, samples, per, compile_s, asrs, _heldout_speakers(corpus_dir))
+        )
         samples_by_row[row.name] = samples
     gt_row = next((r for r in results_rows if r["kind"] == "ground_truth"), None)
     for r in results_rows:
         base = gt_row["wer_default"] if gt_row else None
-        r["wer_default_delta"] = (r["wer_default"] - base
-                                  if base is not None and r["wer_default"] is not None else None)
+        r["wer_default_delta"] = (
+            r["wer_default"] - base if base is not None and r["wer_default"] is not None else None
+        )
 
     results = {
-        "corpus": str(corpus_dir), "split": split, "num_utts": len(utts),
+        "corpus": str(corpus_dir),
+        "split": split,
+        "num_utts": len(utts),
         "asr": {lm: a.name for lm, a in asrs.items()},
         "speaker_encoder": type(encoder).__name__ if encoder is not None else None,
-        "rows": results_rows, "warnings": warn, "memory": memory_report(),
+        "rows": results_rows,
+        "warnings": warn,
+        "memory": memory_report(),
         "elapsed_s": time.time() - t_start,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -592,8 +674,10 @@ def evaluate(
     (out_dir / "results.md").write_text(report.markdown_report(results))
     report.save_samples(out_dir / "samples", samples_by_row, num_saved_wavs, EVAL_SR)
     if plots:
-        for fn, args in ((report.plot_wer_vs_rtf, (results, out_dir / "wer_vs_rtf.png")),
-                         (report.plot_mels, (samples_by_row, out_dir / "mels.png"))):
+        for fn, args in (
+            (report.plot_wer_vs_rtf, (results, out_dir / "wer_vs_rtf.png")),
+            (report.plot_mels, (samples_by_row, out_dir / "mels.png")),
+        ):
             try:
                 fn(*args)
             except Exception as e:  # a plot must never lose the table
@@ -635,31 +719,64 @@ def _add(p: argparse.ArgumentParser, name: str, **kw) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m jaxtts.evaluate", description=__doc__.split(
-        "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EXAMPLES)
-    _add(p, "corpus", default=os.path.join(os.environ.get("JAXTTS_DATA_DIR", "data"), "builtin"),
-         help="corpus folder with <split>.jsonl manifests")
+    p = argparse.ArgumentParser(
+        prog="python -m jaxtts.evaluate",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EXAMPLES,
+    )
+    _add(
+        p,
+        "corpus",
+        default=os.path.join(os.environ.get("JAXTTS_DATA_DIR", "data"), "builtin"),
+        help="corpus folder with <split>.jsonl manifests",
+    )
     _add(p, "split", default="test", help="manifest to evaluate: train | dev | test")
     _add(p, "out", default="out/eval", help="output folder (results.md, results.json, plots)")
     _add(p, "num", type=int, default=None, help="utterances to evaluate (None = whole split)")
-    _add(p, "rows", default="ground_truth,resynth:griffin_lim",
-         help="comma-separated rows, see below")
+    _add(
+        p,
+        "rows",
+        default="ground_truth,resynth:griffin_lim",
+        help="comma-separated rows, see below",
+    )
     _add(p, "workdir", default=None, help="run folder of a trained TTS model (model rows)")
     _add(p, "strategies", default="", help="decoding strategies -> model:<s> rows, e.g. far,car:3")
-    _add(p, "speaker_encoder", default="auto",
-         help="SIM encoder: auto (first available) | resemblyzer | jax | module:factory | none")
+    _add(
+        p,
+        "speaker_encoder",
+        default="auto",
+        help="SIM encoder: auto (first available) | resemblyzer | jax | module:factory | none",
+    )
     _add(p, "no_spectral", action="store_true", help="skip MCD / logF0 RMSE")
     _add(p, "asr_workers", type=int, default=1, help="PocketSphinx processes")
-    _add(p, "lm_generated", type=int, default=None,
-         help="add N generator sentences (never dev/test ones) to the domain LM; None = "
-              f"{AUTO_LM_GENERATED} for the built-in corpus, else 0")  # fmt: skip
-    _add(p, "no_asr_adapt", action="store_true",
-         help="use the stock PocketSphinx acoustic model (no MAP adaptation to the training "
-              "audio)")  # fmt: skip
-    _add(p, "greedy", action="store_true",
-         help="argmax decoding in every model row (MDM: argmax values in any order)")
-    _add(p, "temperature", type=float, default=None,
-         help="sampling temperature of every model row (None = the run's decode config)")
+    _add(
+        p,
+        "lm_generated",
+        type=int,
+        default=None,
+        help="add N generator sentences (never dev/test ones) to the domain LM; None = "
+        f"{AUTO_LM_GENERATED} for the built-in corpus, else 0",
+    )
+    _add(
+        p,
+        "no_asr_adapt",
+        action="store_true",
+        help="use the stock PocketSphinx acoustic model (no MAP adaptation to the training audio)",
+    )
+    _add(
+        p,
+        "greedy",
+        action="store_true",
+        help="argmax decoding in every model row (MDM: argmax values in any order)",
+    )
+    _add(
+        p,
+        "temperature",
+        type=float,
+        default=None,
+        help="sampling temperature of every model row (None = the run's decode config)",
+    )
     _add(p, "top_k", type=int, default=None, help="top-k of every model row (0 = off)")
     _add(p, "top_p", type=float, default=None, help="top-p of every model row (1 = off)")
     _add(p, "no_plots", action="store_true", help="skip wer_vs_rtf.png and mels.png")
@@ -695,14 +812,27 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("always")
-            res = evaluate(a.corpus, a.out, a.split, a.num, rows, workdir=a.workdir,
-                           speaker_encoder=enc, spectral=not a.no_spectral,
-                           asr_workers=a.asr_workers, lm_generated=a.lm_generated,
-                           asr_adapt=not a.no_asr_adapt, plots=not a.no_plots,
-                           progress=not a.no_progress,
-                           sampling={"greedy": True if a.greedy else None,
-                                     "temperature": a.temperature, "top_k": a.top_k,
-                                     "top_p": a.top_p})  # fmt: skip
+            res = evaluate(
+                a.corpus,
+                a.out,
+                a.split,
+                a.num,
+                rows,
+                workdir=a.workdir,
+                speaker_encoder=enc,
+                spectral=not a.no_spectral,
+                asr_workers=a.asr_workers,
+                lm_generated=a.lm_generated,
+                asr_adapt=not a.no_asr_adapt,
+                plots=not a.no_plots,
+                progress=not a.no_progress,
+                sampling={
+                    "greedy": True if a.greedy else None,
+                    "temperature": a.temperature,
+                    "top_k": a.top_k,
+                    "top_p": a.top_p,
+                },
+            )
     except JaxttsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -61,8 +61,10 @@ def resolve_run(path: str, where: str, *bases: str | os.PathLike) -> RunFolder:
     found = find_run(path, *bases)
     if found is not None:
         return RunFolder(found)
-    raise ConfigError(f"{where}={path!r}: no run folder there (config.json missing); expected "
-                      "e.g. pretrained/car_small or pretrained/speaker_encoder")  # fmt: skip
+    raise ConfigError(
+        f"{where}={path!r}: no run folder there (config.json missing); expected "
+        "e.g. pretrained/car_small or pretrained/speaker_encoder"
+    )
 
 
 def params_fingerprint(params: Any) -> str:
@@ -82,8 +84,7 @@ def params_fingerprint(params: Any) -> str:
     return h.hexdigest()[:16]
 
 
-def record_fingerprint(run: RunFolder, role: str, base_path: str | os.PathLike,
-                       params: Any) -> str:  # fmt: skip
+def record_fingerprint(run: RunFolder, role: str, base_path: str | os.PathLike, params: Any) -> str:
     """The `<role>_fingerprint` a run built on `base_path` writes to its data.json; a resumed
     run whose data.json already records a different one is a one-line CheckpointError (its
     checkpoints were trained on the other model)."""
@@ -91,38 +92,44 @@ def record_fingerprint(run: RunFolder, role: str, base_path: str | os.PathLike,
     return params_fingerprint(params)
 
 
-def check_trained_on(run: RunFolder, role: str, base_path: str | os.PathLike, have: dict,
-                     params: Any = None) -> None:  # fmt: skip
+def check_trained_on(
+    run: RunFolder, role: str, base_path: str | os.PathLike, have: dict, params: Any = None
+) -> None:
     """A run trained on another run's model must be loaded with that model: every size its
     data.json records (`have` keys) must match, and so must `<role>_fingerprint`, when
     recorded (`params_fingerprint` of `params`). One-line CheckpointErrors."""
     info = run.read_data_info()
     for key, val in have.items():
         if key in info and info[key] != val:
-            raise CheckpointError(f"{run.data_path}: trained on a {role} with {key}="
-                                  f"{info[key]!r} but {role} {base_path} has {val!r}")
+            raise CheckpointError(
+                f"{run.data_path}: trained on a {role} with {key}="
+                f"{info[key]!r} but {role} {base_path} has {val!r}"
+            )
     want = info.get(f"{role}_fingerprint")
     if want and params is not None:
         got = params_fingerprint(params)
         if got != want:
-            raise CheckpointError(f"{run.data_path}: trained on {role} parameters {want} but "
-                                  f"{base_path} holds {got} (a different or retrained model); "
-                                  f"point it at the {role} it was trained on, its model card "
-                                  "names it")  # fmt: skip
+            raise CheckpointError(
+                f"{run.data_path}: trained on {role} parameters {want} but "
+                f"{base_path} holds {got} (a different or retrained model); "
+                f"point it at the {role} it was trained on, its model card "
+                "names it"
+            )
 
 
-def check_vocab_files(run: RunFolder, frontend, tokenizer, num_text: int, num_speech: int
-                      ) -> None:  # fmt: skip
+def check_vocab_files(run: RunFolder, frontend, tokenizer, num_text: int, num_speech: int) -> None:
     """A run folder assembled from pieces of different runs: name the file that disagrees
     with config.json's model sizes."""
     for what, have, want, key in (
         (run.text_frontend_dir, frontend.vocab_size, num_text, "num_text_symbols"),
         (run.tokenizer_dir, tokenizer.vocab_size, num_speech, "num_speech_tokens"),
-    ):  # fmt: skip
+    ):
         if have != want:
-            raise CheckpointError(f"{what}: holds {have} symbols/tokens but {run.config_path} "
-                                  f"says model.{key}={want}; copy the folder from the same "
-                                  "run as the parameters")  # fmt: skip
+            raise CheckpointError(
+                f"{what}: holds {have} symbols/tokens but {run.config_path} "
+                f"says model.{key}={want}; copy the folder from the same "
+                "run as the parameters"
+            )
 
 
 class RunFolder:
@@ -246,8 +253,13 @@ class RunFolder:
         return self.checkpointer(read_only=True).restore_as_saved("params", step)
 
     # -- shipping
-    def export(self, dest: str | os.PathLike, step: int | None = None,
-               dtype: str | None = "float16", trained_only: bool = False) -> RunFolder:
+    def export(
+        self,
+        dest: str | os.PathLike,
+        step: int | None = None,
+        dtype: str | None = "float16",
+        trained_only: bool = False,
+    ) -> RunFolder:
         """A self-contained copy for inference (e.g. `pretrained/<name>`): config.json,
         data.json, text_frontend/, tokenizer/ and the parameters of the latest (or `step`)
         checkpoint, trained and frozen merged, as ONE `params.msgpack` file, stored as
@@ -284,23 +296,31 @@ def main(argv: list[str] | None = None) -> int:
 
     from jaxtts.errors import JaxttsError
 
-    ap = argparse.ArgumentParser(prog="python -m jaxtts.run_folder",
-                                 description="Export a training run as a self-contained folder "
-                                             "with one params.msgpack (for pretrained/).")
+    ap = argparse.ArgumentParser(
+        prog="python -m jaxtts.run_folder",
+        description="Export a training run as a self-contained folder "
+        "with one params.msgpack (for pretrained/).",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     ex = sub.add_parser("export", help="copy config, front-end, tokenizer + one params file")
     ex.add_argument("workdir", help="training run folder")
     ex.add_argument("dest", help="output folder, e.g. pretrained/car_small")
     ex.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
-    ex.add_argument("--dtype", default="float16", choices=["float16", "float32", "int8"],
-                    help="storage type of the parameters (loaded back as float32; int8: "
-                         "matrices with a scale per output channel, the rest float16)")
-    ex.add_argument("--trained_only", action="store_true",
-                    help="only the trained parameters (TLDR: its frozen backbone ships apart)")
+    ex.add_argument(
+        "--dtype",
+        default="float16",
+        choices=["float16", "float32", "int8"],
+        help="storage type of the parameters (loaded back as float32; int8: "
+        "matrices with a scale per output channel, the rest float16)",
+    )
+    ex.add_argument(
+        "--trained_only",
+        action="store_true",
+        help="only the trained parameters (TLDR: its frozen backbone ships apart)",
+    )
     args = ap.parse_args(argv)
     try:
-        out = RunFolder(args.workdir).export(args.dest, args.step, args.dtype,
-                                             args.trained_only)  # fmt: skip
+        out = RunFolder(args.workdir).export(args.dest, args.step, args.dtype, args.trained_only)
     except JaxttsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

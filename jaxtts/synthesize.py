@@ -83,8 +83,14 @@ class Prompt:
 
     @classmethod
     def from_utterance(cls, utt, sample_rate: int = 16000) -> Prompt:
-        return cls(utt.id, utt.speaker, utt.text, load_audio(utt.path, sample_rate), sample_rate,
-                   str(utt.path))  # fmt: skip
+        return cls(
+            utt.id,
+            utt.speaker,
+            utt.text,
+            load_audio(utt.path, sample_rate),
+            sample_rate,
+            str(utt.path),
+        )
 
 
 def prompt_ids(utts: Sequence) -> dict[str, str]:
@@ -174,22 +180,31 @@ class Synthesizer:
         self.compile_times: dict[tuple, float] = {}  # compiled shape -> seconds (once each)
 
     @classmethod
-    def from_workdir(cls, workdir: str | Path, step: int | None = None,
-                     vocoder: str = "griffin_lim") -> Synthesizer:  # fmt: skip
+    def from_workdir(
+        cls, workdir: str | Path, step: int | None = None, vocoder: str = "griffin_lim"
+    ) -> Synthesizer:
         """The engine of a training run folder of any family (latest or `step` checkpoint)."""
         return cls(load_engine(workdir, step), vocoder)
 
     # -- synthesis
-    def synthesize(self, texts: Sequence[str], prompts: Prompt | Sequence[Prompt | None] | None,
-                   strategy: str | None = None, batch_size: int = 8, seed: int = 0,
-                   max_seconds: float | None = None, progress: bool = True,
-                   **sampling_overrides) -> list[SynthResult]:  # fmt: skip
+    def synthesize(
+        self,
+        texts: Sequence[str],
+        prompts: Prompt | Sequence[Prompt | None] | None,
+        strategy: str | None = None,
+        batch_size: int = 8,
+        seed: int = 0,
+        max_seconds: float | None = None,
+        progress: bool = True,
+        **sampling_overrides,
+    ) -> list[SynthResult]:
         """Synthesize every text (one `SynthResult` per text, in order)."""
         from tqdm.auto import tqdm
 
         engine = self.engine
-        options = engine.options(strategy=strategy, max_seconds=max_seconds or None,
-                                 **sampling_overrides)  # fmt: skip
+        options = engine.options(
+            strategy=strategy, max_seconds=max_seconds or None, **sampling_overrides
+        )
         name = engine.check_strategy(options.strategy)
         if batch_size < 1:
             raise ConfigError(f"batch_size={batch_size}: expected >= 1")
@@ -220,16 +235,16 @@ class Synthesizer:
                 continue
             pieces_of[i] = len(pieces)
             for j, ids in enumerate(encoded):
-                rows.append((i, j, np.concatenate([p_ids, ids]).astype(np.int32), p_units,
-                             p_ids.size))
+                rows.append(
+                    (i, j, np.concatenate([p_ids, ids]).astype(np.int32), p_units, p_ids.size)
+                )
 
         # 2. batches of similar length; fewer rows than batch_size run as a smaller power-of-two
         # batch (one text: batch 1), not padded up to batch_size
         batch_size = min(batch_size, 1 << max(len(rows) - 1, 0).bit_length())
         order = sorted(range(len(rows)), key=lambda r: (rows[r][2].size, len(rows[r][3])))
         outputs: dict[tuple[int, int], dict] = {}
-        bar = tqdm(total=len(rows), desc=f"synthesize {name}", disable=not progress,
-                   leave=False)  # fmt: skip
+        bar = tqdm(total=len(rows), desc=f"synthesize {name}", disable=not progress, leave=False)
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             outputs.update(self._run_batch([rows[r] for r in idx], options, seed, batch_size))
@@ -254,8 +269,10 @@ class Synthesizer:
                 "vocoder_s": float(sum(p["vocoder_s"] for p in parts)),
                 "kv_cache_bytes": int(max(p["kv_cache_bytes"] for p in parts)),
                 "compile_s": float(sum(p["compile_s"] for p in parts)),
-                "pieces": n, "strategy": name, "duration": audio_s,
-            }  # fmt: skip
+                "pieces": n,
+                "strategy": name,
+                "duration": audio_s,
+            }
             info["wall_s"] = info["lm_s"] + info["vocoder_s"]
             info["rtf"] = info["wall_s"] / audio_s if audio_s > 0 else None
             info["capped_pieces"] = int(sum(p["hit_max"] for p in parts))
@@ -266,8 +283,14 @@ class Synthesizer:
 
     def _skipped(self, i: int, text: str, reason: str) -> SynthResult:
         log.warning("line %d: skipped (%s)", i + 1, reason)
-        return SynthResult(i, text, np.zeros((0,), np.float32), np.zeros((0,), np.int32),
-                           {"sample_rate": self.sample_rate}, skipped=reason)  # fmt: skip
+        return SynthResult(
+            i,
+            text,
+            np.zeros((0,), np.float32),
+            np.zeros((0,), np.int32),
+            {"sample_rate": self.sample_rate},
+            skipped=reason,
+        )
 
     def _run_batch(self, rows, options: DecodeOptions, seed: int, batch_size: int):
         engine = self.engine
@@ -310,11 +333,17 @@ class Synthesizer:
             mel = engine.units_to_mel(gen) if length else np.zeros((0, engine.mel_cfg.n_mels))
             wav = self.vocoder.mel_to_audio(mel) if length else np.zeros((0,), np.float32)
             res[(line, piece)] = {
-                "wav": wav, "tokens": gen, "num_tokens": length, "steps": int(out.steps[k]),
-                "hit_max": bool(out.hit_max[k]), "lm_s": lm_s, "compile_s": compile_s,
-                "kv_cache_bytes": engine.memory_bytes(ids.size, len(unit), length,
-                                                     options.strategy),
-            }  # fmt: skip
+                "wav": wav,
+                "tokens": gen,
+                "num_tokens": length,
+                "steps": int(out.steps[k]),
+                "hit_max": bool(out.hit_max[k]),
+                "lm_s": lm_s,
+                "compile_s": compile_s,
+                "kv_cache_bytes": engine.memory_bytes(
+                    ids.size, len(unit), length, options.strategy
+                ),
+            }
         voc_s = (time.perf_counter() - t1) / n
         for v in res.values():
             v["vocoder_s"] = voc_s
@@ -326,8 +355,9 @@ class Synthesizer:
         return [(r.wav, r.info) for r in res]
 
     # -- output
-    def write(self, results: Sequence[SynthResult], out_dir: str | Path,
-              extra: dict | None = None) -> Path:  # fmt: skip
+    def write(
+        self, results: Sequence[SynthResult], out_dir: str | Path, extra: dict | None = None
+    ) -> Path:
         """`<out_dir>/<index:04d>.wav` per synthesised line + `results.jsonl` (all lines)."""
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -338,17 +368,19 @@ class Synthesizer:
                 row.update(skipped=r.skipped, wav=None)
             else:
                 path = save_audio(out_dir / f"{r.index:04d}.wav", r.wav, self.sample_rate)
-                row.update(wav=path.name, **{k: v for k, v in r.info.items()
-                                              if k != "sample_rate"})  # fmt: skip
+                row.update(wav=path.name, **{k: v for k, v in r.info.items() if k != "sample_rate"})
             row.update(extra or {})
             lines.append(json.dumps(row))
         (out_dir / "results.jsonl").write_text("\n".join(lines) + "\n")
         return out_dir
 
 
-def resolve_prompt(workdir: str | Path, speaker: str | None = None,
-                   speaker_wav: str | None = None, speaker_text: str | None = None
-                   ) -> Prompt | None:  # fmt: skip
+def resolve_prompt(
+    workdir: str | Path,
+    speaker: str | None = None,
+    speaker_wav: str | None = None,
+    speaker_text: str | None = None,
+) -> Prompt | None:
     """The prompt of `infer.py`: a wav + its transcript, or a corpus utterance id / speaker
     name (its first test, dev or train utterance) from the run's corpus, or None."""
     if speaker_wav:
@@ -363,15 +395,18 @@ def resolve_prompt(workdir: str | Path, speaker: str | None = None,
     run = RunFolder(workdir)
     corpus_dir = run.read_data_info().get("corpus_dir")
     if not corpus_dir:
-        raise DataError(f"{run.data_path}: not found; --speaker needs the run's corpus (or use "
-                        "--speaker_wav/--speaker_text)")  # fmt: skip
+        raise DataError(
+            f"{run.data_path}: not found; --speaker needs the run's corpus (or use "
+            "--speaker_wav/--speaker_text)"
+        )
     corpus = Path(corpus_dir)
     if not (corpus / "test.jsonl").is_file() and (default_corpus_dir() / "test.jsonl").is_file():
         # a shipped run trained elsewhere (pretrained/): every built-in corpus has the same
         # speakers and test split, so the default one (`python -m jaxtts.data.corpus`) serves
         corpus = default_corpus_dir()
-    splits = [read_split(corpus, s) for s in ("test", "dev", "train")
-              if (corpus / f"{s}.jsonl").is_file()]  # fmt: skip
+    splits = [
+        read_split(corpus, s) for s in ("test", "dev", "train") if (corpus / f"{s}.jsonl").is_file()
+    ]
     for utts in splits:
         for u in utts:
             if u.id == speaker:
@@ -381,8 +416,10 @@ def resolve_prompt(workdir: str | Path, speaker: str | None = None,
             if u.speaker == speaker:
                 return Prompt.from_utterance(u)
     known = sorted({u.speaker for utts in splits for u in utts})
-    raise DataError(f"--speaker {speaker!r}: no utterance id or speaker of that name in "
-                    f"{corpus} (speakers: {', '.join(known)})")  # fmt: skip
+    raise DataError(
+        f"--speaker {speaker!r}: no utterance id or speaker of that name in "
+        f"{corpus} (speakers: {', '.join(known)})"
+    )
 
 
 def make_synthesizer(workdir: str, strategy: str, **sampling):
@@ -393,8 +430,9 @@ def make_synthesizer(workdir: str, strategy: str, **sampling):
     synth.engine.options(strategy=strategy, **sampling)  # bad values: one-line errors now
 
     def run(texts, prompts):
-        res = synth.synthesize(texts, prompts, strategy=strategy, batch_size=len(texts),
-                               progress=False, **sampling)  # fmt: skip
+        res = synth.synthesize(
+            texts, prompts, strategy=strategy, batch_size=len(texts), progress=False, **sampling
+        )
         return [(r.wav, r.info) for r in res]
 
     return run
@@ -405,17 +443,20 @@ def read_text_file(text_file: str | os.PathLike) -> list[str]:
     that are not UTF-8 (naming the offset)."""
     path = Path(text_file)
     if path.is_dir():
-        raise DataError(f"--text_file {text_file}: is a folder, expected a text file with one "
-                        "utterance per line")  # fmt: skip
+        raise DataError(
+            f"--text_file {text_file}: is a folder, expected a text file with one "
+            "utterance per line"
+        )
     if not path.is_file():
         raise DataError(f"--text_file {text_file}: file not found")
     data = path.read_bytes()
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise DataError(f"--text_file {text_file}: not UTF-8 text (byte 0x{data[e.start]:02x} "
-                        f"at offset {e.start}); convert it, e.g. iconv -f latin1 -t utf-8"
-                        ) from None  # fmt: skip
+        raise DataError(
+            f"--text_file {text_file}: not UTF-8 text (byte 0x{data[e.start]:02x} "
+            f"at offset {e.start}); convert it, e.g. iconv -f latin1 -t utf-8"
+        ) from None
     if "\x00" in text:
         raise DataError(f"--text_file {text_file}: contains NUL bytes, expected plain text")
     return text.splitlines()
@@ -437,18 +478,29 @@ def prepare_out_dir(out_dir: str | os.PathLike) -> Path:
 
 
 def run_infer(
-    *, workdir: str | None, checkpoint: str | None, texts: Sequence[str],
-    text_file: str | None, speaker: str | None, speaker_wav: str | None,
-    speaker_text: str | None, strategy: str | None, batch_size: int, out_dir: str,
-    seed: int, max_seconds: float | None = None, **sampling,
+    *,
+    workdir: str | None,
+    checkpoint: str | None,
+    texts: Sequence[str],
+    text_file: str | None,
+    speaker: str | None,
+    speaker_wav: str | None,
+    speaker_text: str | None,
+    strategy: str | None,
+    batch_size: int,
+    out_dir: str,
+    seed: int,
+    max_seconds: float | None = None,
+    **sampling,
 ) -> list[SynthResult]:
     """What `infer.py` does (see its docstring); returns the results."""
     step = None
     if checkpoint:
         ck = Path(checkpoint)
         if not ck.name.isdigit() or ck.parent.name != CHECKPOINTS:
-            raise CheckpointError(f"--checkpoint {checkpoint}: expected <workdir>/checkpoints/"
-                                  "<step>")  # fmt: skip
+            raise CheckpointError(
+                f"--checkpoint {checkpoint}: expected <workdir>/checkpoints/<step>"
+            )
         if not ck.is_dir():
             raise CheckpointError(f"--checkpoint {checkpoint}: no such checkpoint")
         workdir, step = str(ck.parent.parent), int(ck.name)
@@ -462,20 +514,33 @@ def run_infer(
     prepare_out_dir(out_dir)  # before any work: a bad --out_dir loses nothing
     synth = Synthesizer.from_workdir(workdir, step)
     prompt = resolve_prompt(workdir, speaker, speaker_wav, speaker_text)
-    results = synth.synthesize(lines, prompt, strategy=strategy, batch_size=batch_size,
-                               seed=seed, max_seconds=max_seconds, **sampling)  # fmt: skip
+    results = synth.synthesize(
+        lines,
+        prompt,
+        strategy=strategy,
+        batch_size=batch_size,
+        seed=seed,
+        max_seconds=max_seconds,
+        **sampling,
+    )
     synth.write(results, out_dir, extra={"prompt": prompt.id if prompt else None})
     for r in results:
         if not r.skipped and r.info["hit_max"]:
-            log.warning("line %d: %d of %d piece(s) reached the length cap (max_seconds=%.1f) "
-                        "without ending; their audio stops there (raise --max_seconds)",
-                        r.index + 1, r.info["capped_pieces"], r.info["pieces"],
-                        r.info["max_seconds"])  # fmt: skip
+            log.warning(
+                "line %d: %d of %d piece(s) reached the length cap (max_seconds=%.1f) "
+                "without ending; their audio stops there (raise --max_seconds)",
+                r.index + 1,
+                r.info["capped_pieces"],
+                r.info["pieces"],
+                r.info["max_seconds"],
+            )
     print(summary_line(results, synth, out_dir))
     if not any(not r.skipped for r in results):
         first = results[0]
-        raise DataError(f"nothing synthesized: all {len(results)} line(s) were skipped (line "
-                        f"{first.index + 1}: {first.skipped}); see {out_dir}/results.jsonl")
+        raise DataError(
+            f"nothing synthesized: all {len(results)} line(s) were skipped (line "
+            f"{first.index + 1}: {first.skipped}); see {out_dir}/results.jsonl"
+        )
     return results
 
 
@@ -487,9 +552,11 @@ def summary_line(results: Sequence[SynthResult], synth: Synthesizer, out_dir) ->
     wall = sum(r.info["wall_s"] for r in done)
     comp = sum(synth.compile_times.values())
     capped = sum(bool(r.info.get("hit_max")) for r in done)
-    text = (f"{len(done)} of {len(results)} lines -> {out_dir} ({audio:.1f} s of audio, "
-            f"{wall:.1f} s synthesis, RTF {wall / max(audio, 1e-9):.3f}; + {comp:.1f} s "
-            f"compilation of {len(synth.compile_times)} shape(s))")
+    text = (
+        f"{len(done)} of {len(results)} lines -> {out_dir} ({audio:.1f} s of audio, "
+        f"{wall:.1f} s synthesis, RTF {wall / max(audio, 1e-9):.3f}; + {comp:.1f} s "
+        f"compilation of {len(synth.compile_times)} shape(s))"
+    )
     if capped:
         text += f"; {capped} line(s) reached the length cap"
     return text

@@ -14,14 +14,29 @@ import numpy as np
 from jaxtts.decode.driver import PromptBatch, decode
 from jaxtts.methods.lm.model import TTSLM, LMConfig
 
-TINY = LMConfig(num_text_symbols=24, num_speech_tokens=16, d_model=32, num_layers=2, num_heads=2,
-                head_dim=16, d_ff=64, num_mtp_heads=4)  # fmt: skip
+TINY = LMConfig(
+    num_text_symbols=24,
+    num_speech_tokens=16,
+    d_model=32,
+    num_layers=2,
+    num_heads=2,
+    head_dim=16,
+    d_ff=64,
+    num_mtp_heads=4,
+)
 
 
 def run(strategy, params, batch, keys, *, max_new_tokens, sampling, cfg=TINY):
     """Decode with `strategy` on the target model `TTSLM(cfg)` through the generic driver."""
-    return decode(strategy, {"target": TTSLM(cfg)}, {"target": params}, batch, keys,
-                  max_new_tokens=max_new_tokens, sampling=sampling)
+    return decode(
+        strategy,
+        {"target": TTSLM(cfg)},
+        {"target": params},
+        batch,
+        keys,
+        max_new_tokens=max_new_tokens,
+        sampling=sampling,
+    )
 
 
 def batch_of(rows, text_width=None, prompt_width=None):
@@ -32,8 +47,12 @@ def batch_of(rows, text_width=None, prompt_width=None):
     prompt = np.zeros((len(rows), p), np.int32)
     for i, (t, q) in enumerate(rows):
         text[i, : len(t)], prompt[i, : len(q)] = t, q
-    return PromptBatch(text, np.array([len(t) for t, _ in rows], np.int32), prompt,
-                       np.array([len(q) for _, q in rows], np.int32))
+    return PromptBatch(
+        text,
+        np.array([len(t) for t, _ in rows], np.int32),
+        prompt,
+        np.array([len(q) for _, q in rows], np.int32),
+    )
 
 
 def random_rows(n, seed=0, cfg=TINY, max_text=9, max_prompt=6):
@@ -57,7 +76,8 @@ def init_params(cfg=TINY, seed=0, eos_bias=None):
     params = params["params"]
     if eos_bias is not None:
         params = jax.tree_util.tree_map_with_path(
-            lambda p, x: x.at[..., cfg.eos].add(eos_bias) if _is_out_bias(p, cfg) else x, params)
+            lambda p, x: x.at[..., cfg.eos].add(eos_bias) if _is_out_bias(p, cfg) else x, params
+        )
     return params
 
 
@@ -84,8 +104,9 @@ def reference_decode(params, text, prompt, chunk, max_new, cfg=TINY):
         seq = [cfg.bos, *prompt.tolist(), *out]
         speech = np.full((1, width), cfg.pad, np.int32)
         speech[0, : len(seq)] = seq
-        logits = _forward(cfg)(params, text[None], np.array([len(text)]), speech,
-                               np.array([len(seq)]))  # fmt: skip
+        logits = _forward(cfg)(
+            params, text[None], np.array([len(text)]), speech, np.array([len(seq)])
+        )
         heads = np.asarray(logits[0, len(seq) - 1, :chunk])  # [C, V]
         stop = False
         for k in range(chunk):

@@ -50,8 +50,11 @@ def test_ctc_alignment_loss_equals_brute_force():
     rng = np.random.default_rng(0)
     scores = rng.normal(size=(2, 4, 3)).astype(np.float32)
     text_len, speech_len = np.array([2, 3]), np.array([4, 3])
-    loss = float(ctc_alignment_loss(jnp.asarray(scores), jnp.asarray(text_len),
-                                    jnp.asarray(speech_len), blank_logprob=-1.0))  # fmt: skip
+    loss = float(
+        ctc_alignment_loss(
+            jnp.asarray(scores), jnp.asarray(text_len), jnp.asarray(speech_len), blank_logprob=-1.0
+        )
+    )
     expected = []
     for b in range(2):
         n, m = int(text_len[b]), int(speech_len[b])
@@ -104,8 +107,9 @@ def _task(**align):
 
 
 def test_align_config_from_loss_config_errors():
-    ok = AlignConfig.from_loss_config({"alpha": 1.0, "align_layers": [1], "align_heads": [0],
-                                       "align_ctc_weight": 1.0}, 2, 2)  # fmt: skip
+    ok = AlignConfig.from_loss_config(
+        {"alpha": 1.0, "align_layers": [1], "align_heads": [0], "align_ctc_weight": 1.0}, 2, 2
+    )
     assert ok.layers == (1,) and ok.heads == (0,) and ok.enabled
     assert not AlignConfig.from_loss_config({"align_layers": []}, 2, 2).enabled
     with pytest.raises(ConfigError, match="loss.align_layer: unknown key"):
@@ -115,8 +119,9 @@ def test_align_config_from_loss_config_errors():
     with pytest.raises(ConfigError, match="an index is listed twice"):
         AlignConfig.from_loss_config({"align_layers": [1, 1]}, 2, 2)
     with pytest.raises(ConfigError, match="align_prior_end=1"):
-        AlignConfig.from_loss_config({"align_prior_scaling": 1.0, "align_prior_start": 5,
-                                      "align_prior_end": 1}, 2, 2)  # fmt: skip
+        AlignConfig.from_loss_config(
+            {"align_prior_scaling": 1.0, "align_prior_start": 5, "align_prior_end": 1}, 2, 2
+        )
 
 
 def test_lm_task_rejects_unknown_loss_key():
@@ -131,8 +136,11 @@ def test_lm_task_rejects_unknown_loss_key():
 
 def test_prior_bias_only_on_speech_to_text_block_of_chosen_heads():
     heads = jnp.array([0.0, 1.0])
-    bias = np.asarray(prior_bias(jnp.array([3]), jnp.array([4]), 3, 5, heads, 1.0,
-                                 jnp.asarray(0.5), normalize=False))  # fmt: skip
+    bias = np.asarray(
+        prior_bias(
+            jnp.array([3]), jnp.array([4]), 3, 5, heads, 1.0, jnp.asarray(0.5), normalize=False
+        )
+    )
     assert bias.shape == (1, 2, 8, 8)
     assert np.all(bias[:, 0] == 0)  # head 0 not aligned
     assert np.all(bias[0, 1, :3] == 0) and np.all(bias[0, 1, :, 3:] == 0)  # text rows, speech keys
@@ -140,12 +148,16 @@ def test_prior_bias_only_on_speech_to_text_block_of_chosen_heads():
     np.testing.assert_allclose(bias[0, 1, 3:7, :3], 0.5 * lp[:4, :3], rtol=1e-6)
     assert np.all(bias[0, 1, 7] == 0)  # padded speech frame
     # normalised (the default): each frame's peak text key gets 0, the rest the same offsets
-    norm = np.asarray(prior_bias(jnp.array([3]), jnp.array([4]), 3, 5, heads, 1.0,
-                                 jnp.asarray(0.5)))  # fmt: skip
+    norm = np.asarray(
+        prior_bias(jnp.array([3]), jnp.array([4]), 3, 5, heads, 1.0, jnp.asarray(0.5))
+    )
     np.testing.assert_allclose(norm[0, 1, 3:7, :3].max(-1), 0.0, atol=1e-6)
-    np.testing.assert_allclose(norm[0, 1, 3:7, :3] - bias[0, 1, 3:7, :3],
-                               -0.5 * lp[:4, :3].max(-1, keepdims=True) + 0 * lp[:4, :3],
-                               rtol=1e-5, atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        norm[0, 1, 3:7, :3] - bias[0, 1, 3:7, :3],
+        -0.5 * lp[:4, :3].max(-1, keepdims=True) + 0 * lp[:4, :3],
+        rtol=1e-5,
+        atol=1e-6,
+    )
     assert np.all(norm[0, 1, 7] == 0) and np.all(norm[:, 0] == 0)
 
 
@@ -163,15 +175,17 @@ def test_lm_task_alignment_loss_and_schedule():
     batch = _lm_batch()
     plain = _task()
     params = jax.jit(plain.init)(jax.random.key(0), batch)
-    aligned = _task(layers=(1,), heads=(1,), ctc_weight=0.5, prior_scaling=1.0, prior_start=10,
-                    prior_end=20)  # fmt: skip
+    aligned = _task(
+        layers=(1,), heads=(1,), ctc_weight=0.5, prior_scaling=1.0, prior_start=10, prior_end=20
+    )
     ref, _ = plain.loss(params, batch, jax.random.key(1), train=False)
     f = jax.jit(lambda p, s: aligned.loss(p, batch, jax.random.key(1), train=False, step=s))
     for step, w in ((0, 1.0), (15, 0.5), (25, 0.0)):
         loss, m = f(params, jnp.asarray(step))
         assert float(m["align/prior_weight"]) == w
-        np.testing.assert_allclose(float(loss), float(m["mtp_loss"]) + 0.5 * float(
-            m["align/ctc"]), rtol=1e-6)  # fmt: skip
+        np.testing.assert_allclose(
+            float(loss), float(m["mtp_loss"]) + 0.5 * float(m["align/ctc"]), rtol=1e-6
+        )
         assert float(m["align/ctc"]) > 0 and 0 <= float(m["align/diag_mass"]) <= 1
     # without the prior (weight 0, or evaluation: step None) the forward is the plain model's
     for step in (jnp.asarray(25), None):
@@ -181,8 +195,11 @@ def test_lm_task_alignment_loss_and_schedule():
     _, m0 = f(params, jnp.asarray(0))
     assert abs(float(m0["mtp_loss"]) - float(ref)) > 1e-4
     # the CTC term has gradients on the aligned layer's attention
-    g = jax.grad(lambda p: aligned.loss(p, batch, jax.random.key(1), train=True,
-                                        step=jnp.asarray(30))[1]["align/ctc"])(params)  # fmt: skip
+    g = jax.grad(
+        lambda p: aligned.loss(p, batch, jax.random.key(1), train=True, step=jnp.asarray(30))[1][
+            "align/ctc"
+        ]
+    )(params)
     gq = g["stack"]["layer_1"]["attn"]["q"]
     assert float(jnp.abs(jax.tree.leaves(gq)[0]).sum()) > 0
     assert float(jnp.abs(jax.tree.leaves(g["stack"]["layer_1"]["mlp"])[0]).sum()) == 0

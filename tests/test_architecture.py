@@ -36,18 +36,30 @@ def test_layer_subset_equals_a_model_of_those_layers():
     full = init_params(DEEP, seed=3)
     small_cfg = dataclasses.replace(DEEP, num_layers=2)
     small = dict(full)
-    small["stack"] = {"layer_0": full["stack"]["layer_0"], "layer_1": full["stack"]["layer_3"],
-                      "final_norm": full["stack"]["final_norm"]}  # fmt: skip
+    small["stack"] = {
+        "layer_0": full["stack"]["layer_0"],
+        "layer_1": full["stack"]["layer_3"],
+        "final_norm": full["stack"]["final_norm"],
+    }
     text = np.array([[3, 4, 5, 6, 0]], np.int32)
     speech = np.array([[DEEP.bos, 1, 2, 0]], np.int32)
     m, ms = TTSLM(DEEP), TTSLM(small_cfg)
     c = m.apply({"params": full}, 1, 5, 8, layers=(0, 3), method="init_cache")
     assert len(c.layers) == 2
-    h, c = m.apply({"params": full}, text, np.array([4]), speech, np.array([3]), c,
-                   layers=(0, 3), method="prefill")  # fmt: skip
+    h, c = m.apply(
+        {"params": full},
+        text,
+        np.array([4]),
+        speech,
+        np.array([3]),
+        c,
+        layers=(0, 3),
+        method="prefill",
+    )
     cs = ms.apply({"params": small}, 1, 5, 8, method="init_cache")
-    hs, cs = ms.apply({"params": small}, text, np.array([4]), speech, np.array([3]), cs,
-                      method="prefill")  # fmt: skip
+    hs, cs = ms.apply(
+        {"params": small}, text, np.array([4]), speech, np.array([3]), cs, method="prefill"
+    )
     np.testing.assert_allclose(h, hs, atol=1e-5)
     tok = jnp.array([[5, 7]])
     h2, _ = m.apply({"params": full}, tok, c, layers=(0, 3), method="extend")
@@ -62,9 +74,15 @@ def test_embeddings_apart_from_the_stack(params):
     m = TTSLM(TINY)
     text = np.array([[3, 4, 5]], np.int32)
     cache = m.apply({"params": params}, 1, 3, 8, method="init_cache")
-    _, cache = m.apply({"params": params}, text, np.array([3]),
-                       np.array([[TINY.bos]], np.int32), np.array([1]), cache,
-                       method="prefill")  # fmt: skip
+    _, cache = m.apply(
+        {"params": params},
+        text,
+        np.array([3]),
+        np.array([[TINY.bos]], np.int32),
+        np.array([1]),
+        cache,
+        method="prefill",
+    )
     tok = jnp.array([[2, 9, 4]])
     h_tok, _ = m.apply({"params": params}, tok, cache, method="extend")
     emb = m.apply({"params": params}, tok, method="embed_speech")  # [1, 3, D]
@@ -99,8 +117,16 @@ class RowChunks(ChunkedAR):
     def step(self, models, params, state, keys, sampling):
         b = state.length.shape[0]
         count = jnp.asarray([self.chunks[i % len(self.chunks)] for i in range(b)], jnp.int32)
-        return chunk_step(models["target"], params["target"], state.carry, state, keys, sampling,
-                          self.chunk, count)  # fmt: skip
+        return chunk_step(
+            models["target"],
+            params["target"],
+            state.carry,
+            state,
+            keys,
+            sampling,
+            self.chunk,
+            count,
+        )
 
 
 def test_per_row_dynamic_chunk_equals_fixed_chunks(params):
@@ -108,21 +134,45 @@ def test_per_row_dynamic_chunk_equals_fixed_chunks(params):
     each row equals `car:<its chunk>` decoded alone."""
     rows = random_rows(6, seed=11)
     strat = RowChunks(chunk=3, chunks=(1, 2, 3))
-    out = run(strat, params, batch_of(rows, 12, 8), row_keys(0, range(6)), max_new_tokens=18,
-              sampling=GREEDY)  # fmt: skip
+    out = run(
+        strat,
+        params,
+        batch_of(rows, 12, 8),
+        row_keys(0, range(6)),
+        max_new_tokens=18,
+        sampling=GREEDY,
+    )
     for i, row in enumerate(rows):
         c = (1, 2, 3)[i % 3]
-        one = run(registry.get("far" if c == 1 else f"car:{c}"), params, batch_of([row]),
-                  row_keys(0, [i]), max_new_tokens=18, sampling=GREEDY)  # fmt: skip
+        one = run(
+            registry.get("far" if c == 1 else f"car:{c}"),
+            params,
+            batch_of([row]),
+            row_keys(0, [i]),
+            max_new_tokens=18,
+            sampling=GREEDY,
+        )
         n = int(one.length[0])
         assert int(out.length[i]) == n, i
         np.testing.assert_array_equal(out.tokens[i, :n], one.tokens[0, :n])
         assert int(out.steps[i]) == int(one.steps[0])
     # all rows at chunk 3 == car:3 exactly
-    same = run(RowChunks(chunk=3, chunks=(3,)), params, batch_of(rows), row_keys(0, range(6)),
-               max_new_tokens=18, sampling=GREEDY)  # fmt: skip
-    car3 = run(registry.get("car:3"), params, batch_of(rows), row_keys(0, range(6)),
-               max_new_tokens=18, sampling=GREEDY)  # fmt: skip
+    same = run(
+        RowChunks(chunk=3, chunks=(3,)),
+        params,
+        batch_of(rows),
+        row_keys(0, range(6)),
+        max_new_tokens=18,
+        sampling=GREEDY,
+    )
+    car3 = run(
+        registry.get("car:3"),
+        params,
+        batch_of(rows),
+        row_keys(0, range(6)),
+        max_new_tokens=18,
+        sampling=GREEDY,
+    )
     np.testing.assert_array_equal(same.tokens, car3.tokens)
     np.testing.assert_array_equal(same.steps, car3.steps)
 
@@ -131,24 +181,47 @@ def test_driver_takes_named_models(params):
     """The driver passes a mapping of models and params; a strategy names what it needs."""
     rows = random_rows(2, seed=2)
     models = {"target": TTSLM(TINY), "draft": TTSLM(TINY)}  # an extra model is simply unused
-    out = decode(registry.get("car:2"), models, {"target": params, "draft": params},
-                 batch_of(rows), row_keys(0, range(2)), max_new_tokens=8, sampling=GREEDY)
-    ref = run(registry.get("car:2"), params, batch_of(rows), row_keys(0, range(2)),
-              max_new_tokens=8, sampling=GREEDY)  # fmt: skip
+    out = decode(
+        registry.get("car:2"),
+        models,
+        {"target": params, "draft": params},
+        batch_of(rows),
+        row_keys(0, range(2)),
+        max_new_tokens=8,
+        sampling=GREEDY,
+    )
+    ref = run(
+        registry.get("car:2"),
+        params,
+        batch_of(rows),
+        row_keys(0, range(2)),
+        max_new_tokens=8,
+        sampling=GREEDY,
+    )
     np.testing.assert_array_equal(out.tokens, ref.tokens)
     assert out.stats == {}
 
 
 def test_registry_imports_only_what_it_uses():
-    code = ("import sys; from jaxtts.decode import registry; "
-            "assert 'jaxtts.methods.lm.strategies' not in sys.modules; "
-            "registry.get('car:2'); assert 'jaxtts.methods.lm.strategies' in sys.modules; "
-            "print('ok')")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=120)  # fmt: skip
+    code = (
+        "import sys; from jaxtts.decode import registry; "
+        "assert 'jaxtts.methods.lm.strategies' not in sys.modules; "
+        "registry.get('car:2'); assert 'jaxtts.methods.lm.strategies' in sys.modules; "
+        "print('ok')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        timeout=120,
+    )
     assert out.stdout.strip() == "ok", out.stderr[-500:]
-    with pytest.raises(ConfigError, match=r"unknown strategy 'palle', expected one of \['car', "
-                                          r"'dcar', 'far', 'ssd', 'tldr', 'vadusa'\]"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown strategy 'palle', expected one of \['car', "
+        r"'dcar', 'far', 'ssd', 'tldr', 'vadusa'\]",
+    ):
         registry.get("palle:3")
 
 
@@ -164,8 +237,9 @@ def test_configs_reject_unknown_and_dead_keys():
     assert cfg.kv_bytes_per_token() == 2 * cfg.num_layers * cfg.num_heads * cfg.head_dim * 4
     with pytest.raises(ConfigError, match=r"decode\.temprature: unknown key"):
         DecodeOptions.from_config(dict(strategy="far", temprature=0.5))
-    opt = DecodeOptions.from_config(dict(strategy="car:3", temperature=0.7, max_seconds=4.0),
-                                    greedy=None, top_k=5)  # fmt: skip
+    opt = DecodeOptions.from_config(
+        dict(strategy="car:3", temperature=0.7, max_seconds=4.0), greedy=None, top_k=5
+    )
     assert opt == DecodeOptions("car:3", SamplingConfig(temperature=0.7, top_k=5), 4.0)
     assert opt.max_new_tokens(25.0) == 100
 
@@ -221,7 +295,7 @@ def test_no_import_cycles():
         state[node] = "open"
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == "open":
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = "done"
@@ -240,8 +314,11 @@ class OneWindow(ChunkedAR):
         return (None,)
 
 
-@pytest.mark.parametrize("chunk,sampling", [(1, GREEDY), (3, SamplingConfig(top_k=8))],
-                         ids=["far-greedy", "car3-sampled"])  # fmt: skip
+@pytest.mark.parametrize(
+    "chunk,sampling",
+    [(1, GREEDY), (3, SamplingConfig(top_k=8))],
+    ids=["far-greedy", "car3-sampled"],
+)
 def test_attention_windows_change_nothing(chunk, sampling):
     """A cache grown window by window (64, 128, then the whole budget of 157 speech slots)
     gives the same tokens as the full-size cache from the first step."""
@@ -251,10 +328,17 @@ def test_attention_windows_change_nothing(chunk, sampling):
     rows = random_rows(4, seed=5)
     strat = ChunkedAR(chunk)
     assert strat.windows(None, batch_of(rows), 150) == (64, 128, 157)  # 1 + prompt 6 + 150
-    out = run(strat, params, batch_of(rows), row_keys(0, range(4)), max_new_tokens=150,
-              sampling=sampling)  # fmt: skip
-    ref = run(OneWindow(chunk), params, batch_of(rows), row_keys(0, range(4)),
-              max_new_tokens=150, sampling=sampling)  # fmt: skip
+    out = run(
+        strat, params, batch_of(rows), row_keys(0, range(4)), max_new_tokens=150, sampling=sampling
+    )
+    ref = run(
+        OneWindow(chunk),
+        params,
+        batch_of(rows),
+        row_keys(0, range(4)),
+        max_new_tokens=150,
+        sampling=sampling,
+    )
     assert int(np.max(out.length)) > 128  # really past the second window
     np.testing.assert_array_equal(out.tokens, ref.tokens)
     np.testing.assert_array_equal(out.steps, ref.steps)

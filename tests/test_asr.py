@@ -39,8 +39,7 @@ def clips(tmp_path_factory):
     d = tmp_path_factory.mktemp("clips")
     wavs = []
     for i, s in enumerate(TEST):
-        subprocess.run(["espeak-ng", "-v", "en-us+klatt", "-w", str(d / f"{i}.wav"), s],
-                       check=True)
+        subprocess.run(["espeak-ng", "-v", "en-us+klatt", "-w", str(d / f"{i}.wav"), s], check=True)
         w, sr = sf.read(d / f"{i}.wav", dtype="float32")
         assert sr == 22050
         wavs.append(w)
@@ -49,8 +48,12 @@ def clips(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def domain_asr(tmp_path_factory):
-    return PocketSphinxASR("domain", train_sentences=TRAIN, progress=False,
-                           cache_dir=tmp_path_factory.mktemp("lmcache"))
+    return PocketSphinxASR(
+        "domain",
+        train_sentences=TRAIN,
+        progress=False,
+        cache_dir=tmp_path_factory.mktemp("lmcache"),
+    )
 
 
 def test_ipa_to_cmu():
@@ -122,8 +125,10 @@ def test_held_in_generated_sentences_exclude_dev_test_and_are_cached(tmp_path):
     assert norm == [normalize_text(s) for s in raw]
     held = {3: "dev", 17: "test"}
     for i, split in held.items():
-        write_manifest(tmp_path / f"{split}.jsonl",
-                       [Utterance(f"u{i}", "x.wav", raw[i], normalized_text=norm[i])])
+        write_manifest(
+            tmp_path / f"{split}.jsonl",
+            [Utterance(f"u{i}", "x.wav", raw[i], normalized_text=norm[i])],
+        )
     cache = tmp_path / "cache"
     out = held_in_generated_sentences(tmp_path, 40, cache)
     assert out == [s for i, s in enumerate(norm) if i not in held]
@@ -158,9 +163,13 @@ def test_reconstructed_weights_decode_like_stock_model(domain_asr, clips, tmp_pa
 
     _base_model_dir(tmp_path / "hmm", Path(ps.get_model_path("en-us/en-us")))
     assert not (tmp_path / "hmm" / "sendump").exists()  # float mixture_weights are used
-    rebuilt = PocketSphinxASR("domain", train_sentences=TRAIN, progress=False,
-                              cache_dir=domain_asr.domain.lm_path.parent.parent,
-                              hmm=tmp_path / "hmm")
+    rebuilt = PocketSphinxASR(
+        "domain",
+        train_sentences=TRAIN,
+        progress=False,
+        cache_dir=domain_asr.domain.lm_path.parent.parent,
+        hmm=tmp_path / "hmm",
+    )
     assert rebuilt.transcribe(clips, 22050) == domain_asr.transcribe(clips, 22050)
 
 
@@ -173,13 +182,15 @@ def test_map_adaptation_builds_caches_and_decodes(domain_asr, clips, tmp_path, m
 
     train_wavs = []
     for i, s in enumerate(TRAIN):
-        subprocess.run(["espeak-ng", "-v", "en-us+klatt", "-w", str(tmp_path / f"{i}.wav"), s],
-                       check=True)
+        subprocess.run(
+            ["espeak-ng", "-v", "en-us+klatt", "-w", str(tmp_path / f"{i}.wav"), s], check=True
+        )
         w, sr = sf.read(tmp_path / f"{i}.wav", dtype="float32")
         train_wavs.append(prepare_pcm(w, sr, 40.0, 0, 0.25))
     dict_path = domain_asr.domain.dict_path
-    model = adapt_acoustic_model(train_wavs, TRAIN, dict_path, cache_dir=tmp_path / "c",
-                                 num_workers=2, progress=False)
+    model = adapt_acoustic_model(
+        train_wavs, TRAIN, dict_path, cache_dir=tmp_path / "c", num_workers=2, progress=False
+    )
     assert model.num_utterances == 8 and model.info["bw_parts"] == 2
     for name in ("means", "variances", "mixture_weights", "transition_matrices", "mdef"):
         assert (model.path / name).stat().st_size > 0
@@ -193,15 +204,22 @@ def test_map_adaptation_builds_caches_and_decodes(domain_asr, clips, tmp_path, m
         again = adapt_acoustic_model(train_wavs, TRAIN, dict_path, cache_dir=tmp_path / "c")
     assert again.path == model.path
     with pytest.raises(ConfigError, match=r"pcms\[0\].*int16"):
-        adapt_acoustic_model([np.zeros(1600, np.float32)], TRAIN[:1], dict_path,
-                             cache_dir=tmp_path / "c")
-    adapted = PocketSphinxASR("domain", train_sentences=TRAIN, progress=False, hmm=model.path,
-                              cache_dir=domain_asr.domain.lm_path.parent.parent)
+        adapt_acoustic_model(
+            [np.zeros(1600, np.float32)], TRAIN[:1], dict_path, cache_dir=tmp_path / "c"
+        )
+    adapted = PocketSphinxASR(
+        "domain",
+        train_sentences=TRAIN,
+        progress=False,
+        hmm=model.path,
+        cache_dir=domain_asr.domain.lm_path.parent.parent,
+    )
     assert "+MAP" in adapted.name
     w_adapted = wer(TEST, adapted.transcribe(clips, 22050))
     assert w_adapted <= wer(TEST, domain_asr.transcribe(clips, 22050))
     with pytest.raises(ConfigError, match=r"transcripts\[1\].*zorblax"):
-        adapt_acoustic_model(train_wavs[:2], [TRAIN[0], "the zorblax"], dict_path,
-                             cache_dir=tmp_path / "c")
+        adapt_acoustic_model(
+            train_wavs[:2], [TRAIN[0], "the zorblax"], dict_path, cache_dir=tmp_path / "c"
+        )
     with pytest.raises(ConfigError, match="hmm="):
         PocketSphinxASR("default", hmm=tmp_path, progress=False)

@@ -34,8 +34,9 @@ def test_log_mel_matches_librosa_and_frame_count():
     x = np.random.default_rng(0).normal(size=16000 + 123).astype(np.float32) * 0.1
     m = log_mel(x, CFG)
     assert m.shape == (1 + x.size // 320, 80) and m.dtype == np.float32
-    ref = librosa.feature.melspectrogram(y=x, sr=16000, n_fft=1024, hop_length=320,
-                                         win_length=1024, power=1.0, n_mels=80, fmax=8000)
+    ref = librosa.feature.melspectrogram(
+        y=x, sr=16000, n_fft=1024, hop_length=320, win_length=1024, power=1.0, n_mels=80, fmax=8000
+    )
     np.testing.assert_allclose(m, np.log(np.maximum(ref.T, 1e-5)), atol=2e-3)
     assert CFG.frame_rate == 50.0
 
@@ -212,8 +213,9 @@ def test_context_decoder_fits_a_linear_context_exactly(tmp_path):
     assert T.load_tokenizer(tmp_path / "km").fingerprint() == fp
     # the prior: a huge ridge pulls E_0 to the centroids and the other tables to zero
     tok.fit_context_decoder(mels, window=2, ridge=1e9)
-    np.testing.assert_allclose(tok.decode(ids), tok.stats.denormalize(
-        tok.centers[ids].reshape(-1, 80)), atol=1e-3)  # fmt: skip
+    np.testing.assert_allclose(
+        tok.decode(ids), tok.stats.denormalize(tok.centers[ids].reshape(-1, 80)), atol=1e-3
+    )
     tok.fit_context_decoder(mels, window=0)
     assert tok.context_tables is None and tok.context_window == 0
     with pytest.raises(ConfigError, match="ridge=0"):
@@ -233,8 +235,9 @@ def test_external_tokens_learn_mean_frames(tmp_path):
     with pytest.raises(ConfigError, match="must divide the mel frame rate"):
         T.ExternalTokens("x", 10, frame_rate=30.0)
     ext.save(tmp_path / "e")
-    np.testing.assert_array_equal(T.load_tokenizer(tmp_path / "e").decode(np.array([3])),
-                                  ext.decode(np.array([3])))
+    np.testing.assert_array_equal(
+        T.load_tokenizer(tmp_path / "e").decode(np.array([3])), ext.decode(np.array([3]))
+    )
     with pytest.raises(DataError, match="no saved tokenizer"):
         T.load_tokenizer(tmp_path / "nothing")
 
@@ -290,16 +293,29 @@ def test_fit_context_cli(tiny_corpus, tmp_path, capsys):
     tok = T.KMeansTokenizer(k=16, iters=5, frames=2).fit(mels)
     for name in ("a", "b"):
         tok.save(tmp_path / name)
-    T.main(["fit-context", str(tmp_path / "a"), str(tmp_path / "b"), "--corpus",
-            str(tiny_corpus), "--num", "6", "--window", "1"])  # fmt: skip
+    T.main(
+        [
+            "fit-context",
+            str(tmp_path / "a"),
+            str(tmp_path / "b"),
+            "--corpus",
+            str(tiny_corpus),
+            "--num",
+            "6",
+            "--window",
+            "1",
+        ]
+    )
     assert "fitted on 6 utterances" in capsys.readouterr().out
     a, b = T.load_tokenizer(tmp_path / "a"), T.load_tokenizer(tmp_path / "b")
     assert a.context_window == b.context_window == 1
     np.testing.assert_array_equal(a.context_tables, b.context_tables)
     T.KMeansTokenizer(k=8, iters=5, frames=2).fit(mels).save(tmp_path / "other")
     T.LinearMelQuantizer(levels=10, lo=-11.5, hi=2.0).save(tmp_path / "quant")
-    for dirs, msg in (([tmp_path / "a", tmp_path / "other"], "not the same tokenizer"),
-                      ([tmp_path / "quant"], "for k-means tokenizers")):
+    for dirs, msg in (
+        ([tmp_path / "a", tmp_path / "other"], "not the same tokenizer"),
+        ([tmp_path / "quant"], "for k-means tokenizers"),
+    ):
         with pytest.raises(SystemExit):
             T.main(["fit-context", *map(str, dirs), "--corpus", str(tiny_corpus)])
         err = capsys.readouterr().err.strip()

@@ -15,16 +15,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _run(args, timeout=600):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 @pytest.fixture(scope="module")
 def trained(tiny_corpus, tmp_path_factory):
     wd = tmp_path_factory.mktemp("car_tiny")
-    common = ["train.py", "--config", "configs/car.py:tiny", "--workdir", str(wd),
-              f"--config.data.corpus_dir={tiny_corpus}", "--config.eval.num_samples=0",
-              "--config.train.checkpoint_every=2", "--config.train.eval_every=0"]  # fmt: skip
+    common = [
+        "train.py",
+        "--config",
+        "configs/car.py:tiny",
+        "--workdir",
+        str(wd),
+        f"--config.data.corpus_dir={tiny_corpus}",
+        "--config.eval.num_samples=0",
+        "--config.train.checkpoint_every=2",
+        "--config.train.eval_every=0",
+    ]
     first = _run(common + ["--config.train.steps=2"])
     assert first.returncode == 0, first.stderr[-3000:]
     return wd, common, first
@@ -40,8 +49,9 @@ def test_train_checkpoints_then_resumes(trained):
     assert cfg["model"]["num_speech_tokens"] == 64 and cfg["model"]["num_text_symbols"] > 10
     second = _run(common + ["--config.train.steps=4"])
     assert second.returncode == 0, second.stderr[-3000:]
-    steps = [json.loads(line)["step"] for line in open(wd / "metrics.jsonl")
-             if "train/loss" in line]  # fmt: skip
+    steps = [
+        json.loads(line)["step"] for line in open(wd / "metrics.jsonl") if "train/loss" in line
+    ]
     assert steps == [1, 2, 3, 4]  # resumed at 3, nothing repeated
     assert 4 in [int(d) for d in os.listdir(wd / "checkpoints") if d.isdigit()]
     # a changed model config is refused with the field's name
@@ -57,9 +67,25 @@ def test_infer_writes_wavs_and_reports_skipped_lines(trained, tmp_path):
     lines = tmp_path / "lines.txt"
     lines.write_text("Hello world.\n\nThe dog ran home, and the cat slept.\n")
     out = tmp_path / "out"
-    proc = _run(["infer.py", "--workdir", str(wd), "--text_file", str(lines), "--speaker",
-                 "spk01", "--out_dir", str(out), "--max_seconds", "0.6", "--strategy", "car:2",
-                 "--batch_size", "2"])  # fmt: skip
+    proc = _run(
+        [
+            "infer.py",
+            "--workdir",
+            str(wd),
+            "--text_file",
+            str(lines),
+            "--speaker",
+            "spk01",
+            "--out_dir",
+            str(out),
+            "--max_seconds",
+            "0.6",
+            "--strategy",
+            "car:2",
+            "--batch_size",
+            "2",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [r["index"] for r in rows] == [0, 1, 2]
@@ -73,11 +99,20 @@ def test_infer_writes_wavs_and_reports_skipped_lines(trained, tmp_path):
         assert r["compile_s"] > 0  # one batch of a new shape: compiled untimed, outside rtf
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["--workdir", "/nonexistent/run", "--text", "hi"], "/nonexistent/run/config.json: not found"),
-    (["--checkpoint", "/tmp/x/checkpoints/abc", "--text", "hi"],
-     "expected <workdir>/checkpoints/<step>"),
-], ids=["missing-workdir", "bad-checkpoint"])  # fmt: skip
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (
+            ["--workdir", "/nonexistent/run", "--text", "hi"],
+            "/nonexistent/run/config.json: not found",
+        ),
+        (
+            ["--checkpoint", "/tmp/x/checkpoints/abc", "--text", "hi"],
+            "expected <workdir>/checkpoints/<step>",
+        ),
+    ],
+    ids=["missing-workdir", "bad-checkpoint"],
+)
 def test_infer_bad_input_is_one_line(args, expected):
     proc = _run(["infer.py", *args], timeout=120)
     assert proc.returncode == 2
@@ -125,8 +160,9 @@ def test_export_to_one_params_file_synthesizes_the_same(trained, tiny_corpus, tm
     from jaxtts.synthesize import Prompt, Synthesizer
 
     wd, _, _ = trained
-    proc = _run(["-m", "jaxtts.run_folder", "export", str(wd), str(tmp_path / "ship"),
-                 "--dtype", "float32"])  # fmt: skip
+    proc = _run(
+        ["-m", "jaxtts.run_folder", "export", str(wd), str(tmp_path / "ship"), "--dtype", "float32"]
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "MiB of parameters in params.msgpack" in proc.stdout
     ship = RunFolder(tmp_path / "ship")
@@ -156,8 +192,17 @@ def test_export_to_one_params_file_synthesizes_the_same(trained, tiny_corpus, tm
     ship.params_file.write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError, match=r"params.msgpack: unreadable parameter file"):
         Synthesizer.from_workdir(ship.path)
-    bad = _run(["infer.py", "--workdir", str(ship.path), "--text", "Hello.", "--out_dir",
-                str(tmp_path / "o")])  # fmt: skip
+    bad = _run(
+        [
+            "infer.py",
+            "--workdir",
+            str(ship.path),
+            "--text",
+            "Hello.",
+            "--out_dir",
+            str(tmp_path / "o"),
+        ]
+    )
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "params.msgpack: unreadable parameter file" in bad.stderr
@@ -195,17 +240,26 @@ def _noise(stderr: str) -> list[str]:
 
     bad = []
     for line in stderr.splitlines():
-        if ("Traceback" in line or "libtpu" in line or "Unable to initialize backend" in line
-                or re.match(r"^[IWE]\d{4} ", line) or re.search(r"\.py:\d+: \w*Warning", line)):
+        if (
+            "Traceback" in line
+            or "libtpu" in line
+            or "Unable to initialize backend" in line
+            or re.match(r"^[IWE]\d{4} ", line)
+            or re.search(r"\.py:\d+: \w*Warning", line)
+        ):
             bad.append(line)
     return bad
 
 
-@pytest.mark.parametrize("content,expected", [
-    ("Caf\xe9 au lait.\n".encode("latin-1"), "not UTF-8 text (byte 0xe9 at offset 3)"),
-    (bytes(range(128, 256)), "not UTF-8 text (byte 0x80 at offset 0)"),
-    (None, "is a folder, expected a text file"),
-], ids=["latin1", "random-bytes", "directory"])  # fmt: skip
+@pytest.mark.parametrize(
+    "content,expected",
+    [
+        ("Caf\xe9 au lait.\n".encode("latin-1"), "not UTF-8 text (byte 0xe9 at offset 3)"),
+        (bytes(range(128, 256)), "not UTF-8 text (byte 0x80 at offset 0)"),
+        (None, "is a folder, expected a text file"),
+    ],
+    ids=["latin1", "random-bytes", "directory"],
+)
 def test_infer_bad_text_file_is_one_line(tmp_path, content, expected):
     path = tmp_path / "lines.txt"
     if content is None:
@@ -223,10 +277,14 @@ def test_infer_bad_out_dir_fails_before_any_work(tmp_path):
     is the out_dir's, so nothing was loaded or synthesized."""
     a_file = tmp_path / "taken"
     a_file.write_text("x")
-    for out, expected in ((a_file, "exists and is not a folder"),
-                          (a_file / "sub", "cannot write there")):  # fmt: skip
-        proc = _run(["infer.py", "--workdir", "/nonexistent", "--text", "hi", "--out_dir",
-                     str(out)], timeout=120)  # fmt: skip
+    for out, expected in (
+        (a_file, "exists and is not a folder"),
+        (a_file / "sub", "cannot write there"),
+    ):
+        proc = _run(
+            ["infer.py", "--workdir", "/nonexistent", "--text", "hi", "--out_dir", str(out)],
+            timeout=120,
+        )
         assert proc.returncode == 2
         err = proc.stderr.strip().splitlines()
         assert len(err) == 1 and f"--out_dir {out}: {expected}" in err[0], proc.stderr
@@ -235,13 +293,16 @@ def test_infer_bad_out_dir_fails_before_any_work(tmp_path):
 def test_infer_nothing_synthesized_exits_nonzero(trained, tmp_path):
     wd, _, _ = trained
     out = tmp_path / "o"
-    proc = _run(["infer.py", "--workdir", str(wd), "--text", "?!...", "--text", " ",
-                 "--out_dir", str(out)])  # fmt: skip
+    proc = _run(
+        ["infer.py", "--workdir", str(wd), "--text", "?!...", "--text", " ", "--out_dir", str(out)]
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     err = proc.stderr.strip().splitlines()
     assert err[-1].startswith("error: nothing synthesized: all 2 line(s) were skipped (line 1:")
-    assert "warning: line 1: skipped (" in proc.stderr and "warning: line 2: skipped (empty " \
-        "line)" in proc.stderr
+    assert (
+        "warning: line 1: skipped (" in proc.stderr
+        and "warning: line 2: skipped (empty line)" in proc.stderr
+    )
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [r["wav"] for r in rows] == [None, None]  # the reasons are kept on disk
     assert _noise(proc.stderr) == []
@@ -250,9 +311,26 @@ def test_infer_nothing_synthesized_exits_nonzero(trained, tmp_path):
 def test_infer_reports_length_cap_and_compile_time_once(trained, tmp_path):
     wd, _, _ = trained
     out = tmp_path / "o"
-    proc = _run(["infer.py", "--workdir", str(wd), "--text", "Hello there, how are you today?",
-                 "--text", "Hi.", "--text", "Where did you put the keys?", "--batch_size", "2",
-                 "--max_seconds", "0.1", "--greedy", "--out_dir", str(out)])  # fmt: skip
+    proc = _run(
+        [
+            "infer.py",
+            "--workdir",
+            str(wd),
+            "--text",
+            "Hello there, how are you today?",
+            "--text",
+            "Hi.",
+            "--text",
+            "Where did you put the keys?",
+            "--batch_size",
+            "2",
+            "--max_seconds",
+            "0.1",
+            "--greedy",
+            "--out_dir",
+            str(out),
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     capped = [r["index"] for r in rows if r["hit_max"]]

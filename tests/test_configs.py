@@ -23,8 +23,9 @@ def _load(path):
 
 
 # experiment configs = the files with variants (not common.py / help.py), as --list_configs
-CONFIG_FILES = sorted(p for p in glob.glob(os.path.join(ROOT, "configs", "*.py"))
-                      if config_help.variants(p))
+CONFIG_FILES = sorted(
+    p for p in glob.glob(os.path.join(ROOT, "configs", "*.py")) if config_help.variants(p)
+)
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)
@@ -36,17 +37,31 @@ def test_config_variants_load(path):
         assert "mesh" in cfg and "train" in cfg
         # every key but the mesh rules can be set with --config.<key>=: ml_collections cannot
         # override a list from the command line (tuples it can: '(1, 2)', '()')
-        lists = [k for k, v in config_help.flatten(cfg.to_dict()).items()
-                 if isinstance(v, list) and k != "mesh.rules"]
+        lists = [
+            k
+            for k, v in config_help.flatten(cfg.to_dict()).items()
+            if isinstance(v, list) and k != "mesh.rules"
+        ]
         assert not lists, f"{os.path.basename(path)}:{variant}: list-valued keys {lists}"
 
 
 def test_tuple_override_from_the_command_line():
     """The documented ablation switch: --config.loss.align_layers='()' turns alignment off."""
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--config",
-                          os.path.join(ROOT, "configs", "car.py") + ":small", "--print_config",
-                          "--config.loss.align_layers=()", "--config.loss.align_heads=(0, 2)"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "train.py"),
+            "--config",
+            os.path.join(ROOT, "configs", "car.py") + ":small",
+            "--print_config",
+            "--config.loss.align_layers=()",
+            "--config.loss.align_heads=(0, 2)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "loss.align_layers = ()" in out.stdout
     assert "loss.align_heads = (0, 2)" in out.stdout
@@ -63,23 +78,40 @@ def test_car_sizes():
     car = _load(os.path.join(ROOT, "configs", "car.py"))
     paper = car.get_config("paper").model
     assert (paper.num_layers, paper.d_model, paper.d_ff, paper.num_heads, paper.num_mtp_heads) == (
-        12, 1024, 4096, 8, 7)
+        12,
+        1024,
+        4096,
+        8,
+        7,
+    )
 
 
 @pytest.mark.parametrize(
     "override,expected",
     [
-        ("--config.train.stepz=3",
-         "unknown config key --config.train.stepz (did you mean 'steps'?)"),
+        (
+            "--config.train.stepz=3",
+            "unknown config key --config.train.stepz (did you mean 'steps'?)",
+        ),
         ("--config.nonsense=3", "unknown config key --config.nonsense"),
         ("--config.train.steps=abc", "--config.train.steps=abc"),
     ],
 )
 def test_train_cli_bad_config_is_one_line(override, expected, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "train.py", "--config", "configs/car.py:tiny", "--workdir",
-         str(tmp_path), override],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "train.py",
+            "--config",
+            "configs/car.py:tiny",
+            "--workdir",
+            str(tmp_path),
+            override,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
     err = proc.stderr.strip().splitlines()

@@ -39,8 +39,15 @@ def test_manifest_roundtrip_and_paths(tmp_path):
     assert u.normalized_text == "doctor who" and u.phonemes == ("d", "ɑː")
     write_manifest(tmp_path / "m.jsonl", [u])
     line = json.loads((tmp_path / "m.jsonl").read_text())
-    assert list(line) == ["id", "audio", "text", "normalized_text", "phonemes", "speaker",
-                          "duration"]  # fmt: skip
+    assert list(line) == [
+        "id",
+        "audio",
+        "text",
+        "normalized_text",
+        "phonemes",
+        "speaker",
+        "duration",
+    ]
     assert line["audio"] == "wavs/a.wav" and line["phonemes"] == ["d", "ɑː"]
     (back,) = read_manifest(tmp_path / "m.jsonl")
     assert back == u and back.path == tmp_path / "wavs" / "a.wav"
@@ -149,8 +156,12 @@ def test_resume_after_damage_equals_uninterrupted(tiny_corpus, tmp_path):
 
 def test_concurrent_builders_share_one_build(tiny_corpus, tmp_path):
     with ThreadPoolExecutor(2) as pool:
-        outs = list(pool.map(lambda _: build_corpus(tmp_path / "c", num_utterances=40, seed=0,
-                                                    progress=False), range(2)))  # fmt: skip
+        outs = list(
+            pool.map(
+                lambda _: build_corpus(tmp_path / "c", num_utterances=40, seed=0, progress=False),
+                range(2),
+            )
+        )
     assert outs == [tmp_path / "c"] * 2
     assert _read_bytes(tmp_path / "c") == _read_bytes(tiny_corpus)
     assert len(list((tmp_path / "c").glob("wavs/*/*.wav"))) == 40
@@ -162,10 +173,27 @@ def test_kill_9_mid_build_then_resume(tmp_path):
     n = 120
     ref = build_corpus(tmp_path / "ref", num_utterances=n, seed=3, progress=False)
     work = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "jaxtts.data.corpus", "--out", str(work), "--num_utterances",
-           str(n), "--seed", "3", "--workers", "1", "--no_progress"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "jaxtts.data.corpus",
+        "--out",
+        str(work),
+        "--num_utterances",
+        str(n),
+        "--seed",
+        "3",
+        "--workers",
+        "1",
+        "--no_progress",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     deadline = time.time() + 30
     while time.time() < deadline and len(list(work.glob("wavs/*/*.wav"))) < 10:
         time.sleep(0.005)
@@ -197,8 +225,11 @@ def test_larger_corpus_keeps_the_default_eval_splits():
     from jaxtts.data import corpus as C
 
     def eval_groups(groups, sentences):
-        return [(g.split, g.speaker.name, g.quota, [sentences[i] for i in g.candidates])
-                for g in groups if g.split != "train"]  # fmt: skip
+        return [
+            (g.split, g.speaker.name, g.quota, [sentences[i] for i in g.candidates])
+            for g in groups
+            if g.split != "train"
+        ]
 
     base = C._plan(C.DEFAULT_UTTERANCES, 0, C.SPEAKERS)
     for n in (C.DEFAULT_UTTERANCES + 1, 3000, 20_000):

@@ -14,8 +14,17 @@ from jaxtts.methods import ctc_asr as C
 from jaxtts.train import loop
 from jaxtts.train import mesh as mesh_lib
 
-TINY = dict(d_model=32, num_layers=1, num_heads=2, d_ff=64, conv_kernel=5, dropout=0.0,
-            n_mels=80, mel_mean=-5.0, mel_std=2.0)  # fmt: skip
+TINY = dict(
+    d_model=32,
+    num_layers=1,
+    num_heads=2,
+    d_ff=64,
+    conv_kernel=5,
+    dropout=0.0,
+    n_mels=80,
+    mel_mean=-5.0,
+    mel_std=2.0,
+)
 
 
 def _one_device_mesh():
@@ -62,8 +71,17 @@ def test_error_rates_numbers():
 def test_spec_augment_masks_within_bounds():
     mel = jnp.zeros((4, 100, 80))
     lens = jnp.array([100, 50, 10, 0])
-    out = C.spec_augment(jax.random.key(0), mel, lens, 1.0, freq_masks=2, freq_width=10,
-                         time_masks=2, time_width=20, max_time_fraction=0.2)  # fmt: skip
+    out = C.spec_augment(
+        jax.random.key(0),
+        mel,
+        lens,
+        1.0,
+        freq_masks=2,
+        freq_width=10,
+        time_masks=2,
+        time_width=20,
+        max_time_fraction=0.2,
+    )
     out = np.asarray(out)
     full_time = (out == 1.0).all(axis=2)  # [B, T] frames masked in every bin
     assert full_time[1].sum() <= 2 * 10 and full_time[2].sum() <= 2 * 2 and full_time[3].sum() == 0

@@ -35,8 +35,11 @@ LJ_ROWS = [  # id, text, normalized text, seconds
 def _wav(path, seconds, rate, kind="sine"):
     n = int(round(seconds * rate))
     t = np.arange(n) / rate
-    x = 0.3 * np.sin(2 * np.pi * 220 * t) if kind == "sine" else \
-        0.1 * np.random.default_rng(n).standard_normal(n)  # fmt: skip
+    x = (
+        0.3 * np.sin(2 * np.pi * 220 * t)
+        if kind == "sine"
+        else 0.1 * np.random.default_rng(n).standard_normal(n)
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     sf.write(path, x.astype(np.float32), rate, subtype="PCM_16")
     return n
@@ -47,8 +50,9 @@ def lj(tmp_path):
     src = tmp_path / "LJSpeech-1.1"
     for i, (uid, _, _, sec) in enumerate(LJ_ROWS):
         _wav(src / "wavs" / f"{uid}.wav", sec, 22050, "sine" if i % 2 else "noise")
-    (src / "metadata.csv").write_text("".join(f"{u}|{t}|{n}\n" for u, t, n, _ in LJ_ROWS),
-                                      encoding="utf-8")  # fmt: skip
+    (src / "metadata.csv").write_text(
+        "".join(f"{u}|{t}|{n}\n" for u, t, n, _ in LJ_ROWS), encoding="utf-8"
+    )
     return src
 
 
@@ -125,17 +129,27 @@ def test_read_libritts(libri):
 
 
 def _fake(n_speakers, per_speaker):
-    return [Utterance(id=f"s{s}_{i:03d}", audio=f"w/{s}_{i}.wav", text="a b",
-                      normalized_text="a b", speaker=f"s{s}", duration=1.0)
-            for s in range(n_speakers) for i in range(per_speaker)]  # fmt: skip
+    return [
+        Utterance(
+            id=f"s{s}_{i:03d}",
+            audio=f"w/{s}_{i}.wav",
+            text="a b",
+            normalized_text="a b",
+            speaker=f"s{s}",
+            duration=1.0,
+        )
+        for s in range(n_speakers)
+        for i in range(per_speaker)
+    ]
 
 
 def test_split_utterances_deterministic():
     utts = _fake(5, 20)
     a = split_utterances(utts, 0.1, 0.05, heldout_speakers=1, seed=0)
     b = split_utterances(list(reversed(utts)), 0.1, 0.05, heldout_speakers=1, seed=0)
-    assert {k: [u.id for u in v] for k, v in a.items()} == {k: [u.id for u in v] for k, v in
-                                                           b.items()}  # fmt: skip
+    assert {k: [u.id for u in v] for k, v in a.items()} == {
+        k: [u.id for u in v] for k, v in b.items()
+    }
     assert (len(a["train"]), len(a["dev"]), len(a["test"])) == (68, 8, 24)  # 20 held out + 4
     heldout = {u.speaker for u in a["test"]} - {u.speaker for u in a["train"] + a["dev"]}
     assert len(heldout) == 1
@@ -148,10 +162,18 @@ def test_split_utterances_deterministic():
 
 
 def test_prepare_ljspeech_and_cli(lj, tmp_path):
-    out = prepare_dataset("ljspeech", lj, tmp_path / "out", dev_fraction=0.25,
-                          test_fraction=0.25, phonemize=False, progress=False)  # fmt: skip
-    splits = {s: read_manifest(out / f"{s}.jsonl", check_files=True)
-              for s in ("train", "dev", "test")}  # fmt: skip
+    out = prepare_dataset(
+        "ljspeech",
+        lj,
+        tmp_path / "out",
+        dev_fraction=0.25,
+        test_fraction=0.25,
+        phonemize=False,
+        progress=False,
+    )
+    splits = {
+        s: read_manifest(out / f"{s}.jsonl", check_files=True) for s in ("train", "dev", "test")
+    }
     assert [len(v) for v in splits.values()] == [2, 1, 1]
     every = sorted((u for v in splits.values() for u in v), key=lambda u: u.id)
     assert [u.id for u in every] == [r[0] for r in LJ_ROWS]
@@ -161,12 +183,28 @@ def test_prepare_ljspeech_and_cli(lj, tmp_path):
 
     assert sum(len(v) for v in load_corpus(out).values()) == 4
     mtime = (out / "train.jsonl").stat().st_mtime_ns
-    prepare_dataset("ljspeech", lj, out, dev_fraction=0.25, test_fraction=0.25,
-                    phonemize=False, progress=False)  # fmt: skip
+    prepare_dataset(
+        "ljspeech", lj, out, dev_fraction=0.25, test_fraction=0.25, phonemize=False, progress=False
+    )
     assert (out / "train.jsonl").stat().st_mtime_ns == mtime  # cache hit: nothing rewritten
-    cli = main(["--kind", "ljspeech", "--src", str(lj), "--out", str(tmp_path / "cli"),
-                "--no_phonemize", "--quiet", "--max_duration", "1.0", "--dev_fraction", "0",
-                "--test_fraction", "0.3"])  # fmt: skip
+    cli = main(
+        [
+            "--kind",
+            "ljspeech",
+            "--src",
+            str(lj),
+            "--out",
+            str(tmp_path / "cli"),
+            "--no_phonemize",
+            "--quiet",
+            "--max_duration",
+            "1.0",
+            "--dev_fraction",
+            "0",
+            "--test_fraction",
+            "0.3",
+        ]
+    )
     train, test = read_manifest(cli / "train.jsonl"), read_manifest(cli / "test.jsonl")
     assert (len(train), len(test)) == (2, 1)  # 1.25 s utterance dropped
 
@@ -176,8 +214,15 @@ def test_prepare_libritts_phonemes_heldout(libri, tmp_path):
 
     if not espeak_available():
         pytest.skip("espeak-ng not installed")
-    out = prepare_dataset("libritts", libri, tmp_path / "lt", heldout_speakers=1,
-                          dev_fraction=0.2, test_fraction=0.0, progress=False)  # fmt: skip
+    out = prepare_dataset(
+        "libritts",
+        libri,
+        tmp_path / "lt",
+        heldout_speakers=1,
+        dev_fraction=0.2,
+        test_fraction=0.0,
+        progress=False,
+    )
     splits = {s: read_manifest(out / f"{s}.jsonl") for s in ("train", "dev", "test")}
     assert sum(len(v) for v in splits.values()) == 6
     test_spk = {u.speaker for u in splits["test"]}
@@ -189,9 +234,16 @@ def test_prepare_libritts_phonemes_heldout(libri, tmp_path):
 
 def test_prepare_copy_audio_resamples(lj, tmp_path):
     pytest.importorskip("jaxtts.data.audio")
-    out = prepare_dataset("ljspeech", lj, tmp_path / "copy", dev_fraction=0.25,
-                          test_fraction=0.25, phonemize=False, copy_audio=True,
-                          progress=False)  # fmt: skip
+    out = prepare_dataset(
+        "ljspeech",
+        lj,
+        tmp_path / "copy",
+        dev_fraction=0.25,
+        test_fraction=0.25,
+        phonemize=False,
+        copy_audio=True,
+        progress=False,
+    )
     utts = read_manifest(out / "train.jsonl") + read_manifest(out / "dev.jsonl")
     for u in utts:
         info = sf.info(u.path)
@@ -213,8 +265,9 @@ def tfds():
     return pytest.importorskip("tensorflow_datasets")
 
 
-@pytest.mark.parametrize("name,split,rate", [("ljspeech", "train", 22050),
-                                             ("libritts", "dev_clean", 24000)])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,split,rate", [("ljspeech", "train", 22050), ("libritts", "dev_clean", 24000)]
+)
 def test_tfds_mock_data_source(tfds, tmp_path, name, split, rate):
     cache = tmp_path / "cache"
     with tfds.testing.mock_data(num_examples=5):
@@ -229,8 +282,11 @@ def test_tfds_mock_data_source(tfds, tmp_path, name, split, rate):
     for u in utts:
         x, r = sf.read(u.path, dtype="int16")
         assert r == rate and u.duration == round(len(x) / rate, 4)
-        match = [e for e in by_len if len(e["speech"]) == len(x)
-                 and np.array_equal(np.clip(e["speech"], -32768, 32767), x)]  # fmt: skip
+        match = [
+            e
+            for e in by_len
+            if len(e["speech"]) == len(x) and np.array_equal(np.clip(e["speech"], -32768, 32767), x)
+        ]
         assert match, u.id
         if name == "ljspeech":
             assert u.speaker == "LJ"
@@ -257,8 +313,10 @@ def _prepare_real_ljspeech(tfds, data_dir, rows, monkeypatch):
             yield uid, {"id": uid, "speech": speech, "text": text, "text_normalized": norm}
 
     cls = type(builder)
-    with mock.patch.object(cls, "_split_generators", split_generators), \
-            mock.patch.object(cls, "_generate_examples", generate_examples):  # fmt: skip
+    with (
+        mock.patch.object(cls, "_split_generators", split_generators),
+        mock.patch.object(cls, "_generate_examples", generate_examples),
+    ):
         builder.download_and_prepare(
             download_config=tfds.download.DownloadConfig(try_download_gcs=False)
         )
@@ -266,8 +324,10 @@ def _prepare_real_ljspeech(tfds, data_dir, rows, monkeypatch):
 
 def test_tfds_real_prepared_ljspeech(tfds, tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
-    rows = [(uid, text, norm, rng.integers(-3000, 3000, int(sec * 22050)).astype(np.int16))
-            for uid, text, norm, sec in LJ_ROWS]  # fmt: skip
+    rows = [
+        (uid, text, norm, rng.integers(-3000, 3000, int(sec * 22050)).astype(np.int16))
+        for uid, text, norm, sec in LJ_ROWS
+    ]
     data_dir = tmp_path / "tfds"
     with pytest.raises(DataError, match="no prepared tfds dataset 'ljspeech' split 'train'"):
         read_tfds("ljspeech", data_dir, tmp_path / "cache")
@@ -281,7 +341,14 @@ def test_tfds_real_prepared_ljspeech(tfds, tmp_path, monkeypatch):
     for u, row in zip(utts, rows, strict=True):
         x, rate = sf.read(u.path, dtype="int16")
         assert rate == 22050 and np.array_equal(x, row[3])
-    out = prepare_dataset("tfds_ljspeech", data_dir, tmp_path / "prepared", dev_fraction=0.25,
-                          test_fraction=0.25, phonemize=False, progress=False)  # fmt: skip
+    out = prepare_dataset(
+        "tfds_ljspeech",
+        data_dir,
+        tmp_path / "prepared",
+        dev_fraction=0.25,
+        test_fraction=0.25,
+        phonemize=False,
+        progress=False,
+    )
     train = read_manifest(out / "train.jsonl", check_files=True)
     assert len(train) == 2 and train[0].audio.startswith("tfds/ljspeech/LJ/")

@@ -21,8 +21,9 @@ from jaxtts.methods.lm.model import TTSLM  # noqa: E402
 
 GREEDY = SamplingConfig(greedy=True)
 SAMPLE = SamplingConfig(temperature=1.0, top_k=8)
-PCFG = PolicyConfig(d_model=TINY.d_model, num_actions=TINY.num_mtp_heads, num_heads=2,
-                    head_dim=8, d_ff=32)  # fmt: skip
+PCFG = PolicyConfig(
+    d_model=TINY.d_model, num_actions=TINY.num_mtp_heads, num_heads=2, head_dim=8, d_ff=32
+)
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +34,11 @@ def params():
 def policy_params(seed=0, always=None, scale=1.0):
     """Random policy parameters (kernel scaled so rows choose different sizes), or one that
     always picks chunk size `always`."""
-    p = nn.unbox(ChunkPolicy(PCFG).init(jax.random.key(seed), jnp.zeros((1, 3, PCFG.d_model)),
-                                        jnp.array([3])))["params"]  # fmt: skip
+    p = nn.unbox(
+        ChunkPolicy(PCFG).init(
+            jax.random.key(seed), jnp.zeros((1, 3, PCFG.d_model)), jnp.array([3])
+        )
+    )["params"]
     k = p["out"]["kernel"]
     p["out"]["kernel"] = scale * jax.random.normal(jax.random.key(seed + 1), k.shape)
     if always is not None:
@@ -48,8 +52,9 @@ def run_dcar(spec, params, pparams, batch, keys, sampling, forced=None, max_new=
     ps = {"target": params, "policy": pparams}
     if forced is not None:
         ps["forced_chunk"] = jnp.asarray(forced, jnp.int32)
-    return decode(registry.get(spec), models, ps, batch, keys, max_new_tokens=max_new,
-                  sampling=sampling)  # fmt: skip
+    return decode(
+        registry.get(spec), models, ps, batch, keys, max_new_tokens=max_new, sampling=sampling
+    )
 
 
 def test_policy_cached_steps_equal_full_forward():
@@ -80,8 +85,14 @@ def test_action_logp_values():
 def test_constant_policy_reproduces_car(params, chunk, sampling):
     rows = random_rows(4, seed=chunk)
     keys = row_keys(7, range(4))
-    ref = run(registry.get("far" if chunk == 1 else f"car:{chunk}"), params, batch_of(rows),
-              keys, max_new_tokens=20, sampling=sampling)  # fmt: skip
+    ref = run(
+        registry.get("far" if chunk == 1 else f"car:{chunk}"),
+        params,
+        batch_of(rows),
+        keys,
+        max_new_tokens=20,
+        sampling=sampling,
+    )
     out = run_dcar("dcar", params, policy_params(always=chunk), batch_of(rows), keys, sampling)
     np.testing.assert_array_equal(out.tokens, ref.tokens)
     np.testing.assert_array_equal(out.steps, ref.steps)
@@ -100,8 +111,18 @@ def test_step_that_follows_the_choice_equals_extend_by_k(params, sampling):
     keys = row_keys(5, range(4))
     models = {"target": TTSLM(TINY), "policy": ChunkPolicy(PCFG)}
     ps = {"target": params, "policy": policy_params(2, scale=3.0)}
-    outs = [decode(DCAR(extend_all=ref), models, ps, batch_of(rows), keys, max_new_tokens=20,
-                   sampling=sampling) for ref in (False, True)]  # fmt: skip
+    outs = [
+        decode(
+            DCAR(extend_all=ref),
+            models,
+            ps,
+            batch_of(rows),
+            keys,
+            max_new_tokens=20,
+            sampling=sampling,
+        )
+        for ref in (False, True)
+    ]
     fast, ref = outs
     np.testing.assert_array_equal(fast.tokens, ref.tokens)
     np.testing.assert_array_equal(fast.steps, ref.steps)
@@ -114,12 +135,19 @@ def test_forced_rows_reproduce_car_and_others_follow_the_policy(params):
     rows = random_rows(4, seed=11)
     keys = row_keys(1, range(4))
     forced = [2, 0, 3, 0]
-    out = run_dcar("dcar:sample", params, policy_params(always=4), batch_of(rows), keys, SAMPLE,
-                   forced=forced)  # fmt: skip
+    out = run_dcar(
+        "dcar:sample", params, policy_params(always=4), batch_of(rows), keys, SAMPLE, forced=forced
+    )
     for i, c in enumerate(forced):
         spec = f"car:{c or 4}"
-        ref = run(registry.get(spec), params, batch_of([rows[i]]), keys[i : i + 1],
-                  max_new_tokens=20, sampling=SAMPLE)  # fmt: skip
+        ref = run(
+            registry.get(spec),
+            params,
+            batch_of([rows[i]]),
+            keys[i : i + 1],
+            max_new_tokens=20,
+            sampling=SAMPLE,
+        )
         n = int(ref.length[0])
         assert int(out.length[i]) == n
         np.testing.assert_array_equal(out.tokens[i, :n], ref.tokens[0, :n])
@@ -147,8 +175,15 @@ def test_dcar_records_what_the_policy_saw(params):
     rows = random_rows(3, seed=8)
     pp = policy_params(4, scale=3.0)
     models = {"target": TTSLM(TINY), "policy": ChunkPolicy(PCFG)}
-    out = decode(DCAR(sample=True, record=True), models, {"target": params, "policy": pp},
-                 batch_of(rows), row_keys(0, range(3)), max_new_tokens=20, sampling=SAMPLE)
+    out = decode(
+        DCAR(sample=True, record=True),
+        models,
+        {"target": params, "policy": pp},
+        batch_of(rows),
+        row_keys(0, range(3)),
+        max_new_tokens=20,
+        sampling=SAMPLE,
+    )
     st = out.stats
     steps = np.asarray(out.steps)
     logits = ChunkPolicy(PCFG).apply({"params": pp}, st["policy_inputs"], out.steps)
@@ -165,10 +200,10 @@ def test_dcar_records_what_the_policy_saw(params):
 def test_vadusa_tau1_greedy_equals_far(params):
     rows = random_rows(5, seed=9)
     keys = row_keys(0, range(5))
-    far = run(registry.get("far"), params, batch_of(rows), keys, max_new_tokens=24,
-              sampling=GREEDY)  # fmt: skip
-    vad = run(registry.get("vadusa:1"), params, batch_of(rows), keys, max_new_tokens=24,
-              sampling=GREEDY)  # fmt: skip
+    far = run(registry.get("far"), params, batch_of(rows), keys, max_new_tokens=24, sampling=GREEDY)
+    vad = run(
+        registry.get("vadusa:1"), params, batch_of(rows), keys, max_new_tokens=24, sampling=GREEDY
+    )
     np.testing.assert_array_equal(vad.tokens, far.tokens)
     assert np.all(np.asarray(vad.steps) <= np.asarray(far.steps))
 
@@ -177,11 +212,18 @@ def test_vadusa_tau1_greedy_equals_far(params):
 def test_vadusa_batch_n_equals_batch_1(params, sampling):
     rows = random_rows(4, seed=10)
     strat = registry.get("vadusa:3")
-    big = run(strat, params, batch_of(rows, 14, 8), row_keys(2, range(4)), max_new_tokens=20,
-              sampling=sampling)  # fmt: skip
+    big = run(
+        strat,
+        params,
+        batch_of(rows, 14, 8),
+        row_keys(2, range(4)),
+        max_new_tokens=20,
+        sampling=sampling,
+    )
     for i, row in enumerate(rows):
-        one = run(strat, params, batch_of([row]), row_keys(2, [i]), max_new_tokens=20,
-                  sampling=sampling)  # fmt: skip
+        one = run(
+            strat, params, batch_of([row]), row_keys(2, [i]), max_new_tokens=20, sampling=sampling
+        )
         n = int(one.length[0])
         assert int(big.length[i]) == n
         np.testing.assert_array_equal(big.tokens[i, :n], one.tokens[0, :n])
@@ -192,13 +234,25 @@ def test_vadusa_accepts_more_with_more_tolerance(params):
     keys = row_keys(0, range(6))
     acc = []
     for tau in (1, 4, TINY.out_vocab):
-        out = run(registry.get(f"vadusa:{tau}"), params, batch_of(rows), keys,
-                  max_new_tokens=24, sampling=GREEDY)  # fmt: skip
+        out = run(
+            registry.get(f"vadusa:{tau}"),
+            params,
+            batch_of(rows),
+            keys,
+            max_new_tokens=24,
+            sampling=GREEDY,
+        )
         acc.append(float(np.sum(out.length) / np.sum(out.steps)))
     assert acc[0] <= acc[1] <= acc[2]
     # tau = V accepts every draft: exactly car:K
-    car = run(registry.get(f"car:{TINY.num_mtp_heads}"), params, batch_of(rows), keys,
-              max_new_tokens=24, sampling=GREEDY)  # fmt: skip
+    car = run(
+        registry.get(f"car:{TINY.num_mtp_heads}"),
+        params,
+        batch_of(rows),
+        keys,
+        max_new_tokens=24,
+        sampling=GREEDY,
+    )
     np.testing.assert_array_equal(out.tokens, car.tokens)
     np.testing.assert_array_equal(out.steps, car.steps)
 
@@ -209,8 +263,14 @@ def test_strategy_errors(params):
     with pytest.raises(ConfigError, match="vadusa:x"):
         registry.get("vadusa:x")
     with pytest.raises(ConfigError, match="needs a chunk-size policy"):
-        run(registry.get("dcar"), params, batch_of(random_rows(1)), row_keys(0, [0]),
-            max_new_tokens=4, sampling=GREEDY)  # fmt: skip
+        run(
+            registry.get("dcar"),
+            params,
+            batch_of(random_rows(1)),
+            row_keys(0, [0]),
+            max_new_tokens=4,
+            sampling=GREEDY,
+        )
     with pytest.raises(ConfigError, match="dcar:foo"):
         registry.get("dcar:foo")
 
@@ -260,9 +320,15 @@ def test_dcpo_loss_masks_inner_positions_and_moves_toward_reward():
     mask = jnp.arange(s)[None] < steps[:, None]
     adv = jnp.array([1.5, -0.5, 0.5, -1.5])
     logits = ChunkPolicy(PCFG).apply({"params": params["policy"]}, inputs, steps)
-    batch = {"inputs": inputs, "steps": steps, "actions": actions, "mask": mask,
-             "logp_old": action_logp(logits, actions), "advantages": adv,
-             "forced": jnp.zeros(n, jnp.int32)}  # fmt: skip
+    batch = {
+        "inputs": inputs,
+        "steps": steps,
+        "actions": actions,
+        "mask": mask,
+        "logp_old": action_logp(logits, actions),
+        "advantages": adv,
+        "forced": jnp.zeros(n, jnp.int32),
+    }
     for k in ("reward", "wer", "mean_chunk", "out_of_range"):
         batch[k] = jnp.zeros(n)
     loss, m = task.loss(params, batch, None, train=True, step=jnp.asarray(0))
@@ -277,8 +343,9 @@ def test_dcpo_loss_masks_inner_positions_and_moves_toward_reward():
     state = opt.init(pol)
 
     def f(p):
-        return task.loss({"policy": p, "ref": params["ref"]}, batch, None, train=True,
-                         step=jnp.asarray(5))[0]  # fmt: skip
+        return task.loss(
+            {"policy": p, "ref": params["ref"]}, batch, None, train=True, step=jnp.asarray(5)
+        )[0]
 
     x = inputs[:1]
     p3 = jax.nn.softmax(ChunkPolicy(PCFG).apply({"params": pol}, x, steps[:1]))[0, 0, 2]

@@ -22,8 +22,7 @@ class FixedMelEngine(Engine):
     family = "fixed_mel"
 
     def __init__(self):
-        self.frontend = TextFrontend.build([list("abcdefghijklmnopqrstuvwxyz .,?")],
-                                           backend="char")  # fmt: skip
+        self.frontend = TextFrontend.build([list("abcdefghijklmnopqrstuvwxyz .,?")], backend="char")
         self.mel_cfg = MelConfig()
         self.frame_rate = 50.0
         self.max_text_symbols = 40
@@ -56,8 +55,9 @@ class FixedMelEngine(Engine):
         mel = np.full((b, n_max, self.mel_cfg.n_mels), -11.5, np.float32)
         for i in range(b):
             mel[i, : length[i]] = shape + level[i]
-        return Generated(units=mel, length=length, steps=np.ones(b, np.int32),
-                         hit_max=length >= n_max, stats={})  # fmt: skip
+        return Generated(
+            units=mel, length=length, steps=np.ones(b, np.int32), hit_max=length >= n_max, stats={}
+        )
 
 
 @pytest.fixture(scope="module")
@@ -67,14 +67,14 @@ def engine():
 
 def _prompt():
     t = np.arange(16000) / 16000
-    return Prompt("p0", "spk", "hello there", (0.3 * np.sin(2 * np.pi * 220 * t)).astype(
-        np.float32))  # fmt: skip
+    return Prompt(
+        "p0", "spk", "hello there", (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    )
 
 
 def test_second_family_through_the_shared_synthesis(engine, tmp_path):
     synth = Synthesizer(engine)
-    texts = ["abc de", "a much longer line of text here. and more of it, still going on", "",
-             "fg"]  # fmt: skip
+    texts = ["abc de", "a much longer line of text here. and more of it, still going on", "", "fg"]
     results = synth.synthesize(texts, _prompt(), batch_size=2, seed=1, progress=False)
     assert [r.skipped for r in results] == [None, None, "empty line", None]
     # prompt: mel frames [P, 80] padded into [B, P, 80]; the first second of it (50 frames)
@@ -106,6 +106,9 @@ def test_load_engine_rejects_a_non_tts_run(tmp_path):
     from jaxtts.engine import load_engine
 
     (tmp_path / "config.json").write_text(json.dumps({"task": "ctc_asr"}))
-    with pytest.raises(CheckpointError, match=r"a 'ctc_asr' run \(conformer CTC ASR.*does not "
-                                              r"synthesize speech"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"a 'ctc_asr' run \(conformer CTC ASR.*does not "
+        r"synthesize speech",
+    ):
         load_engine(tmp_path)

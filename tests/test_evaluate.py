@@ -30,14 +30,19 @@ TRAIN = [
     "my sister reads a book in the kitchen every morning",
     "they found a small dog near the river",
 ]
-TEST = ["the lazy cat walked to the river", "my sister will bring bread after lunch",
-        "the old dog sat in the warm kitchen", "they found a small cat near the station"]
+TEST = [
+    "the lazy cat walked to the river",
+    "my sister will bring bread after lunch",
+    "the old dog sat in the warm kitchen",
+    "they found a small cat near the station",
+]
 SPEAKERS = {"s0": "en-us+klatt", "s1": "en-us+klatt2"}
 
 
 def _espeak(text, voice, path=None):
-    out = subprocess.run(["espeak-ng", "-v", voice, "--stdout", text], check=True,
-                         capture_output=True).stdout
+    out = subprocess.run(
+        ["espeak-ng", "-v", voice, "--stdout", text], check=True, capture_output=True
+    ).stdout
     import io
 
     w, sr = sf.read(io.BytesIO(out), dtype="float32")
@@ -56,9 +61,17 @@ def corpus(tmp_path_factory):
             w = resample_poly(w, 320, 441).astype(np.float32)
             (root / "wavs" / spk).mkdir(parents=True, exist_ok=True)
             sf.write(root / "wavs" / spk / f"{uid}.wav", w, 16000, subtype="PCM_16")
-            utts.append(Utterance(id=uid, audio=f"wavs/{spk}/{uid}.wav", text=text,
-                                  normalized_text=text, phonemes=[], speaker=spk,
-                                  duration=len(w) / 16000))
+            utts.append(
+                Utterance(
+                    id=uid,
+                    audio=f"wavs/{spk}/{uid}.wav",
+                    text=text,
+                    normalized_text=text,
+                    phonemes=[],
+                    speaker=spk,
+                    duration=len(w) / 16000,
+                )
+            )
         write_manifest(root / f"{split}.jsonl", utts)
     return root
 
@@ -69,16 +82,28 @@ class EspeakSynth:
     def __call__(self, texts, prompts):
         assert len(texts) == 1 and prompts[0].speaker in SPEAKERS
         w, sr = _espeak(texts[0], "en-us+klatt")
-        return [(w, {"sample_rate": sr, "num_forwards": 100, "num_tokens": 400,
-                     "lm_s": 0.01, "kv_cache_bytes": 1000})]
+        return [
+            (
+                w,
+                {
+                    "sample_rate": sr,
+                    "num_forwards": 100,
+                    "num_tokens": 400,
+                    "lm_s": 0.01,
+                    "kv_cache_bytes": 1000,
+                },
+            )
+        ]
 
 
 class StatsEncoder:
     """Toy speaker encoder: [rms, zero-crossing rate] of the clip."""
 
     def embed(self, wavs, sr):
-        return np.array([[np.sqrt(np.mean(w**2)), np.mean(np.abs(np.diff(np.sign(w))))]
-                         for w in wavs], np.float32)
+        return np.array(
+            [[np.sqrt(np.mean(w**2)), np.mean(np.abs(np.diff(np.sign(w))))] for w in wavs],
+            np.float32,
+        )
 
 
 class BadSynth:
@@ -104,18 +129,27 @@ def test_selection_and_prompts(corpus):
 
     utts = read_manifest(corpus / "test.jsonl")
     assert [u.speaker for u in select_utterances(utts, 3)] == ["s0", "s1", "s0"]
-    assert prompt_ids(utts) == {"test_000": "test_002", "test_002": "test_000",
-                                "test_001": "test_003", "test_003": "test_001"}
+    assert prompt_ids(utts) == {
+        "test_000": "test_002",
+        "test_002": "test_000",
+        "test_001": "test_003",
+        "test_003": "test_001",
+    }
 
 
 def test_evaluate_rows(corpus, tmp_path):
     out = tmp_path / "eval"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = evaluate(corpus, out, rows=["ground_truth"],
-                       speaker_encoder=StatsEncoder(),
-                       synthesizers={"espeak": EspeakSynth(), "bad": BadSynth()},
-                       asr_cache_dir=str(tmp_path / "lm"), progress=False)
+        res = evaluate(
+            corpus,
+            out,
+            rows=["ground_truth"],
+            speaker_encoder=StatsEncoder(),
+            synthesizers={"espeak": EspeakSynth(), "bad": BadSynth()},
+            asr_cache_dir=str(tmp_path / "lm"),
+            progress=False,
+        )
     assert not [w for w in caught if "SIM" in str(w.message)]
     rows = {r["name"]: r for r in res["rows"]}
     gt, sp, bad = rows["ground truth"], rows["espeak"], rows["bad"]
@@ -149,11 +183,14 @@ def test_evaluate_rows(corpus, tmp_path):
     assert len(list((out / "samples").glob("*/*.wav"))) == 4  # 2 per non-empty row
 
 
-@pytest.mark.parametrize("args,expect", [
-    (["--rows", "nonsense"], "nonsense"),
-    (["--rows", "model:far"], "need --workdir"),
-    (["--split", "nosuchsplit"], "nosuchsplit.jsonl"),
-])
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        (["--rows", "nonsense"], "nonsense"),
+        (["--rows", "model:far"], "need --workdir"),
+        (["--split", "nosuchsplit"], "nosuchsplit.jsonl"),
+    ],
+)
 def test_cli_errors_are_one_line(corpus, tmp_path, capsys, args, expect):
     rc = main(["--corpus", str(corpus), "--out", str(tmp_path), "--no-progress", *args])
     assert rc == 2
@@ -164,9 +201,23 @@ def test_cli_errors_are_one_line(corpus, tmp_path, capsys, args, expect):
 def test_cli_on_tiny_corpus(tiny_corpus, tmp_path, capsys):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        rc = main(["--corpus", str(tiny_corpus), "--out", str(tmp_path), "--rows",
-                   "ground_truth", "--no-progress", "--lm-generated", "0",
-                   "--speaker-encoder", "none", "--no-spectral", "--no-plots"])
+        rc = main(
+            [
+                "--corpus",
+                str(tiny_corpus),
+                "--out",
+                str(tmp_path),
+                "--rows",
+                "ground_truth",
+                "--no-progress",
+                "--lm-generated",
+                "0",
+                "--speaker-encoder",
+                "none",
+                "--no-spectral",
+                "--no-plots",
+            ]
+        )
     assert rc == 0
     # SIM was switched off on purpose: no "SIM column disabled" warning (issue: command line)
     assert not [w for w in caught if "SIM" in str(w.message)]
@@ -196,13 +247,13 @@ def test_failed_adaptation_falls_back_to_stock_model(tiny_corpus, tmp_path, monk
         raise AudioError("train/x.wav: audio file not found")
 
     monkeypatch.setattr(asr_mod, "corpus_adapted_hmm", broken)
-    asrs, warn = make_asrs(tiny_corpus, progress=False, cache_dir=str(tmp_path),
-                           lm_generated=0)
+    asrs, warn = make_asrs(tiny_corpus, progress=False, cache_dir=str(tmp_path), lm_generated=0)
     assert set(asrs) == {"domain", "default"}
     assert not asrs["domain"].adapted and not asrs["default"].adapted
     assert any("not adapted" in w and "x.wav" in w for w in warn)
-    asrs, warn = make_asrs(tiny_corpus, progress=False, cache_dir=str(tmp_path),
-                           lm_generated=0, adapt=False)
+    asrs, warn = make_asrs(
+        tiny_corpus, progress=False, cache_dir=str(tmp_path), lm_generated=0, adapt=False
+    )
     assert not asrs["domain"].adapted and not any("not adapted" in w for w in warn)
 
 
@@ -210,9 +261,19 @@ def test_split_specs_keeps_strategy_settings_together():
     from jaxtts.evaluate import split_specs
 
     assert split_specs("far,ssd:L=3,beta=0.4,palle:steps=50,refine=3,car:3,ssd:3,0.4,draft") == [
-        "far", "ssd:L=3,beta=0.4", "palle:steps=50,refine=3", "car:3", "ssd:3,0.4", "draft"]
+        "far",
+        "ssd:L=3,beta=0.4",
+        "palle:steps=50,refine=3",
+        "car:3",
+        "ssd:3,0.4",
+        "draft",
+    ]
     assert split_specs("far@a/b,ssd:3,0.4@c,palle:refine=3@d/e,nar@d/e") == [
-        "far@a/b", "ssd:3,0.4@c", "palle:refine=3@d/e", "nar@d/e"]
+        "far@a/b",
+        "ssd:3,0.4@c",
+        "palle:refine=3@d/e",
+        "nar@d/e",
+    ]
 
 
 def test_model_rows_name_their_own_run_folder(tiny_corpus, tmp_path, capsys):
@@ -228,8 +289,19 @@ def test_model_rows_name_their_own_run_folder(tiny_corpus, tmp_path, capsys):
     for spec in (f"model:@{run}", "model:far@", f"model:far@{tmp_path}/nothing"):
         with pytest.raises(ConfigError, match="model:"):
             make_row(spec, None, None)
-    rc = main(["--corpus", str(tiny_corpus), "--out", str(tmp_path), "--rows", "",
-               "--strategies", f"far@{tmp_path}/nothing", "--no-progress"])
+    rc = main(
+        [
+            "--corpus",
+            str(tiny_corpus),
+            "--out",
+            str(tmp_path),
+            "--rows",
+            "",
+            "--strategies",
+            f"far@{tmp_path}/nothing",
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "nothing" in err[0]
 
@@ -252,9 +324,23 @@ def test_sampling_overrides_name_the_model_rows(tiny_corpus, tmp_path, capsys):
         make_row("model:far+top_q=1", run, None)
     with pytest.raises(ConfigError, match=r"'\+top_k=x'"):
         make_row("model:far+top_k=x", run, None)
-    rc = main(["--corpus", str(tiny_corpus), "--out", str(tmp_path), "--rows", "",
-               "--workdir", run, "--strategies", "far", "--top_p", "1.5",
-               "--no-progress"])  # fmt: skip
+    rc = main(
+        [
+            "--corpus",
+            str(tiny_corpus),
+            "--out",
+            str(tmp_path),
+            "--rows",
+            "",
+            "--workdir",
+            run,
+            "--strategies",
+            "far",
+            "--top_p",
+            "1.5",
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "top_p=1.5" in err[0]
 
@@ -264,15 +350,27 @@ def test_error_breakdown_counts_kinds_and_speakers():
     from jaxtts.eval import report
 
     def utt(spk, ref, hyp, errors):
-        return {"speaker": spk, "ref": ref, "hyp_domain": hyp, "errors_domain": errors,
-                "words_domain": len(ref.split())}
+        return {
+            "speaker": spk,
+            "ref": ref,
+            "hyp_domain": hyp,
+            "errors_domain": errors,
+            "words_domain": len(ref.split()),
+        }
 
-    results = {"rows": [
-        {"name": "a", "utterances": [utt("spk0", "the red cat", "the red red cat", 1),
-                                     utt("spk1", "a b c d", "a b d", 1),
-                                     utt("spk1", "one two", "one too", 1)]},
-        {"name": "gt_without_asr", "utterances": [{"speaker": "spk0", "ref": "x"}]},
-    ]}
+    results = {
+        "rows": [
+            {
+                "name": "a",
+                "utterances": [
+                    utt("spk0", "the red cat", "the red red cat", 1),
+                    utt("spk1", "a b c d", "a b d", 1),
+                    utt("spk1", "one two", "one too", 1),
+                ],
+            },
+            {"name": "gt_without_asr", "utterances": [{"speaker": "spk0", "ref": "x"}]},
+        ]
+    }
     table = report.error_breakdown(results).splitlines()
     assert table[0] == "| row | words | S | D | I | spk0 | spk1 |"
     assert table[2] == "| a | 9 | 1 | 1 | 1 | 33.3 | 33.3 |"

@@ -29,8 +29,9 @@ def _forward(cfg, params, seed=0):
     rng = np.random.default_rng(seed)
     text = rng.integers(1, cfg.num_text_symbols, (3, 7)).astype(np.int32)
     speech = rng.integers(0, cfg.num_speech_tokens, (3, 9)).astype(np.int32)
-    logits, _ = TTSLM(cfg).apply({"params": params}, text, np.array([7, 5, 3]), speech,
-                                 np.array([9, 4, 6]))  # fmt: skip
+    logits, _ = TTSLM(cfg).apply(
+        {"params": params}, text, np.array([7, 5, 3]), speech, np.array([9, 4, 6])
+    )
     return np.asarray(logits)
 
 
@@ -45,10 +46,23 @@ def test_expanded_stack_computes_the_same_logits_and_tokens(layer_map):
     # the cached decode loop too (prefill + extend through every layer)
     rows, keys = random_rows(3, seed=4), row_keys(0, range(3))
     for spec in ("far", "car:3"):
-        a = run(registry.get(spec), params, batch_of(rows), keys, max_new_tokens=16,
-                sampling=SamplingConfig(top_k=4))  # fmt: skip
-        b = run(registry.get(spec), deep, batch_of(rows), keys, max_new_tokens=16,
-                sampling=SamplingConfig(top_k=4), cfg=DEEP)  # fmt: skip
+        a = run(
+            registry.get(spec),
+            params,
+            batch_of(rows),
+            keys,
+            max_new_tokens=16,
+            sampling=SamplingConfig(top_k=4),
+        )
+        b = run(
+            registry.get(spec),
+            deep,
+            batch_of(rows),
+            keys,
+            max_new_tokens=16,
+            sampling=SamplingConfig(top_k=4),
+            cfg=DEEP,
+        )
         np.testing.assert_array_equal(b.tokens, a.tokens)
 
 
@@ -63,8 +77,9 @@ def test_new_layers_copy_the_next_old_layer_with_zero_outputs():
         up = layer["mlp"]["wi_up"]["kernel"]
         np.testing.assert_array_equal(up, old1["mlp"]["wi_up"]["kernel"])
     assert np.any(stack["layer_4"]["attn"]["o"]["kernel"])  # the old layers are untouched
-    np.testing.assert_array_equal(stack["layer_0"]["mlp"]["wo"]["kernel"],
-                                  params["stack"]["layer_0"]["mlp"]["wo"]["kernel"])  # fmt: skip
+    np.testing.assert_array_equal(
+        stack["layer_0"]["mlp"]["wo"]["kernel"], params["stack"]["layer_0"]["mlp"]["wo"]["kernel"]
+    )
 
 
 def test_default_layer_map_keeps_the_paper_split_draft_trained():
@@ -76,8 +91,9 @@ def _tiny_run(path, params, cfg=TINY):
     from configs import car
 
     config = car.get_config("tiny")
-    config.model.update(num_text_symbols=cfg.num_text_symbols,
-                        num_speech_tokens=cfg.num_speech_tokens)  # fmt: skip
+    config.model.update(
+        num_text_symbols=cfg.num_text_symbols, num_speech_tokens=cfg.num_speech_tokens
+    )
     config.loss.align_layers = (1,)
     run = RunFolder(path)
     run.write_config(config)
@@ -99,14 +115,18 @@ def test_expand_run_writes_a_loadable_deeper_folder(tmp_path):
     np.testing.assert_array_equal(_forward(DEEP, deep), _forward(TINY, params))
 
 
-@pytest.mark.parametrize("num_layers,layer_map,words", [
-    (6, (0, 0), "strictly increasing"),
-    (6, (0, 6), "strictly increasing"),
-    (6, (0, 2, 4), "one new index per old layer"),
-    (1, None, "the new depth must be >= the old one"),
-])  # fmt: skip
-def test_bad_layer_map_is_a_one_line_error_naming_both_depths(tmp_path, num_layers, layer_map,
-                                                               words):  # fmt: skip
+@pytest.mark.parametrize(
+    "num_layers,layer_map,words",
+    [
+        (6, (0, 0), "strictly increasing"),
+        (6, (0, 6), "strictly increasing"),
+        (6, (0, 2, 4), "one new index per old layer"),
+        (1, None, "the new depth must be >= the old one"),
+    ],
+)
+def test_bad_layer_map_is_a_one_line_error_naming_both_depths(
+    tmp_path, num_layers, layer_map, words
+):
     _tiny_run(tmp_path / "src", init_params())
     with pytest.raises(ConfigError) as e:
         expand_run(tmp_path / "src", tmp_path / "deep", num_layers, layer_map)

@@ -41,12 +41,14 @@ def test_prefill_and_cached_steps_equal_full_forward(params):
     text_len = np.array([8, 5, 3], np.int32)
     speech = rng.integers(0, TINY.num_speech_tokens, (b, t)).astype(np.int32)
     speech[:, 0] = TINY.bos
-    full_logits, full_h = m.apply({"params": params}, text, text_len, speech,
-                                  np.full((b,), t, np.int32))  # fmt: skip
+    full_logits, full_h = m.apply(
+        {"params": params}, text, text_len, speech, np.full((b,), t, np.int32)
+    )
     cache = m.apply({"params": params}, b, x, t + 4, method="init_cache")
     p_len = np.array([4, 2, 1], np.int32)  # per-row prompt lengths (BOS included)
-    h, cache = m.apply({"params": params}, text, text_len, speech[:, :4], p_len, cache,
-                       method="prefill")  # fmt: skip
+    h, cache = m.apply(
+        {"params": params}, text, text_len, speech[:, :4], p_len, cache, method="prefill"
+    )
     for i in range(b):
         np.testing.assert_allclose(h[i, : p_len[i]], full_h[i, : p_len[i]], atol=1e-5)
     # then one token at a time, each row from its own offset
@@ -70,8 +72,9 @@ def test_cache_rollback_then_extend_equals_direct(params):
     text = np.array([[3, 4, 5, 6]], np.int32)
     toks = np.array([[TINY.bos, 1, 2, 3, 4, 5]], np.int32)
     cache = m.apply({"params": params}, 1, 4, 10, method="init_cache")
-    _, cache = m.apply({"params": params}, text, np.array([4]), toks[:, :2], np.array([2]),
-                       cache, method="prefill")  # fmt: skip
+    _, cache = m.apply(
+        {"params": params}, text, np.array([4]), toks[:, :2], np.array([2]), cache, method="prefill"
+    )
     _, c1 = m.apply({"params": params}, jnp.array([[7, 8, 9]]), cache, method="extend")
     c1 = c1.rollback(jnp.array([2]))  # reject all three drafted tokens
     h_a, _ = m.apply({"params": params}, toks[:, 2:5], c1, method="extend")
@@ -83,34 +86,47 @@ def test_cache_rollback_then_extend_equals_direct(params):
 def test_while_loop_equals_python_reference(params, spec):
     strat = registry.get(spec)
     rows = random_rows(5, seed=1)
-    out = run(strat, params, batch_of(rows), row_keys(0, range(5)), max_new_tokens=24,
-                sampling=GREEDY)  # fmt: skip
+    out = run(
+        strat, params, batch_of(rows), row_keys(0, range(5)), max_new_tokens=24, sampling=GREEDY
+    )
     lengths = []
     for i, (t, p) in enumerate(rows):
         ref = reference_decode(params, t, p, strat.chunk, 24)
         got = np.asarray(out.tokens[i, : out.length[i]]).tolist()
         assert got == ref, (spec, i)
-        assert np.all(np.asarray(out.tokens[i, out.length[i]:]) == -1)
-        assert int(out.steps[i]) == (len(ref) // strat.chunk + 1 if len(ref) < 24
-                                     else -(-24 // strat.chunk))  # fmt: skip
+        assert np.all(np.asarray(out.tokens[i, out.length[i] :]) == -1)
+        assert int(out.steps[i]) == (
+            len(ref) // strat.chunk + 1 if len(ref) < 24 else -(-24 // strat.chunk)
+        )
         lengths.append(len(ref))
     assert len(set(lengths)) > 2, lengths  # the rows really stop at different times
     assert int(out.num_forwards) == int(np.max(out.steps))
 
 
-@pytest.mark.parametrize("spec,sampling,seed", [
-    ("car:3", GREEDY, 2),
-    ("car:2", SamplingConfig(temperature=1.0, top_k=8), 3),
-], ids=["greedy", "sampling"])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec,sampling,seed",
+    [
+        ("car:3", GREEDY, 2),
+        ("car:2", SamplingConfig(temperature=1.0, top_k=8), 3),
+    ],
+    ids=["greedy", "sampling"],
+)
 def test_batch_n_equals_batch_1(params, spec, sampling, seed):
     """Mixed text/prompt lengths, the batch padded wider than any row; per-row keys."""
     rows = random_rows(5, seed=seed)
     strat = registry.get(spec)
-    big = run(strat, params, batch_of(rows, 16, 8), row_keys(5, range(5)),
-                max_new_tokens=20, sampling=sampling)  # fmt: skip
+    big = run(
+        strat,
+        params,
+        batch_of(rows, 16, 8),
+        row_keys(5, range(5)),
+        max_new_tokens=20,
+        sampling=sampling,
+    )
     for i, row in enumerate(rows):
-        one = run(strat, params, batch_of([row]), row_keys(5, [i]), max_new_tokens=20,
-                    sampling=sampling)  # fmt: skip
+        one = run(
+            strat, params, batch_of([row]), row_keys(5, [i]), max_new_tokens=20, sampling=sampling
+        )
         n = int(one.length[0])
         assert int(big.length[i]) == n
         np.testing.assert_array_equal(big.tokens[i, :n], one.tokens[0, :n])
@@ -118,10 +134,22 @@ def test_batch_n_equals_batch_1(params, spec, sampling, seed):
 
 def test_car_c1_equals_far(params):
     rows = random_rows(4, seed=4)
-    a = run(registry.get("far"), params, batch_of(rows), row_keys(0, range(4)),
-                            max_new_tokens=20, sampling=GREEDY)  # fmt: skip
-    b = run(registry.get("car:1"), params, batch_of(rows), row_keys(0, range(4)),
-                              max_new_tokens=20, sampling=GREEDY)  # fmt: skip
+    a = run(
+        registry.get("far"),
+        params,
+        batch_of(rows),
+        row_keys(0, range(4)),
+        max_new_tokens=20,
+        sampling=GREEDY,
+    )
+    b = run(
+        registry.get("car:1"),
+        params,
+        batch_of(rows),
+        row_keys(0, range(4)),
+        max_new_tokens=20,
+        sampling=GREEDY,
+    )
     np.testing.assert_array_equal(a.tokens, b.tokens)
     np.testing.assert_array_equal(a.steps, b.steps)
 
@@ -139,16 +167,28 @@ def test_eos_in_chunk_stops_row_at_first_eos():
     params["base_head"]["bias"] = params["base_head"]["bias"].at[eos].set(-100.0)
     rows = random_rows(3, seed=6)
     batch = batch_of(rows)
-    out = run(registry.get("car:3"), params, batch, row_keys(0, range(3)),
-                                max_new_tokens=10, sampling=GREEDY)  # fmt: skip
+    out = run(
+        registry.get("car:3"),
+        params,
+        batch,
+        row_keys(0, range(3)),
+        max_new_tokens=10,
+        sampling=GREEDY,
+    )
     np.testing.assert_array_equal(out.length, [1, 1, 1])
     np.testing.assert_array_equal(out.steps, [1, 1, 1])
     assert not np.any(np.asarray(out.hit_max))
     assert np.all(np.asarray(out.tokens[:, 1:]) == -1)
     for i, (t, p) in enumerate(rows):
         assert reference_decode(params, t, p, 3, 10) == [int(out.tokens[i, 0])]
-    far = run(registry.get("far"), params, batch, row_keys(0, range(3)),
-                              max_new_tokens=10, sampling=GREEDY)  # the base head never stops
+    far = run(
+        registry.get("far"),
+        params,
+        batch,
+        row_keys(0, range(3)),
+        max_new_tokens=10,
+        sampling=GREEDY,
+    )  # the base head never stops
     np.testing.assert_array_equal(far.length, [10, 10, 10])
     assert np.all(np.asarray(far.hit_max)) and int(far.num_forwards) == 10
 
@@ -222,11 +262,18 @@ def test_lm_task_loss_ignores_padding_rows_and_prompt():
 def test_min_tokens_suppresses_early_eos(params):
     rows = random_rows(4, seed=7)
     strat = registry.get("car:2")
-    free = run(strat, params, batch_of(rows), row_keys(0, range(4)), max_new_tokens=30,
-                 sampling=GREEDY)  # fmt: skip
+    free = run(
+        strat, params, batch_of(rows), row_keys(0, range(4)), max_new_tokens=30, sampling=GREEDY
+    )
     assert int(np.min(free.length)) < 6  # some rows stop early without the constraint
-    out = run(strat, params, batch_of(rows), row_keys(0, range(4)), max_new_tokens=30,
-                sampling=SamplingConfig(greedy=True, min_tokens=6))  # fmt: skip
+    out = run(
+        strat,
+        params,
+        batch_of(rows),
+        row_keys(0, range(4)),
+        max_new_tokens=30,
+        sampling=SamplingConfig(greedy=True, min_tokens=6),
+    )
     assert int(np.min(out.length)) >= 6
     with pytest.raises(ConfigError, match="min_tokens=-1"):
         SamplingConfig(min_tokens=-1)
@@ -237,8 +284,12 @@ def test_split_text_exact():
 
     fits = lambda s: len(s) <= 25  # noqa: E731
     text = "The cat sat on the mat. The dog ran to the park, and the bird sang all day long."
-    assert split_text(text, fits) == ["The cat sat on the mat.", "The dog ran to the park,",
-                                      "and the bird", "sang all day long."]  # fmt: skip
+    assert split_text(text, fits) == [
+        "The cat sat on the mat.",
+        "The dog ran to the park,",
+        "and the bird",
+        "sang all day long.",
+    ]
     assert split_text("  short  text ", fits) == ["short text"]
     assert split_text("", fits) == []
     assert split_text("x" * 40, fits) == ["x" * 40]  # one word: never cut inside it
@@ -260,19 +311,20 @@ def test_lora_starts_at_base_model_and_only_adapters_train(params):
     text, speech = np.array([[3, 4, 5]], np.int32), np.array([[TINY.bos, 1, 2]], np.int32)
     lens = (np.array([3]), np.array([3]))
     lp = jax.jit(m.init)(jax.random.key(1), text, lens[0], speech, lens[1])["params"]
-    lp = jax.tree.map(lambda x: getattr(x, "value", x), lp,
-                      is_leaf=lambda x: hasattr(x, "value"))  # fmt: skip
+    lp = jax.tree.map(lambda x: getattr(x, "value", x), lp, is_leaf=lambda x: hasattr(x, "value"))
     # copy the base weights in: with B = 0 the adapted model equals the base model
     merged = jax.tree_util.tree_map_with_path(
-        lambda p, x: x if "lora" in jax.tree_util.keystr(p) else _get(params, p), lp)
+        lambda p, x: x if "lora" in jax.tree_util.keystr(p) else _get(params, p), lp
+    )
     base_out = TTSLM(TINY).apply({"params": params}, text, lens[0], speech, lens[1])[0]
     lora_out = m.apply({"params": merged}, text, lens[0], speech, lens[1])[0]
     np.testing.assert_allclose(lora_out, base_out, atol=1e-6)
     mask = lora_only(merged)
     n_lora = sum(jax.tree.leaves(mask))
     assert n_lora == 2 * 7 * TINY.num_layers  # q k v o wi_gate wi_up wo, A and B each
-    tx = make_optimizer(mlc.ConfigDict(dict(learning_rate=1e-2, steps=10, warmup_steps=0)),
-                        trainable=lora_only)  # fmt: skip
+    tx = make_optimizer(
+        mlc.ConfigDict(dict(learning_rate=1e-2, steps=10, warmup_steps=0)), trainable=lora_only
+    )
     grads = jax.tree.map(jnp.ones_like, merged)
     updates, _ = tx.update(grads, tx.init(merged), merged)
     new = optax.apply_updates(merged, updates)

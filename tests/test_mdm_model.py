@@ -20,10 +20,25 @@ from jaxtts.methods.mdm.decode import mdm_decode, predicted_durations
 from jaxtts.methods.mdm.model import AcousticModel, MDMConfig, upsample
 from jaxtts.methods.mdm.task import mdm_loss
 
-CFG = MDMConfig(num_text_symbols=12, n_mels=6, levels=10, mel_lo=-4.0, mel_hi=2.0, d_model=16,
-                enc_layers=1, enc_heads=2, enc_ff=32, dur_channels=16, dec_layers=1,
-                dec_width=16, dec_heads=2, dec_ff=32, mixtures=3, speaker_dim=4,
-                score_layers=1)  # fmt: skip
+CFG = MDMConfig(
+    num_text_symbols=12,
+    n_mels=6,
+    levels=10,
+    mel_lo=-4.0,
+    mel_hi=2.0,
+    d_model=16,
+    enc_layers=1,
+    enc_heads=2,
+    enc_ff=32,
+    dur_channels=16,
+    dec_layers=1,
+    dec_width=16,
+    dec_heads=2,
+    dec_ff=32,
+    mixtures=3,
+    speaker_dim=4,
+    score_layers=1,
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +46,9 @@ def model_params():
     model = AcousticModel(CFG)
     text = jnp.ones((1, 5), jnp.int32)
     mel = jnp.zeros((1, 12, CFG.n_mels))
-    params = model.init(jax.random.key(0), text, jnp.array([5]), mel, jnp.array([12]),
-                        jnp.zeros((1, 4)))["params"]  # fmt: skip
+    params = model.init(
+        jax.random.key(0), text, jnp.array([5]), mel, jnp.array([12]), jnp.zeros((1, 4))
+    )["params"]
     params = nn.unbox(params)
     # durations around 2 frames a phone: log 2 bias on the duration head
     params["encoder"]["dur_out"]["bias"] = jnp.full((1,), float(np.log(2.0)))
@@ -95,9 +111,18 @@ def test_every_order_decodes_every_frame_once(model_params, order):
     model, params = model_params
     b = batch()
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(0), i))(jnp.arange(3))
-    out = jax.device_get(mdm_decode(model, params, jnp.asarray(b["text"]),
-                                    jnp.asarray(b["text_len"]), jnp.asarray(b["speaker"]), keys,
-                                    order=order, frames=24))  # fmt: skip
+    out = jax.device_get(
+        mdm_decode(
+            model,
+            params,
+            jnp.asarray(b["text"]),
+            jnp.asarray(b["text_len"]),
+            jnp.asarray(b["speaker"]),
+            keys,
+            order=order,
+            frames=24,
+        )
+    )
     for r in range(3):
         n = int(out.frames[r])
         assert 3 <= n <= 24
@@ -121,10 +146,19 @@ def test_greedy_batch_n_equals_batch_1(model_params, order):
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(0), i))(jnp.arange(3))
 
     def run(rows):
-        return jax.device_get(mdm_decode(
-            model, params, jnp.asarray(b["text"][rows]), jnp.asarray(b["text_len"][rows]),
-            jnp.asarray(b["speaker"][rows]), keys[np.asarray(rows)], order=order, frames=24,
-            greedy=True))  # fmt: skip
+        return jax.device_get(
+            mdm_decode(
+                model,
+                params,
+                jnp.asarray(b["text"][rows]),
+                jnp.asarray(b["text_len"][rows]),
+                jnp.asarray(b["speaker"][rows]),
+                keys[np.asarray(rows)],
+                order=order,
+                frames=24,
+                greedy=True,
+            )
+        )
 
     full = run([0, 1, 2])
     for r in range(3):
@@ -144,8 +178,9 @@ def test_greedy_values_are_the_mode_given_the_frames_decoded_before(model_params
     b = batch()
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(0), i))(jnp.arange(3))
     args = (jnp.asarray(b["text"]), jnp.asarray(b["text_len"]), jnp.asarray(b["speaker"]))
-    out = jax.device_get(mdm_decode(model, params, *args, keys, order=order, frames=24,
-                                    greedy=True))  # fmt: skip
+    out = jax.device_get(
+        mdm_decode(model, params, *args, keys, order=order, frames=24, greedy=True)
+    )
     p = {"params": params}
     _, mu_x, logw = model.apply(p, args[0], args[1], args[2], method="encode")
     mu = upsample(mu_x, predicted_durations(logw, args[1]), 24)
@@ -154,8 +189,7 @@ def test_greedy_values_are_the_mode_given_the_frames_decoded_before(model_params
     for s in range(int(out.order_step.max()) + 1):
         before = jnp.asarray((out.order_step >= 0) & (out.order_step < s))  # [B, T]
         q = jnp.where(before[..., None], jnp.asarray(out.levels), 0)
-        o = model.apply(p, mu, CFG.level_value(q), before, t_len, args[2],
-                        method="decode_params")  # fmt: skip
+        o = model.apply(p, mu, CFG.level_value(q), before, t_len, args[2], method="decode_params")
         mode = np.asarray(dmol.mode(o, CFG.levels)[1])  # [B, T, M]
         now = out.order_step == s
         np.testing.assert_array_equal(out.levels[now], mode[now])
@@ -183,14 +217,17 @@ def test_tiny_recipe_trains_and_synthesizes(tmp_path, tiny_corpus):
     for bad in ("swap:2", "topk:0", "mdm:sideways", "gradtts:0", "gradtts:fast"):
         with pytest.raises(ConfigError):
             eng.check_strategy(bad)
-    (gt,) = Synthesizer(eng).synthesize(["The cat sat."], None, strategy="gradtts:3",
-                                        max_seconds=1.0, progress=False)  # fmt: skip
+    (gt,) = Synthesizer(eng).synthesize(
+        ["The cat sat."], None, strategy="gradtts:3", max_seconds=1.0, progress=False
+    )
     assert gt.wav.size > 0 and gt.info["steps"] == 3
     with pytest.raises(ConfigError, match="top_k / top_p do not apply"):
-        Synthesizer(eng).synthesize(["The cat sat."], None, strategy="top1*", top_k=5,
-                                    progress=False)  # fmt: skip
-    (res,) = Synthesizer(eng).synthesize(["The cat sat."], None, strategy="l2r",
-                                         max_seconds=1.0, progress=False)  # fmt: skip
+        Synthesizer(eng).synthesize(
+            ["The cat sat."], None, strategy="top1*", top_k=5, progress=False
+        )
+    (res,) = Synthesizer(eng).synthesize(
+        ["The cat sat."], None, strategy="l2r", max_seconds=1.0, progress=False
+    )
     assert res.wav.size > 0 and res.info["steps"] == res.info["num_tokens"]
     from jaxtts.methods.mdm import decode as mdm_dec
 
@@ -218,12 +255,17 @@ def test_tiny_recipe_trains_and_synthesizes(tmp_path, tiny_corpus):
 
 def test_schedule_exact_values():
     t = jnp.array([0.0, 0.5, 1.0])
-    np.testing.assert_allclose(np.asarray(gradtts.cumulative_beta(CFG, t)),
-                               [0.0, 0.05 * 0.5 + 0.5 * 19.95 * 0.25, 0.05 + 0.5 * 19.95],
-                               rtol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        np.asarray(gradtts.cumulative_beta(CFG, t)),
+        [0.0, 0.05 * 0.5 + 0.5 * 19.95 * 0.25, 0.05 + 0.5 * 19.95],
+        rtol=1e-6,
+    )
     np.testing.assert_allclose(np.asarray(gradtts.beta(CFG, t)), [0.05, 10.025, 20.0], rtol=1e-6)
     assert [gradtts.parse_steps(s) for s in ("gradtts", "gradtts:7", "gradtts:length")] == [
-        100, 7, 0]
+        100,
+        7,
+        0,
+    ]
     for bad in ("gradtts:0", "gradtts:x", "grad:3"):
         with pytest.raises(ConfigError):
             gradtts.parse_steps(bad)
@@ -261,8 +303,9 @@ def test_joint_loss_trains_both_decoders_and_ignores_padding(model_params):
     f = jax.jit(lambda p, bb: mdm_loss(model, p, bb, jax.random.key(3)))
     loss, m = f(params, b)
     assert np.isfinite(float(m["score"])) and float(m["score"]) > 0
-    np.testing.assert_allclose(float(loss), float(m["elbo"] + m["prior"] + m["duration"]
-                                                  + m["score"]), rtol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        float(loss), float(m["elbo"] + m["prior"] + m["duration"] + m["score"]), rtol=1e-6
+    )
     b2 = {k: v.copy() for k, v in b.items()}
     b2["mel"][1, 13:] = 7.0  # beyond row 1's frames
     np.testing.assert_allclose(float(f(params, b2)[0]), float(loss), rtol=1e-6)
@@ -290,10 +333,19 @@ def test_decode_batch_n_equals_batch_1(model_params, greedy):
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(0), i))(jnp.arange(3))
 
     def run(rows, steps):
-        return jax.device_get(gradtts.gradtts_decode(
-            model, params, jnp.asarray(b["text"][rows]), jnp.asarray(b["text_len"][rows]),
-            jnp.asarray(b["speaker"][rows]), keys[np.asarray(rows)], steps=steps, frames=24,
-            greedy=greedy))  # fmt: skip
+        return jax.device_get(
+            gradtts.gradtts_decode(
+                model,
+                params,
+                jnp.asarray(b["text"][rows]),
+                jnp.asarray(b["text_len"][rows]),
+                jnp.asarray(b["speaker"][rows]),
+                keys[np.asarray(rows)],
+                steps=steps,
+                frames=24,
+                greedy=greedy,
+            )
+        )
 
     for steps in (4, 0):
         full = run([0, 1, 2], steps)

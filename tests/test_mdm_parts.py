@@ -37,8 +37,11 @@ def test_mas_equals_brute_force_on_random_inputs():
     n_max, t_max = 4, 8
     rows = [(n, t) for n in range(1, 5) for t in range(n, 9)]
     lp = rng.normal(size=(len(rows), n_max, t_max)).astype(np.float32)
-    path = np.asarray(monotonic_alignment(jnp.asarray(lp), jnp.array([r[0] for r in rows]),
-                                          jnp.array([r[1] for r in rows])))  # fmt: skip
+    path = np.asarray(
+        monotonic_alignment(
+            jnp.asarray(lp), jnp.array([r[0] for r in rows]), jnp.array([r[1] for r in rows])
+        )
+    )
     for b, (n, t) in enumerate(rows):
         score, want = _brute_force(lp[b, :n, :t])
         got = path[b]
@@ -56,8 +59,12 @@ def test_dmol_sums_to_one_and_matches_a_hand_value():
         np.testing.assert_allclose(np.exp(lp).sum(-1), 1.0, atol=1e-5)
         # nll evaluates only the target's bin: the same value as the full table's entry
         tgt = jnp.asarray(rng.integers(0, q, (6,)))
-        np.testing.assert_allclose(np.asarray(dmol.nll(params, tgt, q)),
-                                   -lp[np.arange(6), np.asarray(tgt)], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(dmol.nll(params, tgt, q)),
+            -lp[np.arange(6), np.asarray(tgt)],
+            rtol=1e-5,
+            atol=1e-6,
+        )
     # one component, mean 0, scale 1, Q = 3: levels at -1, 0, 1, half-width 0.5
     one = jnp.array([0.0, 0.0, 0.0])
     lp = np.exp(np.asarray(dmol.level_log_probs(one, 3)))

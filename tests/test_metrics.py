@@ -31,7 +31,10 @@ def test_wer_hand_made_pairs():
 def test_wer_details_and_empty_reference():
     d = M.wer_details(["the cat sat", "", ""], ["the cat sat down", "", "uh"])
     assert [(x.hits, x.substitutions, x.deletions, x.insertions) for x in d] == [
-        (3, 0, 0, 1), (0, 0, 0, 0), (0, 0, 0, 1)]
+        (3, 0, 0, 1),
+        (0, 0, 0, 0),
+        (0, 0, 0, 1),
+    ]
     assert [x.wer for x in d] == [pytest.approx(1 / 3), 0.0, 1.0]
     assert M.corpus_wer(d) == pytest.approx(2 / 3)  # 2 insertions / 3 reference words
     with pytest.raises(ValueError):
@@ -84,8 +87,9 @@ def test_mcd_between_voices(tmp_path):
     text = "the quick brown fox jumps over the lazy dog"
     wavs = {}
     for v in ("klatt", "f3"):
-        subprocess.run(["espeak-ng", "-v", f"en-us+{v}", "-w", str(tmp_path / f"{v}.wav"), text],
-                       check=True)
+        subprocess.run(
+            ["espeak-ng", "-v", f"en-us+{v}", "-w", str(tmp_path / f"{v}.wav"), text], check=True
+        )
         w, sr = sf.read(tmp_path / f"{v}.wav", dtype="float32")
         wavs[v] = resample_poly(w, 320, 441).astype(np.float32)
     ab = M.spectral_distortion(wavs["klatt"], wavs["f3"], SR)
@@ -115,10 +119,16 @@ def test_measure_rtf_separates_compile():
 
 
 def test_speed_stats_exact():
-    s = speed.speed_stats(wall_s=2.0, audio_s=4.0, lm_s=1.0, num_tokens=200,
-                          num_forwards=100, kv_cache_bytes=8e6)
-    assert s == {"rtf": 0.5, "lm_rtf": 0.25, "tokens_per_s": 200.0,
-                 "forwards_per_audio_s": 25.0, "kv_bytes_per_audio_s": 2e6}
+    s = speed.speed_stats(
+        wall_s=2.0, audio_s=4.0, lm_s=1.0, num_tokens=200, num_forwards=100, kv_cache_bytes=8e6
+    )
+    assert s == {
+        "rtf": 0.5,
+        "lm_rtf": 0.25,
+        "tokens_per_s": 200.0,
+        "forwards_per_audio_s": 25.0,
+        "kv_bytes_per_audio_s": 2e6,
+    }
     assert speed.speed_stats(1.0, 0.0)["rtf"] is None
     assert speed.peak_host_rss_bytes() > 10 * 2**20
     mem = speed.device_memory_stats()
@@ -136,8 +146,9 @@ class _MeanEncoder:
 
 
 def test_speaker_similarity():
-    cos = speaker.cosine_similarity(np.array([[1.0, 0.0], [1.0, 1.0]]),
-                                    np.array([[0.0, 2.0], [2.0, 2.0]]))
+    cos = speaker.cosine_similarity(
+        np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([[0.0, 2.0], [2.0, 2.0]])
+    )
     np.testing.assert_allclose(cos, [0.0, 1.0], atol=1e-6)
     enc = _MeanEncoder()
     assert isinstance(enc, speaker.SpeakerEncoder)

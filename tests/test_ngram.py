@@ -37,10 +37,17 @@ def test_distributions_sum_to_one(order):
     lm = KneserNeyLM(CORPUS, order, extra_words=["zebra"])
     vocab = [w for w in lm.vocab if w != BOS]
     assert "zebra" in vocab
-    contexts = [(), (BOS,), ("the",), ("sat", "on"), (BOS, "the", "dog"), ("zebra", "the"),
-                ("on", "the", "mat")]
+    contexts = [
+        (),
+        (BOS,),
+        ("the",),
+        ("sat", "on"),
+        (BOS, "the", "dog"),
+        ("zebra", "the"),
+        ("on", "the", "mat"),
+    ]
     for h in contexts:
-        h = h[max(0, len(h) - (order - 1)):] if order > 1 else ()
+        h = h[max(0, len(h) - (order - 1)) :] if order > 1 else ()
         total = sum(10 ** lm.logprob((*h, w)) for w in vocab)
         assert total == pytest.approx(1.0, abs=1e-9), h
 

@@ -19,10 +19,19 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     monkeypatch.setenv("JAXTTS_DATA_DIR", str(tmp_path / "data"))  # tiny corpus, not data/
     monkeypatch.setenv("JAXTTS_NOTEBOOK_WORKDIR", str(tmp_path / "run"))
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(ROOT / "notebooks")}})
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT / "notebooks")}},
+    )
     client.execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]  # fmt: skip
+    errors = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
     assert not errors, errors
     assert (tmp_path / "run" / "config.json").is_file()

@@ -15,8 +15,17 @@ from jaxtts.methods.palle import decode as dec
 from jaxtts.methods.palle import masking
 from jaxtts.methods.palle.model import MaskedGenTransformer, PALLEConfig, init_params
 
-CFG = PALLEConfig(num_text_symbols=20, num_speech_tokens=30, d_model=32, num_layers=2,
-                  num_heads=2, head_dim=16, d_ff=64, convnext_ff=64, conv_pos_groups=4)
+CFG = PALLEConfig(
+    num_text_symbols=20,
+    num_speech_tokens=30,
+    d_model=32,
+    num_layers=2,
+    num_heads=2,
+    head_dim=16,
+    d_ff=64,
+    convnext_ff=64,
+    conv_pos_groups=4,
+)
 GREEDY = SamplingConfig(greedy=True)
 
 
@@ -59,8 +68,13 @@ def test_refine_and_nar_masks_never_touch_the_visible_30_percent(stage):
 
 
 def test_commit_sizes_by_hand():
-    k = dec.commit_sizes(jnp.array([250, 199, 250, 50]), jnp.array([175, 140, 175, 30]),
-                         jnp.array([175, 140, 1, 30]), 0.01, 100)  # fmt: skip
+    k = dec.commit_sizes(
+        jnp.array([250, 199, 250, 50]),
+        jnp.array([175, 140, 175, 30]),
+        jnp.array([175, 140, 1, 30]),
+        0.01,
+        100,
+    )
     # floor(2.5) = 2; floor(1.99) = 1 < ceil(140/100) = 2; N_left = 1; floor(0.5) = 0 -> 1
     assert k.tolist() == [2, 2, 1, 1]
 
@@ -84,9 +98,19 @@ def test_par_commits_min_floor_rT_nleft_and_finishes_in_fixed_steps(params):
     model = MaskedGenTransformer(CFG)
     text, text_len, speech, p, total = _rows()
     steps, ratio = 30, 0.05  # floor(0.05 T) * 30 >= G for every row: the paper's k' exactly
-    tokens, conf, commits = dec.par_decode(model, params, text, text_len, speech, p, total,
-                                           row_keys(0, range(3)), steps=steps, ratio=ratio,
-                                           sampling=GREEDY)  # fmt: skip
+    tokens, conf, commits = dec.par_decode(
+        model,
+        params,
+        text,
+        text_len,
+        speech,
+        p,
+        total,
+        row_keys(0, range(3)),
+        steps=steps,
+        ratio=ratio,
+        sampling=GREEDY,
+    )
     tokens, commits = np.asarray(tokens), np.asarray(commits)  # [B, T], [steps, B]
     for b in range(3):
         g, left = int(total[b] - p[b]), int(total[b] - p[b])
@@ -105,9 +129,19 @@ def test_par_commits_min_floor_rT_nleft_and_finishes_in_fixed_steps(params):
 def test_par_raises_k_when_floor_rT_cannot_finish(params):
     model = MaskedGenTransformer(CFG)
     text, text_len, speech, p, total = _rows()
-    _, _, commits = dec.par_decode(model, params, text, text_len, speech, p, total,
-                                   row_keys(0, range(3)), steps=10, ratio=0.01,
-                                   sampling=GREEDY)  # fmt: skip
+    _, _, commits = dec.par_decode(
+        model,
+        params,
+        text,
+        text_len,
+        speech,
+        p,
+        total,
+        row_keys(0, range(3)),
+        steps=10,
+        ratio=0.01,
+        sampling=GREEDY,
+    )
     assert np.asarray(commits).sum(0).tolist() == (total - p).tolist()
 
 
@@ -115,11 +149,24 @@ def test_refine_never_remasks_an_updated_token(params):
     model = MaskedGenTransformer(CFG)
     text, text_len, speech, p, total = _rows()
     keys = row_keys(0, range(3))
-    tokens, conf, _ = dec.par_decode(model, params, text, text_len, speech, p, total, keys,
-                                     steps=30, ratio=0.05, sampling=GREEDY)  # fmt: skip
+    tokens, conf, _ = dec.par_decode(
+        model, params, text, text_len, speech, p, total, keys, steps=30, ratio=0.05, sampling=GREEDY
+    )
     steps, gamma = 12, 0.1
-    out, updated, remasked = dec.refine(model, params, text, text_len, tokens, conf, p, total,
-                                        keys, steps=steps, gamma=gamma, sampling=GREEDY)
+    out, updated, remasked = dec.refine(
+        model,
+        params,
+        text,
+        text_len,
+        tokens,
+        conf,
+        p,
+        total,
+        keys,
+        steps=steps,
+        gamma=gamma,
+        sampling=GREEDY,
+    )
     updated, remasked = np.asarray(updated), np.asarray(remasked)
     for b in range(3):
         g = int(total[b] - p[b])
@@ -129,15 +176,18 @@ def test_refine_never_remasks_an_updated_token(params):
         assert updated[b].sum() == sum(want)  # so no position was re-masked twice
         assert not updated[b, : p[b]].any() and not updated[b, total[b] :].any()
     # the first step picks the lowest stage-one confidences
-    first = dec._lowest(jnp.asarray(conf), jnp.asarray(
-        (np.arange(96)[None] >= p[:, None]) & (np.arange(96)[None] < total[:, None])),
-        jnp.ceil(gamma * (total - p)).astype(jnp.int32))  # fmt: skip
+    first = dec._lowest(
+        jnp.asarray(conf),
+        jnp.asarray((np.arange(96)[None] >= p[:, None]) & (np.arange(96)[None] < total[:, None])),
+        jnp.ceil(gamma * (total - p)).astype(jnp.int32),
+    )
     n_first = sum(int(np.ceil(gamma * (t - q))) for t, q in zip(total, p, strict=True))
     assert np.asarray(first).sum() == n_first
 
 
-@pytest.mark.parametrize("which,layout", [("par", "pad"), ("palle", "pad"), ("nar", "pad"),
-                                          ("palle", "stretch")])  # fmt: skip
+@pytest.mark.parametrize(
+    "which,layout", [("par", "pad"), ("palle", "pad"), ("nar", "pad"), ("palle", "stretch")]
+)
 def test_greedy_batch_n_equals_batch_1(params, which, layout):
     import dataclasses
 
@@ -148,13 +198,27 @@ def test_greedy_batch_n_equals_batch_1(params, which, layout):
     def run(sl):
         a = (text[sl], text_len[sl], speech[sl], p[sl], total[sl])
         if which == "nar":
-            return np.asarray(dec.nar_decode(model, params, *a, keys[sl], steps=8,
-                                             sampling=GREEDY)[0])  # fmt: skip
-        toks, conf, _ = dec.par_decode(model, params, *a, keys[sl], steps=20, ratio=0.05,
-                                       sampling=GREEDY)  # fmt: skip
+            return np.asarray(
+                dec.nar_decode(model, params, *a, keys[sl], steps=8, sampling=GREEDY)[0]
+            )
+        toks, conf, _ = dec.par_decode(
+            model, params, *a, keys[sl], steps=20, ratio=0.05, sampling=GREEDY
+        )
         if which == "palle":
-            toks = dec.refine(model, params, a[0], a[1], toks, conf, a[3], a[4], keys[sl],
-                              steps=3, gamma=0.05, sampling=GREEDY)[0]  # fmt: skip
+            toks = dec.refine(
+                model,
+                params,
+                a[0],
+                a[1],
+                toks,
+                conf,
+                a[3],
+                a[4],
+                keys[sl],
+                steps=3,
+                gamma=0.05,
+                sampling=GREEDY,
+            )[0]
         return np.asarray(toks)
 
     full = run(slice(0, 3))
@@ -165,8 +229,18 @@ def test_greedy_batch_n_equals_batch_1(params, which, layout):
 def test_nar_unmasks_on_the_cosine_schedule(params):
     model = MaskedGenTransformer(CFG)
     text, text_len, speech, p, total = _rows()
-    tokens, unmasked = dec.nar_decode(model, params, text, text_len, speech, p, total,
-                                      row_keys(0, range(3)), steps=8, sampling=GREEDY)
+    tokens, unmasked = dec.nar_decode(
+        model,
+        params,
+        text,
+        text_len,
+        speech,
+        p,
+        total,
+        row_keys(0, range(3)),
+        steps=8,
+        sampling=GREEDY,
+    )
     unmasked = np.asarray(unmasked)
     for b in range(3):
         g = int(total[b] - p[b])
@@ -191,8 +265,7 @@ def test_text_layouts_by_hand():
     # floor(t * L / S): 0,0,0,1,1,2,2 for L=3, S=7; 0,0,1,1 for L=2, S=4; no text: all [PAD]
     assert got.tolist() == [[1, 1, 1, 2, 2, 3, 3, 20], [4, 4, 5, 5, 20, 20, 20, 20], [20] * 8]
     with pytest.raises(ConfigError, match="model.text_layout='diag'"):
-        PALLEConfig.from_config(dict(num_text_symbols=2, num_speech_tokens=2,
-                                     text_layout="diag"))  # fmt: skip
+        PALLEConfig.from_config(dict(num_text_symbols=2, num_speech_tokens=2, text_layout="diag"))
 
 
 @pytest.mark.parametrize("layout", ["pad", "stretch"])
@@ -205,16 +278,21 @@ def test_logits_do_not_depend_on_padding(params, layout):
     wide = np.pad(speech, ((0, 0), (0, 32)), constant_values=5)
     b = model.apply({"params": params}, np.pad(text, ((0, 0), (0, 7))), text_len, wide, total)
     for r in range(3):
-        np.testing.assert_allclose(np.asarray(a)[r, : total[r]], np.asarray(b)[r, : total[r]],
-                                   atol=2e-5)  # fmt: skip
+        np.testing.assert_allclose(
+            np.asarray(a)[r, : total[r]], np.asarray(b)[r, : total[r]], atol=2e-5
+        )
 
 
 def test_task_loss_covers_only_the_span_and_drops_too_long_text():
     from jaxtts.methods.palle.task import PALLETask
 
     task = PALLETask(CFG, "par")
-    batch = {"text": np.ones((2, 50), np.int32), "text_len": np.array([10, 50], np.int32),
-             "speech": np.ones((2, 40), np.int32), "speech_len": np.array([40, 40], np.int32)}
+    batch = {
+        "text": np.ones((2, 50), np.int32),
+        "text_len": np.array([10, 50], np.int32),
+        "speech": np.ones((2, 40), np.int32),
+        "speech_len": np.array([40, 40], np.int32),
+    }
     x, loss_mask, ok = task.masked_inputs(batch, jax.random.key(0))
     x, loss_mask = np.asarray(x), np.asarray(loss_mask)
     assert ok.tolist() == [True, False]  # 50 text symbols do not fit 40 positions
@@ -261,12 +339,14 @@ def test_tiny_two_stages_train_and_synthesize(tiny_runs):
     assert eng.check_strategy("palle") == "palle:steps=100,ratio=0.01,refine=7,gamma=0.05,scale=1"
     synth = Synthesizer(eng, vocoder="griffin_lim")
     texts = ["the cat sat", "a much longer sentence about the weather today"]
-    out = synth.synthesize(texts, None, strategy="palle:steps=10,refine=2", batch_size=2,
-                           progress=False)  # fmt: skip
+    out = synth.synthesize(
+        texts, None, strategy="palle:steps=10,refine=2", batch_size=2, progress=False
+    )
     assert all(r.wav.size > 0 for r in out)
     assert all(r.info["steps"] == 12 for r in out)  # fixed: 10 PAR + 2 refine steps
-    one = synth.synthesize(texts, None, strategy="palle:steps=10,refine=2", batch_size=1,
-                           progress=False)  # fmt: skip
+    one = synth.synthesize(
+        texts, None, strategy="palle:steps=10,refine=2", batch_size=1, progress=False
+    )
     for a, b in zip(one, out, strict=True):  # batch-N == batch-1 (sampling, per-row keys)
         assert np.array_equal(a.tokens, b.tokens)
     par_eng = load_engine(par)
@@ -280,13 +360,21 @@ def test_explicit_lengths_are_checked(tiny_runs):
     from jaxtts.engine import load_engine
 
     eng = load_engine(tiny_runs[1])
-    batch = PromptBatch(np.ones((1, 8), np.int32), np.array([8], np.int32),
-                        np.zeros((1, 4), np.int32), np.array([4], np.int32))  # fmt: skip
+    batch = PromptBatch(
+        np.ones((1, 8), np.int32),
+        np.array([8], np.int32),
+        np.zeros((1, 4), np.int32),
+        np.array([4], np.int32),
+    )
     opts = eng.options(strategy="palle:steps=4,refine=1")
     out = eng.generate(batch, row_keys(0, [0]), opts, total_len=np.array([20]))
     assert out.length.tolist() == [16]
-    for total, msg in ((0, "must exceed its prompt"), (4, "must exceed its prompt"),
-                       (10_000, "longest training row"), (6, "shorter than its text")):
+    for total, msg in (
+        (0, "must exceed its prompt"),
+        (4, "must exceed its prompt"),
+        (10_000, "longest training row"),
+        (6, "shorter than its text"),
+    ):
         with pytest.raises(DataError, match=msg):
             eng.generate(batch, row_keys(0, [0]), opts, total_len=np.array([total]))
 

@@ -28,8 +28,14 @@ def _records(n=100, seed=0):
     for i in range(n):
         spk = "solo" if i == 0 else f"s{i % 4}"
         lx, ly = int(rng.integers(5, 60)), int(rng.integers(20, 400))
-        recs.append(LMRecord(f"u{i:03d}", spk, rng.integers(2, 40, lx).astype(np.int32),
-                             rng.integers(0, 100, ly).astype(np.int32)))  # fmt: skip
+        recs.append(
+            LMRecord(
+                f"u{i:03d}",
+                spk,
+                rng.integers(2, 40, lx).astype(np.int32),
+                rng.integers(0, 100, ly).astype(np.int32),
+            )
+        )
     return recs
 
 
@@ -209,10 +215,15 @@ def test_num_epochs_and_grain_dataset(records):
 
 def test_mel_loader_shares_machinery():
     rng = np.random.default_rng(1)
-    recs = [MelRecord(f"m{i}", f"s{i % 3}", rng.normal(size=(int(rng.integers(10, 300)), 8)
-                                                       ).astype(np.float32),
-                      rng.integers(2, 30, int(rng.integers(3, 40))).astype(np.int32))
-            for i in range(30)]  # fmt: skip
+    recs = [
+        MelRecord(
+            f"m{i}",
+            f"s{i % 3}",
+            rng.normal(size=(int(rng.integers(10, 300)), 8)).astype(np.float32),
+            rng.integers(2, 30, int(rng.integers(3, 40))).astype(np.int32),
+        )
+        for i in range(30)
+    ]
     kw = dict(batch_size=4, mel_buckets=(64, 128, 256, 320), text_buckets=(16, 32, 48), seed=0)
     single = MelLoader(recs, shard_index=0, shard_count=1, **kw)
     shards = [MelLoader(recs, shard_index=k, shard_count=2, **kw) for k in range(2)]
@@ -228,8 +239,9 @@ def test_mel_loader_shares_machinery():
             assert np.array_equal(b["text"][r, : b["text_len"][r]], recs[i].text_ids)
         parts = [s.get_batch(step) for s in shards]
         assert all(np.array_equal(np.concatenate([p[k] for p in parts]), b[k]) for k in b)
-    assert _equal(single.get_batch(9), MelLoader(recs, shard_index=0, shard_count=1,
-                                                 **kw).get_batch(9))  # fmt: skip
+    assert _equal(
+        single.get_batch(9), MelLoader(recs, shard_index=0, shard_count=1, **kw).get_batch(9)
+    )
     rows = np.concatenate([single.rows(s) for s in range(single.steps_per_epoch)])
     assert single.steps_per_epoch == 7 and len(set(rows)) == 28  # 2 left over this epoch
 
@@ -238,9 +250,18 @@ def test_load_lm_records_from_corpus_dir(tmp_path):
     from jaxtts.data.manifest import Utterance, write_manifest
     from jaxtts.data.text import SymbolTable
 
-    utts = [Utterance(id=f"a_{i}", audio=f"wavs/a/a_{i}.wav", text="hi", normalized_text="hi",
-                      phonemes=["h", "aɪ"] * (i + 1), speaker="a", duration=1.0)
-            for i in range(3)]  # fmt: skip
+    utts = [
+        Utterance(
+            id=f"a_{i}",
+            audio=f"wavs/a/a_{i}.wav",
+            text="hi",
+            normalized_text="hi",
+            phonemes=["h", "aɪ"] * (i + 1),
+            speaker="a",
+            duration=1.0,
+        )
+        for i in range(3)
+    ]
     write_manifest(tmp_path / "train.jsonl", utts)
     (tmp_path / "tokens" / "km").mkdir(parents=True)
     for i in range(3):
@@ -263,8 +284,14 @@ def test_load_lm_records_from_corpus_dir(tmp_path):
 def test_from_config_and_default_shard(records):
     from configs.common import data_config
 
-    cfg = data_config(batch_size=8, max_text_len=128, max_speech_len=300, bucket_step=128,
-                      prompt_seconds=2.0, seed=3)  # fmt: skip
+    cfg = data_config(
+        batch_size=8,
+        max_text_len=128,
+        max_speech_len=300,
+        bucket_step=128,
+        prompt_seconds=2.0,
+        seed=3,
+    )
     loader = LMLoader.from_config(records, cfg, frame_rate=25.0)  # jax.process_index/count
     assert (loader.shard_index, loader.shard_count) == (0, 1)
     assert loader.buckets == {"speech": (128, 256, 300), "text": (128,)}

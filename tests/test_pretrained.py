@@ -76,8 +76,7 @@ def test_car_small_aligned_heads(lm_engine, tiny_corpus):
     a = diagnostics.alignment_scores(lm_engine, utts, batch_size=12)
     task = LMTask(lm_engine.cfg, align=AlignConfig(layers=(1, 2), heads=(0, 1), ctc_weight=1.0))
     _, m, _ = task.forward(lm_engine.params, {k: jnp.asarray(v) for k, v in batch.items()})
-    np.testing.assert_allclose(a.diag_mass[1:3, :2].mean(), float(m["align/diag_mass"]),
-                               rtol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(a.diag_mass[1:3, :2].mean(), float(m["align/diag_mass"]), rtol=1e-5)
     np.testing.assert_allclose(a.ctc[1:3, :2].mean(), float(m["align/ctc"]), rtol=1e-5)
     assert a.diag_mass[1:3, :2].min() > 0.45, a.diag_mass
     assert a.diag_mass[[0, 3]].max() < 0.35, a.diag_mass
@@ -91,8 +90,14 @@ def test_car_small_speaks_a_sentence(lm_engine, tiny_corpus):
 
     synth = Synthesizer(lm_engine)
     prompt = Prompt.from_utterance(read_split(tiny_corpus, "test")[0])
-    (res,) = synth.synthesize(["The cat sat on the mat."], prompt, strategy="car:3",
-                              greedy=True, max_seconds=8.0, progress=False)  # fmt: skip
+    (res,) = synth.synthesize(
+        ["The cat sat on the mat."],
+        prompt,
+        strategy="car:3",
+        greedy=True,
+        max_seconds=8.0,
+        progress=False,
+    )
     seconds = res.wav.size / synth.sample_rate
     assert not res.info["hit_max"] and 0.8 < seconds < 4.0, res.info
 
@@ -164,8 +169,12 @@ def test_dcar_policy_keeps_to_its_guidance_range(tiny_corpus):
 
     eng = load_engine(PRETRAINED / "dcar")
     utts = read_split(tiny_corpus, "test")[:5]
-    chunks = np.concatenate([chunk_schedule(eng, u.text, Prompt.from_utterance(utts[-1]),
-                                            max_seconds=6.0)[1] for u in utts])  # fmt: skip
+    chunks = np.concatenate(
+        [
+            chunk_schedule(eng, u.text, Prompt.from_utterance(utts[-1]), max_seconds=6.0)[1]
+            for u in utts
+        ]
+    )
     inside = np.isin(chunks, [2, 3]).mean()
     assert inside >= 0.9, np.bincount(chunks)
 
@@ -180,8 +189,12 @@ def test_ssd_draft_predicts_the_next_token(tiny_corpus):
     from jaxtts.run_folder import RunFolder
 
     ssd = load_engine(PRETRAINED / "ssd")
-    draft = LMEngine(RunFolder(PRETRAINED / "ssd").read_config("ssd"), ssd.draft_params,
-                     ssd.frontend, ssd.tokenizer)  # fmt: skip
+    draft = LMEngine(
+        RunFolder(PRETRAINED / "ssd").read_config("ssd"),
+        ssd.draft_params,
+        ssd.frontend,
+        ssd.tokenizer,
+    )
     info = text_information(draft, _utts(tiny_corpus))
     assert info.ce_right[0] < SSD_CE_BOUND, info
 
@@ -290,8 +303,9 @@ def test_downstream_models_check_their_backbone(tmp_path):
 
     tree = {"a": {"w": jnp.linspace(-1, 1, 7)}, "b": jnp.ones((2, 3))}
     fp = params_fingerprint(tree)
-    assert fp == params_fingerprint({"a": {"w": tree["a"]["w"].astype(jnp.float16)},
-                                     "b": tree["b"]})  # fmt: skip
+    assert fp == params_fingerprint(
+        {"a": {"w": tree["a"]["w"].astype(jnp.float16)}, "b": tree["b"]}
+    )
     assert fp != params_fingerprint({**tree, "b": tree["b"] * 1.01}) and len(fp) == 16
     for name, key in (("dcar", "backbone"), ("ssd", "target"), ("tldr", "backbone")):
         info = json.loads((PRETRAINED / name / "data.json").read_text())
@@ -301,8 +315,11 @@ def test_downstream_models_check_their_backbone(tmp_path):
     info = json.loads((dst / "data.json").read_text())
     info["backbone_fingerprint"] = "0" * 16
     (dst / "data.json").write_text(json.dumps(info))
-    with pytest.raises(CheckpointError, match=r"dcar/data.json: trained on backbone parameters "
-                                              r"0{16} but .*car_small\S* holds"):  # fmt: skip
+    with pytest.raises(
+        CheckpointError,
+        match=r"dcar/data.json: trained on backbone parameters "
+        r"0{16} but .*car_small\S* holds",
+    ):
         load_engine(dst)
     # a resumed training whose data.json names other backbone parameters stops the same way
     run = RunFolder(tmp_path / "resumed")

@@ -29,12 +29,16 @@ def test_group_advantages_values():
     # std([1,2,3]) = sqrt(2/3) = 0.816497 -> (-1, 0, 1) / 0.816497
     np.testing.assert_allclose(adv, [[-1.2247434, 0.0, 1.2247434], [0.0, 0.0, 0.0]], atol=1e-5)
     assert adv.dtype == np.float32
-    raw = np.asarray(group_advantages(jnp.array([[1.0, 2.0, 3.0], [5.0, 5.0, 5.0]]),
-                                      std_normalize=False))  # fmt: skip
+    raw = np.asarray(
+        group_advantages(jnp.array([[1.0, 2.0, 3.0], [5.0, 5.0, 5.0]]), std_normalize=False)
+    )
     np.testing.assert_array_equal(raw, [[-1.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
     # [0, 0, 4, 4]: mean 2, std 2 -> (-1, -1, 1, 1) (eps shifts the 7th digit)
-    np.testing.assert_allclose(np.asarray(group_advantages(jnp.array([[0.0, 0.0, 4.0, 4.0]]))),
-                               [[-1.0, -1.0, 1.0, 1.0]], atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        np.asarray(group_advantages(jnp.array([[0.0, 0.0, 4.0, 4.0]]))),
+        [[-1.0, -1.0, 1.0, 1.0]],
+        atol=1e-6,
+    )
 
 
 def test_group_advantages_flat_group_is_exactly_zero():
@@ -92,14 +96,15 @@ def test_kl_k3_term():
     assert float(m["kl"]) == pytest.approx(sum(k3) / 3, abs=1e-6)
     assert float(loss) == pytest.approx(0.1 * sum(k3) / 3, abs=1e-6)
     # with a nonzero advantage the KL is subtracted from the surrogate (loss = -A + beta*kl)
-    loss2, _ = grpo_loss(logp, logp, jnp.array([2.0]), jnp.ones((1, 3)), kl_beta=0.1,
-                         logp_ref=ref)  # fmt: skip
+    loss2, _ = grpo_loss(logp, logp, jnp.array([2.0]), jnp.ones((1, 3)), kl_beta=0.1, logp_ref=ref)
     assert float(loss2) == pytest.approx(-2.0 + 0.1 * sum(k3) / 3, abs=1e-6)
     # dKL/dlogp = 1 - exp(d): gradient of the loss is beta * (1 - exp(d)) / 3
-    g = jax.grad(lambda lp: grpo_loss(lp, logp, jnp.zeros(1), jnp.ones((1, 3)), kl_beta=0.1,
-                                      logp_ref=ref)[0])(logp)  # fmt: skip
-    np.testing.assert_allclose(np.asarray(g)[0], [0.1 * (1 - math.exp(x)) / 3 for x in d],
-                               atol=1e-6)  # fmt: skip
+    g = jax.grad(
+        lambda lp: grpo_loss(lp, logp, jnp.zeros(1), jnp.ones((1, 3)), kl_beta=0.1, logp_ref=ref)[0]
+    )(logp)
+    np.testing.assert_allclose(
+        np.asarray(g)[0], [0.1 * (1 - math.exp(x)) / 3 for x in d], atol=1e-6
+    )
 
 
 def test_kl_needs_ref():
@@ -122,8 +127,9 @@ def test_gradient_matches_policy_gradient_unclipped():
     np.testing.assert_allclose(g, expected, atol=1e-6)
     assert g[1, 2] == 0.0  # padded action
     # sequence level: -A * ratio / (|o_i| * N)
-    gs = jax.grad(lambda th: grpo_loss(th.reshape(2, 3), old.reshape(2, 3), adv, mask,
-                                       token_level=False)[0])(jnp.asarray(theta))  # fmt: skip
+    gs = jax.grad(
+        lambda th: grpo_loss(th.reshape(2, 3), old.reshape(2, 3), adv, mask, token_level=False)[0]
+    )(jnp.asarray(theta))
     exp_s = -adv[:, None] * ratios * mask / (mask.sum(1, keepdims=True) * 2)
     np.testing.assert_allclose(np.asarray(gs).reshape(2, 3), exp_s, atol=1e-6)
 
@@ -151,8 +157,9 @@ def test_empty_mask_gives_zero_and_finite_grads():
     for token_level in (True, False):
 
         def f(x, token_level=token_level):
-            return grpo_loss(x, old, jnp.array(ADV), mask, kl_beta=0.1, logp_ref=ref,
-                             token_level=token_level)  # fmt: skip
+            return grpo_loss(
+                x, old, jnp.array(ADV), mask, kl_beta=0.1, logp_ref=ref, token_level=token_level
+            )
 
         (loss, m), g = jax.value_and_grad(f, has_aux=True)(lp)
         assert float(loss) == 0.0

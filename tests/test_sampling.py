@@ -51,9 +51,16 @@ def test_filter_hand_computed():
     np.testing.assert_array_equal(keep(SamplingConfig(top_k=3, top_p=0.99)), [1, 1, 1, 0])
 
 
-@pytest.mark.parametrize("s", [SamplingConfig(), SamplingConfig(top_p=0.6),
-                               SamplingConfig(top_k=3), SamplingConfig(top_p=0.9999)],
-                         ids=str)  # fmt: skip
+@pytest.mark.parametrize(
+    "s",
+    [
+        SamplingConfig(),
+        SamplingConfig(top_p=0.6),
+        SamplingConfig(top_k=3),
+        SamplingConfig(top_p=0.9999),
+    ],
+    ids=str,
+)
 def test_draws_follow_the_filtered_distribution(s):
     """20,000 draws of one slot against softmax(filter_logits): every frequency within 5
     standard errors, and no removed id ever drawn. top_p 0.9999 over a near-flat 100-id row

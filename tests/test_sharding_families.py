@@ -28,9 +28,19 @@ def _mel_batch(b=8, t=40, seed=0):
 
 
 def ctc_case():
-    model = C.model_from_config(dict(d_model=32, num_layers=1, num_heads=2, d_ff=64,
-                                     conv_kernel=5, dropout=0.0, n_mels=80, mel_mean=-5.0,
-                                     mel_std=2.0))  # fmt: skip
+    model = C.model_from_config(
+        dict(
+            d_model=32,
+            num_layers=1,
+            num_heads=2,
+            d_ff=64,
+            conv_kernel=5,
+            dropout=0.0,
+            n_mels=80,
+            mel_mean=-5.0,
+            mel_std=2.0,
+        )
+    )
     mel, mel_len, rng = _mel_batch()
     text_len = np.minimum(rng.integers(2, 8, 8), (mel_len + 1) // 2).astype(np.int32)
     text = np.zeros((8, 8), np.int32)
@@ -41,8 +51,17 @@ def ctc_case():
 
 
 def speaker_case():
-    model = S.model_from_config(dict(channels=16, num_blocks=1, embed_dim=16, attention_dim=8,
-                                     n_mels=80, mel_mean=-5.0, mel_std=2.0))  # fmt: skip
+    model = S.model_from_config(
+        dict(
+            channels=16,
+            num_blocks=1,
+            embed_dim=16,
+            attention_dim=8,
+            n_mels=80,
+            mel_mean=-5.0,
+            mel_std=2.0,
+        )
+    )
     mel, mel_len, rng = _mel_batch(seed=1)
     batch = {"mel": mel, "mel_len": mel_len, "speaker": rng.integers(0, 3, 8).astype(np.int32)}
     return S.SpeakerTask(model, 3), batch
@@ -71,5 +90,10 @@ def test_family_sharded_equals_single_device(family):
     for shape in MESHES:
         loss, grads = _loss_grads(task, batch, shape)
         np.testing.assert_allclose(loss, ref_loss, rtol=1e-5, err_msg=str(shape))
-        jax.tree.map(lambda a, b, s=shape: np.testing.assert_allclose(
-            a, b, rtol=2e-4, atol=2e-6, err_msg=str(s)), grads, ref_grads)  # fmt: skip
+        jax.tree.map(
+            lambda a, b, s=shape: np.testing.assert_allclose(
+                a, b, rtol=2e-4, atol=2e-6, err_msg=str(s)
+            ),
+            grads,
+            ref_grads,
+        )

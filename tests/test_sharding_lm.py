@@ -32,8 +32,13 @@ def lm_batch(b=8, seed=0):
     for i in range(b):
         text[i, : text_len[i]] = rng.integers(2, TINY.num_text_symbols, text_len[i])
         speech[i, : speech_len[i]] = rng.integers(0, TINY.num_speech_tokens, speech_len[i])
-    return {"text": text, "text_len": text_len, "speech": speech, "speech_len": speech_len,
-            "prompt_len": prompt_len}  # fmt: skip
+    return {
+        "text": text,
+        "text_len": text_len,
+        "speech": speech,
+        "speech_len": speech_len,
+        "prompt_len": prompt_len,
+    }
 
 
 def _cfg(shape, microbatches=1):
@@ -48,19 +53,25 @@ def _host(tree):
 
 @pytest.fixture(scope="module")
 def reference():
-    tr = loop.Trainer(LMTask(TINY), _cfg({"data": 1}),
-                      mesh=mesh_lib.make_mesh({"data": 1}, jax.devices()[:1]))  # fmt: skip
+    tr = loop.Trainer(
+        LMTask(TINY), _cfg({"data": 1}), mesh=mesh_lib.make_mesh({"data": 1}, jax.devices()[:1])
+    )
     batch = lm_batch()
     state = tr.init_state(jax.random.key(0), batch)
     loss, grads = tr.loss_and_grads(state, batch, jax.random.key(1))
     return float(loss), _host(grads), _host(state.params)
 
 
-@pytest.mark.parametrize("shape,micro", [({"data": 8, "fsdp": 1, "tensor": 1}, 1),
-                                         ({"data": 1, "fsdp": 8, "tensor": 1}, 1),
-                                         ({"data": 2, "fsdp": 2, "tensor": 2}, 1),
-                                         ({"data": 2, "fsdp": 2, "tensor": 2}, 2)],
-                         ids=["8x1x1", "1x8x1", "2x2x2", "2x2x2-micro2"])  # fmt: skip
+@pytest.mark.parametrize(
+    "shape,micro",
+    [
+        ({"data": 8, "fsdp": 1, "tensor": 1}, 1),
+        ({"data": 1, "fsdp": 8, "tensor": 1}, 1),
+        ({"data": 2, "fsdp": 2, "tensor": 2}, 1),
+        ({"data": 2, "fsdp": 2, "tensor": 2}, 2),
+    ],
+    ids=["8x1x1", "1x8x1", "2x2x2", "2x2x2-micro2"],
+)
 def test_lm_sharded_loss_and_grads_match_single_device(reference, shape, micro):
     ref_loss, ref_grads, ref_params = reference
     tr = loop.Trainer(LMTask(TINY), _cfg(shape, micro))
@@ -69,8 +80,9 @@ def test_lm_sharded_loss_and_grads_match_single_device(reference, shape, micro):
     jax.tree.map(np.testing.assert_array_equal, _host(state.params), ref_params)
     loss, grads = tr.loss_and_grads(state, batch, jax.random.key(1))
     np.testing.assert_allclose(float(loss), ref_loss, rtol=2e-6)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6),
-                 _host(grads), ref_grads)  # fmt: skip
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6), _host(grads), ref_grads
+    )
 
 
 def test_lm_param_shardings_follow_rules():

@@ -18,8 +18,9 @@ from jaxtts.methods import speaker_encoder as S
 from jaxtts.train import loop
 from jaxtts.train import mesh as mesh_lib
 
-TINY = dict(channels=16, num_blocks=1, embed_dim=16, attention_dim=8, n_mels=80,
-            mel_mean=-5.0, mel_std=2.0)  # fmt: skip
+TINY = dict(
+    channels=16, num_blocks=1, embed_dim=16, attention_dim=8, n_mels=80, mel_mean=-5.0, mel_std=2.0
+)
 
 
 def _one_device_mesh():
@@ -47,7 +48,8 @@ def test_embeddings_unit_norm_and_batch_n_equals_batch_1():
     e_fn = batched.embed_fn(batched.params, jnp.asarray(pad), jnp.asarray(lens))
     np.testing.assert_allclose(np.asarray(e_fn), e_n, atol=1e-5)
     g = jax.grad(lambda m: batched.embed_fn(batched.params, m, jnp.asarray(lens))[0, 0])(
-        jnp.asarray(pad))  # fmt: skip
+        jnp.asarray(pad)
+    )
     assert np.all(np.asarray(g)[0, 40:] == 0.0) and np.abs(np.asarray(g)[0, :40]).sum() > 0
 
 
@@ -66,7 +68,8 @@ def test_protocol_and_embed_from_wavs():
 
 def test_equal_error_rate_and_separation_stats_numbers():
     assert S.equal_error_rate(np.array([0.9, 0.8, 0.7]), np.array([0.1, 0.2, 0.75])) == (
-        pytest.approx(1 / 3))  # fmt: skip
+        pytest.approx(1 / 3)
+    )
     assert S.equal_error_rate(np.array([0.9, 0.8]), np.array([0.1, 0.2])) == 0.0
     emb = np.array([[1, 0], [0.8, 0.6], [0, 1], [0.6, 0.8]], np.float32)
     st = S.separation_stats(emb, ["a", "a", "b", "b"])
@@ -139,7 +142,7 @@ def test_resemblyzer_embeds_when_installed():
     enc = S.ResemblyzerEncoder()
     rng = np.random.default_rng(0)
     t = np.arange(24000) / 16000
-    voiced = (0.3 * np.sign(np.sin(2 * np.pi * 120 * t)) * (1 + 0.1 * rng.normal(size=t.size)))
+    voiced = 0.3 * np.sign(np.sin(2 * np.pi * 120 * t)) * (1 + 0.1 * rng.normal(size=t.size))
     wavs = [voiced.astype(np.float32), voiced.astype(np.float32), np.zeros(0, np.float32)]
     e = enc.embed(wavs, 16000)
     assert e.shape == (3, 256)

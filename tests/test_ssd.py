@@ -37,9 +37,15 @@ def draft_params():
 
 def run_ssd(spec, params, dparams, batch, keys, sampling, max_new=20):
     strat = registry.get(spec) if isinstance(spec, str) else spec
-    return decode(strat, {"target": TTSLM(TINY), "draft": TTSLM(DRAFT)},
-                  {"target": params, "draft": dparams}, batch, keys, max_new_tokens=max_new,
-                  sampling=sampling)  # fmt: skip
+    return decode(
+        strat,
+        {"target": TTSLM(TINY), "draft": TTSLM(DRAFT)},
+        {"target": params, "draft": dparams},
+        batch,
+        keys,
+        max_new_tokens=max_new,
+        sampling=sampling,
+    )
 
 
 # ----------------------------------------------------------------------------- hand-checked
@@ -91,10 +97,10 @@ def test_verify_bonus_after_all_accepted_by_hand():
 def test_greedy_ssd_equals_greedy_far(params, draft_params, L):
     rows = random_rows(5, seed=L)
     keys = row_keys(0, range(5))
-    far = run(registry.get("far"), params, batch_of(rows), keys, max_new_tokens=24,
-              sampling=GREEDY)  # fmt: skip
-    out = run_ssd(f"ssd:L={L},beta=0.4", params, draft_params, batch_of(rows), keys, GREEDY,
-                  max_new=24)  # fmt: skip
+    far = run(registry.get("far"), params, batch_of(rows), keys, max_new_tokens=24, sampling=GREEDY)
+    out = run_ssd(
+        f"ssd:L={L},beta=0.4", params, draft_params, batch_of(rows), keys, GREEDY, max_new=24
+    )
     np.testing.assert_array_equal(out.tokens, far.tokens)
     np.testing.assert_array_equal(out.length, far.length)
     assert np.all(np.asarray(out.steps) <= np.asarray(far.steps))
@@ -104,23 +110,37 @@ def test_greedy_ssd_with_the_target_as_draft_accepts_everything(params):
     rows = random_rows(3, seed=2)
     full = dataclasses.replace(TINY, num_mtp_heads=1)
     tp = {k: v for k, v in params.items() if not k.startswith("head_")}
-    out = decode(SSD(3, 0.0), {"target": TTSLM(TINY), "draft": TTSLM(full)},
-                 {"target": params, "draft": tp}, batch_of(rows), row_keys(0, range(3)),
-                 max_new_tokens=24, sampling=GREEDY)  # fmt: skip
+    out = decode(
+        SSD(3, 0.0),
+        {"target": TTSLM(TINY), "draft": TTSLM(full)},
+        {"target": params, "draft": tp},
+        batch_of(rows),
+        row_keys(0, range(3)),
+        max_new_tokens=24,
+        sampling=GREEDY,
+    )
     acc, prop = np.asarray(out.stats["accepted_drafts"]), np.asarray(out.stats["proposed_drafts"])
     # every draft token is accepted except those past an EOS that ended the row
     assert np.all(acc >= prop - 3), (acc, prop)
 
 
-@pytest.mark.parametrize("sampling", [GREEDY, SamplingConfig(temperature=1.0, top_k=8)],
-                         ids=["greedy", "sampling"])
+@pytest.mark.parametrize(
+    "sampling", [GREEDY, SamplingConfig(temperature=1.0, top_k=8)], ids=["greedy", "sampling"]
+)
 def test_ssd_batch_n_equals_batch_1(params, draft_params, sampling):
     rows = random_rows(4, seed=7)
-    big = run_ssd("ssd:L=3,beta=0.2", params, draft_params, batch_of(rows, 14, 8),
-                  row_keys(2, range(4)), sampling)  # fmt: skip
+    big = run_ssd(
+        "ssd:L=3,beta=0.2",
+        params,
+        draft_params,
+        batch_of(rows, 14, 8),
+        row_keys(2, range(4)),
+        sampling,
+    )
     for i, row in enumerate(rows):
-        one = run_ssd("ssd:L=3,beta=0.2", params, draft_params, batch_of([row]),
-                      row_keys(2, [i]), sampling)  # fmt: skip
+        one = run_ssd(
+            "ssd:L=3,beta=0.2", params, draft_params, batch_of([row]), row_keys(2, [i]), sampling
+        )
         n = int(one.length[0])
         assert int(big.length[i]) == n
         np.testing.assert_array_equal(big.tokens[i, :n], one.tokens[0, :n])
@@ -171,8 +191,12 @@ def test_beta0_is_lossless(params, draft_params):
     s = SamplingConfig(temperature=1.0, min_tokens=3)
     q1, q2 = _exact_first_two(params, text, prompt, s)
     n = 6000
-    batch = PromptBatch(np.repeat(text, n, 0), np.full((n,), 6, np.int32),
-                        np.repeat(prompt, n, 0), np.full((n,), 4, np.int32))  # fmt: skip
+    batch = PromptBatch(
+        np.repeat(text, n, 0),
+        np.full((n,), 6, np.int32),
+        np.repeat(prompt, n, 0),
+        np.full((n,), 4, np.int32),
+    )
     keys = row_keys(1, range(n))
     crit = 44.3
     for beta, ok in ((0.0, True), (1.0, False)):
@@ -189,13 +213,23 @@ def test_beta0_is_lossless(params, draft_params):
 
 
 def test_ssd_errors(params):
-    for spec, msg in (("ssd:0", "draft length"), ("ssd:L=2,beta=-0.1", "beta >= 0"),
-                      ("ssd:L=x", "not a number"), ("ssd:k=3", "unknown key")):  # fmt: skip
+    for spec, msg in (
+        ("ssd:0", "draft length"),
+        ("ssd:L=2,beta=-0.1", "beta >= 0"),
+        ("ssd:L=x", "not a number"),
+        ("ssd:k=3", "unknown key"),
+    ):
         with pytest.raises(ConfigError, match=msg):
             registry.get(spec)
     with pytest.raises(ConfigError, match="needs a draft model"):
-        run(registry.get("ssd:3"), params, batch_of(random_rows(1)), row_keys(0, [0]),
-            max_new_tokens=4, sampling=GREEDY)  # fmt: skip
+        run(
+            registry.get("ssd:3"),
+            params,
+            batch_of(random_rows(1)),
+            row_keys(0, [0]),
+            max_new_tokens=4,
+            sampling=GREEDY,
+        )
     other = dataclasses.replace(DRAFT, num_speech_tokens=32)
     with pytest.raises(ConfigError, match="draft num_speech_tokens=32 but target"):
         registry.get("ssd:3").check({"target": TTSLM(TINY), "draft": TTSLM(other)})
@@ -220,8 +254,10 @@ def test_draft_is_made_of_the_targets_layers(params):
         draft_layers(4, 2, 3)
     cfg = draft_config(TINY, (1,))
     dp = draft_params(params, (1,))
-    np.testing.assert_array_equal(dp["stack"]["layer_0"]["attn"]["q"]["kernel"],
-                                  params["stack"]["layer_1"]["attn"]["q"]["kernel"])
+    np.testing.assert_array_equal(
+        dp["stack"]["layer_0"]["attn"]["q"]["kernel"],
+        params["stack"]["layer_1"]["attn"]["q"]["kernel"],
+    )
     assert not any(k.startswith("head_") for k in dp)
     # the one-layer draft of layer 1 is the target run with layers=(1,): same hidden states
     text = np.array([[3, 4, 5, 6]], np.int32)
@@ -229,8 +265,16 @@ def test_draft_is_made_of_the_targets_layers(params):
     _, h_draft = TTSLM(cfg).apply({"params": dp}, text, np.array([4]), speech, np.array([3]))
     m = TTSLM(TINY)
     cache = m.apply({"params": params}, 1, 4, 3, layers=(1,), method="init_cache")
-    h_sub, _ = m.apply({"params": params}, text, np.array([4]), speech, np.array([3]), cache,
-                       layers=(1,), method="prefill")  # fmt: skip
+    h_sub, _ = m.apply(
+        {"params": params},
+        text,
+        np.array([4]),
+        speech,
+        np.array([3]),
+        cache,
+        layers=(1,),
+        method="prefill",
+    )
     np.testing.assert_allclose(h_draft, h_sub, atol=1e-5)
     big = dataclasses.replace(TINY, num_layers=24, num_mtp_heads=1)
     paper = draft_config(big, draft_layers(24, 2, 6))
@@ -255,8 +299,10 @@ def test_ssd_tiny_trains_only_the_first_layer_and_head(tiny_ssd_run):
     wd, res = tiny_ssd_run
 
     def paths(tree):
-        return {"/".join(str(getattr(k, "key", k)) for k in path): v
-                for path, v in jax.tree_util.tree_flatten_with_path(tree)[0]}  # fmt: skip
+        return {
+            "/".join(str(getattr(k, "key", k)) for k in path): v
+            for path, v in jax.tree_util.tree_flatten_with_path(tree)[0]
+        }
 
     trained = paths(res.state.params)
     assert trained and all(p.startswith(("stack/layer_0/", "base_head/")) for p in trained)
@@ -286,17 +332,28 @@ def test_ssd_engine_decodes_and_checks_its_target(tiny_ssd_run, tmp_path):
     from jaxtts.decode.driver import decode
 
     synth = Synthesizer(eng)
-    alone = synth.synthesize(["the cat sat."], None, strategy="draft", greedy=True,
-                             max_seconds=1.0, progress=False)[0]  # fmt: skip
+    alone = synth.synthesize(
+        ["the cat sat."], None, strategy="draft", greedy=True, max_seconds=1.0, progress=False
+    )[0]
     ids = eng.frontend.encode("the cat sat.").astype(np.int32)
     from jaxtts.decode.driver import PromptBatch
     from jaxtts.decode.sampling import SamplingConfig, row_keys
 
-    batch = PromptBatch(ids[None], np.array([ids.size], np.int32), np.zeros((1, 1), np.int32),
-                        np.array([0], np.int32))  # fmt: skip
-    ref = decode(registry.get("far"), {"target": eng.draft}, {"target": eng.draft_params}, batch,
-                 row_keys(0, [0]), max_new_tokens=eng.max_new_units(eng.options(max_seconds=1.0)),
-                 sampling=SamplingConfig(greedy=True))  # fmt: skip
+    batch = PromptBatch(
+        ids[None],
+        np.array([ids.size], np.int32),
+        np.zeros((1, 1), np.int32),
+        np.array([0], np.int32),
+    )
+    ref = decode(
+        registry.get("far"),
+        {"target": eng.draft},
+        {"target": eng.draft_params},
+        batch,
+        row_keys(0, [0]),
+        max_new_tokens=eng.max_new_units(eng.options(max_seconds=1.0)),
+        sampling=SamplingConfig(greedy=True),
+    )
     assert np.array_equal(alone.tokens, np.asarray(ref.tokens)[0, : int(ref.length[0])])
     # the recorded schedule: each step took accepted + 1 tokens (up to the EOS / length cut)
     from jaxtts.methods.ssd.engine import acceptance_schedule
@@ -309,6 +366,9 @@ def test_ssd_engine_decodes_and_checks_its_target(tiny_ssd_run, tmp_path):
     cfg = json.loads((bad / "config.json").read_text())
     cfg["model"]["d_model"] = 128
     (bad / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(CheckpointError, match=r"draft .*bad has d_model=128 but its target "
-                                              r".*car_small has 256"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"draft .*bad has d_model=128 but its target "
+        r".*car_small has 256",
+    ):
         load_engine(str(bad))

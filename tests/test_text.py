@@ -29,8 +29,10 @@ needs_espeak = pytest.mark.skipif(not text_mod.espeak_available(), reason="espea
 
 def _cmudict_words() -> set[str]:
     base = pocketsphinx.get_model_path()
-    for path in (os.path.join(base, "en-us", "cmudict-en-us.dict"),
-                 os.path.join(base, "model", "cmudict-en-us.dict")):  # fmt: skip
+    for path in (
+        os.path.join(base, "en-us", "cmudict-en-us.dict"),
+        os.path.join(base, "model", "cmudict-en-us.dict"),
+    ):
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as f:
                 return {line.split()[0].split("(")[0] for line in f if line.strip()}
@@ -85,24 +87,34 @@ def test_generator_syntax_variety():
 @pytest.mark.parametrize(
     "raw, expected",
     [
-        ("Dr. Smith paid $3.50 on May 5th, 2021!",
-         "doctor smith paid three dollars fifty cents on may fifth twenty twenty one"),
-        ("Mr Brown's 3 cats cost £1,250.",
-         "mister brown's three cats cost one thousand two hundred fifty pounds"),
+        (
+            "Dr. Smith paid $3.50 on May 5th, 2021!",
+            "doctor smith paid three dollars fifty cents on may fifth twenty twenty one",
+        ),
+        (
+            "Mr Brown's 3 cats cost £1,250.",
+            "mister brown's three cats cost one thousand two hundred fifty pounds",
+        ),
         ("It's 7:05, not 10:00.", "it's seven oh five not ten o'clock"),
-        ("In the 1990s, 50% of 1,000,000 people...",
-         "in the nineteen nineties fifty percent of one million people"),
+        (
+            "In the 1990s, 50% of 1,000,000 people...",
+            "in the nineteen nineties fifty percent of one million people",
+        ),
         ("Pi is 3.14; -5 is negative.", "pi is three point one four minus five is negative"),
         ("rock 'n' roll, the students' x-ray", "rock n roll the students x ray"),
         ("The 21st and 103rd; No. 7", "the twenty first and one hundred third number seven"),
-        ("$0.01 + $1 = $2.5 million",
-         "one cent plus one dollar equals two point five million dollars"),
-        ("1905 1900 2000 2005 0042", "nineteen oh five nineteen hundred two thousand two thousand "
-         "five zero zero four two"),
+        (
+            "$0.01 + $1 = $2.5 million",
+            "one cent plus one dollar equals two point five million dollars",
+        ),
+        (
+            "1905 1900 2000 2005 0042",
+            "nineteen oh five nineteen hundred two thousand two thousand five zero zero four two",
+        ),
         ("  HELLO,\tWorld!!  ", "hello world"),
         ("Don’t stop — e.g. now", "don't stop for example now"),
     ],
-)  # fmt: skip
+)
 def test_normalize_exact(raw, expected):
     assert normalize_text(raw) == expected
     assert normalize_text(expected) == expected  # idempotent

@@ -23,15 +23,38 @@ from jaxtts.methods.tldr.strategy import TLDR
 from jaxtts.train.state import tree_from_flat, tree_to_flat
 
 K = 40  # speech tokens
-LM = LMConfig(num_text_symbols=20, num_speech_tokens=K, d_model=32, num_layers=2, num_heads=2,
-              head_dim=16, d_ff=64, num_mtp_heads=1, vocab_multiple=8)  # fmt: skip
+LM = LMConfig(
+    num_text_symbols=20,
+    num_speech_tokens=K,
+    d_model=32,
+    num_layers=2,
+    num_heads=2,
+    head_dim=16,
+    d_ff=64,
+    num_mtp_heads=1,
+    vocab_multiple=8,
+)
 
 
 def make_cfg(**kw) -> TLDRConfig:
-    base = dict(backbone=dataclasses.replace(LM, lora_rank=4, lora_alpha=4.0), patch=4,
-                window=6, comp_heads=2, comp_ff=64, ext_layers=2, ext_width=32, ext_heads=2,
-                ext_ff=64, slots=3, speaker=True, speaker_proj=8, speaker_dim=16,
-                token_frames=2, n_mels=8, min_reference_frames=4)  # fmt: skip
+    base = dict(
+        backbone=dataclasses.replace(LM, lora_rank=4, lora_alpha=4.0),
+        patch=4,
+        window=6,
+        comp_heads=2,
+        comp_ff=64,
+        ext_layers=2,
+        ext_width=32,
+        ext_heads=2,
+        ext_ff=64,
+        slots=3,
+        speaker=True,
+        speaker_proj=8,
+        speaker_dim=16,
+        token_frames=2,
+        n_mels=8,
+        min_reference_frames=4,
+    )
     base.update(kw)
     return TLDRConfig(**base)
 
@@ -42,13 +65,18 @@ SPK = SpeakerEncoderModel(channels=8, num_blocks=1, embed_dim=16, attention_dim=
 def init_model(cfg: TLDRConfig, seed: int = 0):
     model = TLDRModel(cfg, SPK if cfg.speaker else None)
     text, speech = jnp.ones((1, 6), jnp.int32), jnp.ones((1, 12), jnp.int32)
-    params = model.init(jax.random.key(seed), text, jnp.array([6]), speech, jnp.array([12]),
-                        jnp.array([5]))["params"]  # fmt: skip
+    params = model.init(
+        jax.random.key(seed), text, jnp.array([6]), speech, jnp.array([12]), jnp.array([5])
+    )["params"]
     flat = tree_to_flat(nn.unbox(params))
     # a random LoRA B and mel table so that every path is exercised
     keys = iter(jax.random.split(jax.random.key(seed + 1), len(flat)))
-    flat = {k: 0.05 * jax.random.normal(next(keys), v.shape)
-            if k.endswith(("lora_b", "mel_table")) else v for k, v in flat.items()}  # fmt: skip
+    flat = {
+        k: 0.05 * jax.random.normal(next(keys), v.shape)
+        if k.endswith(("lora_b", "mel_table"))
+        else v
+        for k, v in flat.items()
+    }
     return model, tree_from_flat(flat)
 
 
@@ -65,22 +93,26 @@ def rows(seed=0, b=3, x=7, t=20):
 def test_patch_grid_exact():
     cfg = make_cfg(patch=3)
     speech = jnp.array([[10, 11, 12, 13, 14, 20, 21, 22, 23, 0]])  # prompt 5, target 4
-    tok, valid, target = patch_grid(speech, jnp.array([9]), jnp.array([5]), cfg,
-                                    cfg.num_patches(10))  # fmt: skip
+    tok, valid, target = patch_grid(
+        speech, jnp.array([9]), jnp.array([5]), cfg, cfg.num_patches(10)
+    )
     pad, eos = cfg.pad, cfg.eos
     want = [[10, 11, 12], [13, 14, pad], [20, 21, 22], [23, eos, pad], [pad, pad, pad]]
     assert cfg.num_patches(10) == 5
     np.testing.assert_array_equal(tok[0], want)
-    np.testing.assert_array_equal(target[0].astype(int),
-                                  [[0, 0, 0], [0, 0, 0], [1, 1, 1], [1, 1, 0], [0, 0, 0]])
+    np.testing.assert_array_equal(
+        target[0].astype(int), [[0, 0, 0], [0, 0, 0], [1, 1, 1], [1, 1, 0], [0, 0, 0]]
+    )
     np.testing.assert_array_equal(valid[0].astype(int).sum(-1), [3, 2, 3, 2, 0])
 
 
 def _hidden_and_logits(model, params, args):
     def run(params, *args):
         (logits, _, _), inter = model.apply(
-            {"params": params}, *args,
-            capture_intermediates=lambda mdl, name: name == "hidden_embedded")  # fmt: skip
+            {"params": params},
+            *args,
+            capture_intermediates=lambda mdl, name: name == "hidden_embedded",
+        )
         return inter["intermediates"]["backbone"]["hidden_embedded"][0], logits
 
     g, logits = jax.jit(run)(params, *map(jnp.asarray, args))
@@ -120,8 +152,9 @@ def test_compressor_patch_sees_only_its_tokens():
     tok = jnp.array(np.random.default_rng(0).integers(0, K, (2, 5, 4)), jnp.int32)
     valid = jnp.ones((2, 5, 4), bool).at[1, 4, 2:].set(False)
     z0 = model.apply({"params": params}, tok, valid, method="compress")
-    z1 = model.apply({"params": params}, tok.at[:, 2, 1].set((tok[:, 2, 1] + 3) % K), valid,
-                     method="compress")  # fmt: skip
+    z1 = model.apply(
+        {"params": params}, tok.at[:, 2, 1].set((tok[:, 2, 1] + 3) % K), valid, method="compress"
+    )
     changed = np.abs(np.asarray(z0 - z1)).max(-1)  # [B, J]
     assert (changed[:, 2] > 1e-6).all()
     np.testing.assert_array_equal(changed[:, [0, 1, 3, 4]], 0.0)
@@ -136,20 +169,46 @@ def test_lora_at_zero_is_the_frozen_backbone():
     text, text_len, speech, speech_len, _ = rows()
     emb = jax.random.normal(jax.random.key(3), (3, 6, LM.d_model))
     plain = TTSLM(LM)
-    p_plain = nn.unbox(plain.init(jax.random.key(0), jnp.asarray(text), jnp.asarray(text_len),
-                                  jnp.asarray(speech), jnp.asarray(speech_len))["params"])
+    p_plain = nn.unbox(
+        plain.init(
+            jax.random.key(0),
+            jnp.asarray(text),
+            jnp.asarray(text_len),
+            jnp.asarray(speech),
+            jnp.asarray(speech_len),
+        )["params"]
+    )
     lora = TTSLM(cfg.backbone)
-    p_lora = nn.unbox(lora.init(jax.random.key(1), jnp.asarray(text), jnp.asarray(text_len),
-                                jnp.asarray(speech), jnp.asarray(speech_len))["params"])
+    p_lora = nn.unbox(
+        lora.init(
+            jax.random.key(1),
+            jnp.asarray(text),
+            jnp.asarray(text_len),
+            jnp.asarray(speech),
+            jnp.asarray(speech_len),
+        )["params"]
+    )
     from jaxtts.train.state import overlay
 
     p_lora, n = overlay(p_lora, p_plain, "test")  # base weights from the plain model
     assert n == len(jax.tree.leaves(p_plain))
     n_len = jnp.array([6, 4, 2])
-    h0 = plain.apply({"params": p_plain}, jnp.asarray(text), jnp.asarray(text_len), emb, n_len,
-                     method="hidden_embedded")  # fmt: skip
-    h1 = lora.apply({"params": p_lora}, jnp.asarray(text), jnp.asarray(text_len), emb, n_len,
-                    method="hidden_embedded")  # fmt: skip
+    h0 = plain.apply(
+        {"params": p_plain},
+        jnp.asarray(text),
+        jnp.asarray(text_len),
+        emb,
+        n_len,
+        method="hidden_embedded",
+    )
+    h1 = lora.apply(
+        {"params": p_lora},
+        jnp.asarray(text),
+        jnp.asarray(text_len),
+        emb,
+        n_len,
+        method="hidden_embedded",
+    )
     np.testing.assert_array_equal(np.asarray(h0), np.asarray(h1))
 
 
@@ -160,8 +219,9 @@ def test_padding_carries_no_loss():
     task = TLDRTask(cfg, SPK)
     _, params = init_model(cfg)
     text, text_len, speech, speech_len, prompt_len = rows()
-    batch = dict(text=text, text_len=text_len, speech=speech, speech_len=speech_len,
-                 prompt_len=prompt_len)  # fmt: skip
+    batch = dict(
+        text=text, text_len=text_len, speech=speech, speech_len=speech_len, prompt_len=prompt_len
+    )
     loss_fn = jax.jit(lambda p, b: task.loss(p, b, None, train=False))
     loss0, m0 = loss_fn(params, batch)
     s2 = speech.copy()
@@ -180,11 +240,18 @@ def _decode(model, params, args, max_new=24, greedy=True, seed=0, row_ids=None, 
     prompt = np.zeros((len(text), pw), np.int32)
     for r in range(len(text)):
         prompt[r, : prompt_len[r]] = speech[r, : prompt_len[r]]
-    batch = PromptBatch(jnp.asarray(text), jnp.asarray(text_len), jnp.asarray(prompt),
-                        jnp.asarray(prompt_len))  # fmt: skip
-    out = decode(TLDR(), {"tldr": model}, {"tldr": params}, batch,
-                 row_keys(seed, row_ids or list(range(len(text)))), max_new_tokens=max_new,
-                 sampling=SamplingConfig(greedy=greedy))  # fmt: skip
+    batch = PromptBatch(
+        jnp.asarray(text), jnp.asarray(text_len), jnp.asarray(prompt), jnp.asarray(prompt_len)
+    )
+    out = decode(
+        TLDR(),
+        {"tldr": model},
+        {"tldr": params},
+        batch,
+        row_keys(seed, row_ids or list(range(len(text)))),
+        max_new_tokens=max_new,
+        sampling=SamplingConfig(greedy=greedy),
+    )
     return jax.device_get(out)
 
 
@@ -203,10 +270,14 @@ def test_greedy_decode_equals_teacher_forced_argmax(token_rate):
     for r in range(3):
         full[r, : prompt_len[r]] = speech[r, : prompt_len[r]]
         full[r, prompt_len[r] : prompt_len[r] + n[r]] = out.tokens[r, : n[r]]
-    logits, tok, target = jax.jit(model.apply)({"params": params}, jnp.asarray(text),
-                                               jnp.asarray(text_len), jnp.asarray(full),
-                                               jnp.asarray(prompt_len + n),
-                                               jnp.asarray(prompt_len))  # fmt: skip
+    logits, tok, target = jax.jit(model.apply)(
+        {"params": params},
+        jnp.asarray(text),
+        jnp.asarray(text_len),
+        jnp.asarray(full),
+        jnp.asarray(prompt_len + n),
+        jnp.asarray(prompt_len),
+    )
     am, tok, target = (np.asarray(a) for a in (jnp.argmax(logits, -1), tok, target))
     for r in range(3):
         got, want = am[r][target[r]], tok[r][target[r]]  # target cells in order (+ EOS cell)
@@ -226,8 +297,7 @@ def test_batch_n_equals_batch_1(greedy=False):
     args = rows()
     full = _decode(model, params, args, greedy=greedy)
     for r in range(3):
-        one = _decode(model, params, tuple(a[r : r + 1] for a in args), greedy=greedy,
-                      row_ids=[r])
+        one = _decode(model, params, tuple(a[r : r + 1] for a in args), greedy=greedy, row_ids=[r])
         n = int(full.length[r])
         assert int(one.length[0]) == n
         np.testing.assert_array_equal(one.tokens[0, :n], full.tokens[r, :n])
@@ -265,8 +335,9 @@ def test_tiny_training_freezes_the_backbone(tiny_run):
     from flax import serialization
 
     work, result = tiny_run
-    init = tree_to_flat(serialization.msgpack_restore(
-        (work / "tldr_init" / "params.msgpack").read_bytes()))  # fmt: skip
+    init = tree_to_flat(
+        serialization.msgpack_restore((work / "tldr_init" / "params.msgpack").read_bytes())
+    )
     frozen = tree_to_flat(jax.device_get(result.state.frozen))
     assert frozen and set(frozen) <= set(init)
     for k, v in frozen.items():

@@ -9,8 +9,17 @@ from jaxtts.data import token_decoder as TD
 from jaxtts.data import tokenizers as T
 from jaxtts.errors import ConfigError, DataError
 
-TINY = TD.ConvDecoderConfig(width=16, layers=2, kernel=3, steps=300, batch=16, crop=12,
-                            learning_rate=1e-2, warmup=20, token_dropout=0.0)  # fmt: skip
+TINY = TD.ConvDecoderConfig(
+    width=16,
+    layers=2,
+    kernel=3,
+    steps=300,
+    batch=16,
+    crop=12,
+    learning_rate=1e-2,
+    warmup=20,
+    token_dropout=0.0,
+)
 
 
 def _random_params(k=6, out=4, cfg=TINY, seed=1):
@@ -27,10 +36,10 @@ def test_padded_batch_rows_decode_as_rows_alone():
     rows = [rng.integers(0, 6, n) for n in (9, 4, 1, 7)]
     batch = np.full((4, 9), 6)
     for b, r in enumerate(rows):
-        batch[b, :len(r)] = r
+        batch[b, : len(r)] = r
     out = TD.apply(p, batch)  # [B, T, F]
     for b, r in enumerate(rows):
-        np.testing.assert_allclose(out[b, :len(r)], TD.apply(p, r[None])[0], atol=1e-5)
+        np.testing.assert_allclose(out[b, : len(r)], TD.apply(p, r[None])[0], atol=1e-5)
     # jax.numpy gives the numpy values (training and decoding are one function)
     import jax.numpy as jnp
 
@@ -62,8 +71,12 @@ def test_init_is_the_linear_decoder_and_training_learns_a_nonlinear_context():
     assert len(curve) == 3 and curve[-1] < 0.3 * curve[0]
     d_ids, d_res = data(20)
     base = np.mean([(r**2).mean() for r in d_res])
-    err = np.mean([((r - TD.apply(params, i[None])[0]) ** 2).mean()
-                   for i, r in zip(d_ids, d_res, strict=True)])  # fmt: skip
+    err = np.mean(
+        [
+            ((r - TD.apply(params, i[None])[0]) ** 2).mean()
+            for i, r in zip(d_ids, d_res, strict=True)
+        ]
+    )
     assert err < 0.15 * base
 
 
@@ -78,8 +91,10 @@ def test_tokenizer_saves_loads_and_checks_its_conv_decoder(tmp_path, caplog):
     cfg = TD.ConvDecoderConfig(width=8, layers=1, kernel=3, steps=100, batch=4, crop=8)
     tok.fit_conv_decoder(mels, cfg, dev_mels=mels[:1])
     assert tok.fingerprint() == fp  # decode-only: token caches stay valid
-    assert tok.conv_fit["utterances"] == 4 and tok.conv_fit["dev"]["mse_conv"] < \
-        tok.conv_fit["dev"]["mse_linear"]  # fmt: skip
+    assert (
+        tok.conv_fit["utterances"] == 4
+        and tok.conv_fit["dev"]["mse_conv"] < tok.conv_fit["dev"]["mse_linear"]
+    )
     assert not np.allclose(tok.decode(ids), linear)
     tok.save(tmp_path / "km")
     tok2 = T.load_tokenizer(tmp_path / "km")
@@ -122,8 +137,23 @@ def test_fit_conv_cli(tiny_corpus, tmp_path, capsys):
     tok = T.KMeansTokenizer(k=16, iters=5, frames=2).fit(mels)
     for name in ("a", "b"):
         tok.save(tmp_path / name)
-    T.main(["fit-conv", str(tmp_path / "a"), str(tmp_path / "b"), "--corpus", str(tiny_corpus),
-            "--num", "6", "--steps", "20", "--width", "8", "--layers", "1"])  # fmt: skip
+    T.main(
+        [
+            "fit-conv",
+            str(tmp_path / "a"),
+            str(tmp_path / "b"),
+            "--corpus",
+            str(tiny_corpus),
+            "--num",
+            "6",
+            "--steps",
+            "20",
+            "--width",
+            "8",
+            "--layers",
+            "1",
+        ]
+    )
     out = capsys.readouterr().out
     assert "trained on 6 utterances" in out and "dev (" in out
     a, b = T.load_tokenizer(tmp_path / "a"), T.load_tokenizer(tmp_path / "b")

@@ -62,8 +62,9 @@ def test_sharded_loss_and_grads_match_single_device(reference, shape):
     jax.tree.map(np.testing.assert_array_equal, _host(state.params), ref_params)
     loss, grads = tr.loss_and_grads(state, batch, jax.random.key(1))
     np.testing.assert_allclose(float(loss), ref_loss, rtol=1e-6)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
-                 _host(grads), ref_grads)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), _host(grads), ref_grads
+    )
 
 
 def test_microbatch_accumulation_equals_full_batch(reference):
@@ -73,8 +74,9 @@ def test_microbatch_accumulation_equals_full_batch(reference):
     state = tr.init_state(jax.random.key(0), batch)
     loss, grads = tr.loss_and_grads(state, batch, jax.random.key(1))
     np.testing.assert_allclose(float(loss), ref_loss, rtol=1e-6)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
-                 _host(grads), ref_grads)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), _host(grads), ref_grads
+    )
 
 
 def test_param_shardings_follow_rules():
@@ -163,8 +165,9 @@ def uninterrupted(tmp_path_factory):
 def test_resume_continues_with_same_losses(tmp_path, uninterrupted):
     full_wd, full = uninterrupted
     wd = str(tmp_path / "run")
-    first = loop.train_and_evaluate(toy_config(), wd, ToyTask(), ToySource(), progress=False,
-                                    stop_at=11)
+    first = loop.train_and_evaluate(
+        toy_config(), wd, ToyTask(), ToySource(), progress=False, stop_at=11
+    )
     assert first.preempted and first.history[-1]["step"] == 11
     res = loop.train_and_evaluate(toy_config(), wd, ToyTask(), ToySource(), progress=False)
     assert res.history[0]["step"] == 12
@@ -188,8 +191,13 @@ def test_resume_rejects_changed_model_config(tmp_path):
 def _spawn(wd, sleep):
     env = dict(os.environ, TOY_SLEEP=str(sleep), PYTHONUNBUFFERED="1")
     main = os.path.join(os.path.dirname(__file__), "toy_train_main.py")
-    return subprocess.Popen([sys.executable, main, wd], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, main, wd],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _wait_for_checkpoint(wd, min_step, proc, timeout=120):
@@ -228,15 +236,20 @@ def test_killed_run_resumes_to_same_final_loss(tmp_path, uninterrupted, sig):
 def test_run_folder_read_config_names_the_file_and_the_task(tmp_path):
     from jaxtts.run_folder import RunFolder
 
-    with pytest.raises(CheckpointError, match=r"run/config.json: not found; the folder must be "
-                                               r"a training run of task 'lm' \(python train.py "
-                                               r"--config configs/car.py:small"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"run/config.json: not found; the folder must be "
+        r"a training run of task 'lm' \(python train.py "
+        r"--config configs/car.py:small",
+    ):
         RunFolder(tmp_path / "run").read_config("lm")
     (tmp_path / "config.json").write_text(json.dumps({"task": "ctc_asr", "model": {"d": 1}}))
     with pytest.raises(CheckpointError, match=r"config.json: task='ctc_asr', expected 'lm'"):
         RunFolder(tmp_path).read_config("lm")
-    assert RunFolder(tmp_path).read_config("ctc_asr").to_dict() == {"task": "ctc_asr",
-                                                                     "model": {"d": 1}}
+    assert RunFolder(tmp_path).read_config("ctc_asr").to_dict() == {
+        "task": "ctc_asr",
+        "model": {"d": 1},
+    }
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(CheckpointError, match=r"config.json: not valid JSON"):
         RunFolder(tmp_path).read_config()
@@ -247,8 +260,9 @@ def test_frozen_tree_init_from_and_resume(tmp_path):
     (`train.trainable`): w1/b1 are frozen bit for bit, live in the `frozen` tree (sharded,
     checkpointed), the optimizer state covers w2 only, and a resumed run matches."""
     src_wd = str(tmp_path / "src")
-    src = loop.train_and_evaluate(toy_config(steps=4), src_wd, ToyTask(), ToySource(),
-                                  progress=False)  # fmt: skip
+    src = loop.train_and_evaluate(
+        toy_config(steps=4), src_wd, ToyTask(), ToySource(), progress=False
+    )
     base = _host(src.state.params)
 
     def cfg(steps):
@@ -257,8 +271,9 @@ def test_frozen_tree_init_from_and_resume(tmp_path):
         c.train.init_from = src_wd
         return c
 
-    full = loop.train_and_evaluate(cfg(6), str(tmp_path / "ft"), ToyTask(), ToySource(seed=1),
-                                   progress=False)  # fmt: skip
+    full = loop.train_and_evaluate(
+        cfg(6), str(tmp_path / "ft"), ToyTask(), ToySource(seed=1), progress=False
+    )
     st = _host(full.state)
     assert set(st.params) == {"w2"} and set(st.frozen) == {"w1", "b1"}
     np.testing.assert_array_equal(st.frozen["w1"], base["w1"])
@@ -316,8 +331,9 @@ class OnPolicy(ToySource):
 
 def test_on_policy_source_reads_the_current_state(tmp_path):
     src = OnPolicy()
-    res = loop.train_and_evaluate(toy_config(steps=5), str(tmp_path / "rl"), ToyTask(), src,
-                                  progress=False)  # fmt: skip
+    res = loop.train_and_evaluate(
+        toy_config(steps=5), str(tmp_path / "rl"), ToyTask(), src, progress=False
+    )
     assert src.seen_steps == [0, 1, 2, 3, 4]  # asked after each step, with that state
     losses = [h["train/loss"] for h in res.history if "train/loss" in h]
     # the target always sits 1 above the current prediction: MSE is exactly 1 at every step

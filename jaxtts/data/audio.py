@@ -60,8 +60,10 @@ class MelConfig:
         if self.win_length > self.n_fft:
             raise DataError(f"MelConfig: win_length={self.win_length} > n_fft={self.n_fft}")
         if not 0 <= self.fmin < self.fmax <= self.sample_rate / 2:
-            raise DataError(f"MelConfig: expected 0 <= fmin < fmax <= sample_rate/2, got "
-                            f"fmin={self.fmin} fmax={self.fmax} sample_rate={self.sample_rate}")
+            raise DataError(
+                f"MelConfig: expected 0 <= fmin < fmax <= sample_rate/2, got "
+                f"fmin={self.fmin} fmax={self.fmax} sample_rate={self.sample_rate}"
+            )
 
     @property
     def frame_rate(self) -> float:
@@ -124,8 +126,9 @@ def load_audio(
         wav, sr = sf.read(path, dtype="float32", always_2d=True)  # [N, C]
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
         msg = str(e).strip().splitlines()
-        raise AudioError(f"{path}: unreadable or corrupt audio "
-                         f"({msg[0] if msg else type(e).__name__})") from None  # fmt: skip
+        raise AudioError(
+            f"{path}: unreadable or corrupt audio ({msg[0] if msg else type(e).__name__})"
+        ) from None
     if wav.shape[0] == 0:
         raise AudioError(f"{path}: audio has no samples")
     wav = wav.mean(axis=1) if wav.shape[1] > 1 else wav[:, 0]  # [N]
@@ -175,8 +178,11 @@ def stft(wav: np.ndarray, cfg: MelConfig) -> np.ndarray:
     x = np.pad(x, (pad, pad))  # zeros, as librosa >= 0.10
     t = 1 + (x.size - cfg.n_fft) // cfg.hop_length
     frames = np.lib.stride_tricks.as_strided(
-        x, shape=(t, cfg.n_fft), strides=(x.strides[0] * cfg.hop_length, x.strides[0]),
-        writeable=False)  # [T, n_fft]  # fmt: skip
+        x,
+        shape=(t, cfg.n_fft),
+        strides=(x.strides[0] * cfg.hop_length, x.strides[0]),
+        writeable=False,
+    )  # [T, n_fft]
     win = _window(cfg.win_length, cfg.n_fft).astype(np.float32)
     return np.fft.rfft(frames * win, axis=-1).astype(np.complex64)  # [T, F]
 
@@ -219,8 +225,15 @@ def istft(spec: np.ndarray, cfg: MelConfig, length: int | None = None) -> np.nda
 def _mel_fb(cfg: MelConfig) -> np.ndarray:
     import librosa
 
-    fb = librosa.filters.mel(sr=cfg.sample_rate, n_fft=cfg.n_fft, n_mels=cfg.n_mels,
-                             fmin=cfg.fmin, fmax=cfg.fmax, norm="slaney", htk=False)  # fmt: skip
+    fb = librosa.filters.mel(
+        sr=cfg.sample_rate,
+        n_fft=cfg.n_fft,
+        n_mels=cfg.n_mels,
+        fmin=cfg.fmin,
+        fmax=cfg.fmax,
+        norm="slaney",
+        htk=False,
+    )
     return fb.astype(np.float32)  # [M, F]
 
 
@@ -252,8 +265,9 @@ def wav_to_mel(wav: np.ndarray, sr: int, cfg: MelConfig | None = None) -> np.nda
     return log_mel(wav, cfg)
 
 
-def utterance_mels(utts, cfg: MelConfig | None = None, progress: bool = True,
-                   desc: str = "log-mel") -> list[np.ndarray]:  # fmt: skip
+def utterance_mels(
+    utts, cfg: MelConfig | None = None, progress: bool = True, desc: str = "log-mel"
+) -> list[np.ndarray]:
     """Log-mels (float32 [T, n_mels]) of `Utterance`s, read from their audio files."""
     from concurrent.futures import ThreadPoolExecutor
 

@@ -161,8 +161,11 @@ def _config(num_utterances: int, seed: int, speakers: Sequence[Speaker]) -> dict
         "sample_rate": SAMPLE_RATE,
         "min_duration": MIN_DURATION,
         "max_duration": MAX_DURATION,
-        "fractions": {"heldout": HELDOUT_FRACTION, "dev": DEV_FRACTION,
-                      "test_seen": TEST_SEEN_FRACTION},  # fmt: skip
+        "fractions": {
+            "heldout": HELDOUT_FRACTION,
+            "dev": DEV_FRACTION,
+            "test_seen": TEST_SEEN_FRACTION,
+        },
         "speakers": [dataclasses.asdict(s) for s in speakers],
     }
 
@@ -171,8 +174,9 @@ def _config_hash(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _plan(num_utterances: int, seed: int, speakers: Sequence[Speaker]) -> tuple[list[_Group],
-                                                                                 list[str]]:
+def _plan(
+    num_utterances: int, seed: int, speakers: Sequence[Speaker]
+) -> tuple[list[_Group], list[str]]:
     """Groups (split, speaker, quota, candidates) and the sentence list, from the config only."""
     if num_utterances > DEFAULT_UTTERANCES:
         return _plan_larger(num_utterances, seed, speakers)
@@ -184,8 +188,9 @@ def _plan(num_utterances: int, seed: int, speakers: Sequence[Speaker]) -> tuple[
     n_test = max(1, round(TEST_SEEN_FRACTION * n))
     n_train = n - n_held - n_dev - n_test
     if n_train < len(seen):
-        raise ConfigError(f"num_utterances={n}: too few for the splits, expected >= "
-                          f"{n - n_train + len(seen)}")  # fmt: skip
+        raise ConfigError(
+            f"num_utterances={n}: too few for the splits, expected >= {n - n_train + len(seen)}"
+        )
     quotas: dict[tuple[str, str], int] = {}
     speaker_by_name = {s.name: s for s in speakers}
     i = 0  # seen speakers take turns across dev, test and train
@@ -202,8 +207,11 @@ def _plan(num_utterances: int, seed: int, speakers: Sequence[Speaker]) -> tuple[
     sentences = generate_sentences(n + sum(spares.values()), seed)
     groups, next_idx = [], 0
     for k in order:  # primary candidates first (ids 0..n-1), then the spares
-        groups.append(_Group(k[0], speaker_by_name[k[1]], quotas[k],
-                             list(range(next_idx, next_idx + quotas[k]))))  # fmt: skip
+        groups.append(
+            _Group(
+                k[0], speaker_by_name[k[1]], quotas[k], list(range(next_idx, next_idx + quotas[k]))
+            )
+        )
         next_idx += quotas[k]
     for g, k in zip(groups, order, strict=True):
         g.candidates += list(range(next_idx, next_idx + spares[k]))
@@ -211,8 +219,9 @@ def _plan(num_utterances: int, seed: int, speakers: Sequence[Speaker]) -> tuple[
     return groups, sentences
 
 
-def _plan_larger(num_utterances: int, seed: int, speakers: Sequence[Speaker]
-                 ) -> tuple[list[_Group], list[str]]:  # fmt: skip
+def _plan_larger(
+    num_utterances: int, seed: int, speakers: Sequence[Speaker]
+) -> tuple[list[_Group], list[str]]:
     """The default-size plan with more train utterances: its dev/test groups unchanged, each
     train group's quota raised (seen speakers take turns) with new sentences appended after the
     default plan's (`generate_sentences` is prefix-stable and never repeats a sentence)."""
@@ -255,8 +264,9 @@ def _parse_wav(data: bytes, what: str) -> tuple[np.ndarray, int]:
             pos += 8 + size
         elif chunk == b"data":
             if rate is None or bits != 16 or channels != 1:
-                raise AudioError(f"{what}: espeak-ng WAV is {bits} bit/{channels} ch, "
-                                 "expected 16 bit/1 ch")  # fmt: skip
+                raise AudioError(
+                    f"{what}: espeak-ng WAV is {bits} bit/{channels} ch, expected 16 bit/1 ch"
+                )
             pcm = data[pos + 8 :]
             pcm = pcm[: len(pcm) // 2 * 2]
             return np.frombuffer(pcm, dtype="<i2"), rate  # [N]
@@ -278,13 +288,24 @@ def _trim(x: np.ndarray, rate: int) -> np.ndarray:
 
 def _synthesize(espeak: str, speaker: Speaker, text: str, path: Path) -> float:
     """Speak `expand_text(text)` into a 16 kHz PCM16 wav at `path` (atomic); returns seconds."""
-    cmd = [espeak, "-v", speaker.voice, "-p", str(speaker.pitch), "-s", str(speaker.rate),
-           "--stdout", "--stdin"]  # fmt: skip
+    cmd = [
+        espeak,
+        "-v",
+        speaker.voice,
+        "-p",
+        str(speaker.pitch),
+        "-s",
+        str(speaker.rate),
+        "--stdout",
+        "--stdin",
+    ]
     proc = subprocess.run(cmd, input=expand_text(text).encode("utf-8"), capture_output=True)
     if proc.returncode != 0:
         msg = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise MissingDependencyError(f"espeak-ng -v {speaker.voice}: exited with {proc.returncode}"
-                                     f" ({msg[0] if msg else 'no message'})")  # fmt: skip
+        raise MissingDependencyError(
+            f"espeak-ng -v {speaker.voice}: exited with {proc.returncode}"
+            f" ({msg[0] if msg else 'no message'})"
+        )
     pcm, rate = _parse_wav(proc.stdout, f"{path.name}")
     x = pcm.astype(np.float32) / 32768.0  # [N22]
     if rate != SAMPLE_RATE:
@@ -313,8 +334,10 @@ def _check_voices(espeak: str, speakers: Sequence[Speaker]) -> None:
     for voice in sorted({s.voice for s in speakers}):
         proc = subprocess.run([espeak, "-q", "-v", voice, "test"], capture_output=True)
         if proc.returncode != 0:
-            raise MissingDependencyError(f"espeak-ng voice {voice!r}: not available (espeak-ng "
-                                         "1.51 with its standard voice variants expected)")
+            raise MissingDependencyError(
+                f"espeak-ng voice {voice!r}: not available (espeak-ng "
+                "1.51 with its standard voice variants expected)"
+            )
 
 
 # ----------------------------------------------------------------------------- build
@@ -372,9 +395,13 @@ def _wav_path(out: Path, g: _Group, idx: int) -> Path:
 
 
 def _synthesize_groups(
-    out: Path, groups: list[_Group], sentences: list[str], espeak: str, workers: int,
+    out: Path,
+    groups: list[_Group],
+    sentences: list[str],
+    espeak: str,
+    workers: int,
     progress: bool,
-) -> tuple[dict[int, list], int, int]:  # fmt: skip
+) -> tuple[dict[int, list], int, int]:
     """Fills every group with the first `quota` candidates lasting 1..10 s.
 
     Returns ({id(group): [(sentence index, duration)]}, wavs reused, candidates rejected).
@@ -398,8 +425,10 @@ def _synthesize_groups(
     n_reused = n_rejected = 0
     ok = lambda dur: MIN_DURATION <= dur <= MAX_DURATION
     total = sum(g.quota for g in groups)
-    with tqdm(total=total, desc="corpus", unit="utt", disable=not progress) as bar, \
-            ThreadPoolExecutor(workers) as pool:  # fmt: skip
+    with (
+        tqdm(total=total, desc="corpus", unit="utt", disable=not progress) as bar,
+        ThreadPoolExecutor(workers) as pool,
+    ):
         while True:  # round 1: every group's quota; later rounds: spares for rejected ones
             batch = []
             for g in groups:
@@ -422,32 +451,51 @@ def _synthesize_groups(
                     n_rejected += 1
     short = [(g.split, g.speaker.name) for g in groups if len(accepted[id(g)]) < g.quota]
     if short:
-        raise DataError(f"{out}: ran out of spare sentences for groups {short} (durations "
-                        f"outside [{MIN_DURATION}, {MAX_DURATION}] s)")  # fmt: skip
+        raise DataError(
+            f"{out}: ran out of spare sentences for groups {short} (durations "
+            f"outside [{MIN_DURATION}, {MAX_DURATION}] s)"
+        )
     return accepted, n_reused, n_rejected
 
 
-def _write_outputs(out: Path, groups: list[_Group], accepted: dict[int, list],
-                   sentences: list[str], speakers: Sequence[Speaker],
-                   workers: int) -> dict[str, list[Utterance]]:  # fmt: skip
+def _write_outputs(
+    out: Path,
+    groups: list[_Group],
+    accepted: dict[int, list],
+    sentences: list[str],
+    speakers: Sequence[Speaker],
+    workers: int,
+) -> dict[str, list[Utterance]]:
     """Phonemes (one batched espeak-ng pass), manifests sorted by id, speakers.json."""
     items = [(g, idx, dur) for g in groups for idx, dur in sorted(accepted[id(g)])]
     phones = phonemize([sentences[idx] for _, idx, _ in items], workers=workers, strict=True)
     by_split: dict[str, list[Utterance]] = {s: [] for s in SPLITS}
     for (g, idx, dur), ph in zip(items, phones, strict=True):
         uid = _utt_id(g.speaker, idx)
-        by_split[g.split].append(Utterance(
-            id=uid, audio=f"wavs/{g.speaker.name}/{uid}.wav", text=sentences[idx],
-            normalized_text=normalize_text(sentences[idx]), phonemes=tuple(ph),
-            speaker=g.speaker.name, duration=round(dur, 4),
-        ))  # fmt: skip
+        by_split[g.split].append(
+            Utterance(
+                id=uid,
+                audio=f"wavs/{g.speaker.name}/{uid}.wav",
+                text=sentences[idx],
+                normalized_text=normalize_text(sentences[idx]),
+                phonemes=tuple(ph),
+                speaker=g.speaker.name,
+                duration=round(dur, 4),
+            )
+        )
     for split, utts in by_split.items():
         write_manifest(out / f"{split}.jsonl", sorted(utts, key=lambda u: u.id))
     spk = {}
     for s in speakers:
         counts = {split: sum(u.speaker == s.name for u in by_split[split]) for split in SPLITS}
-        spk[s.name] = {"voice": s.voice, "pitch": s.pitch, "rate": s.rate, "role": s.role,
-                       "splits": [k for k, v in counts.items() if v], "utterances": counts}
+        spk[s.name] = {
+            "voice": s.voice,
+            "pitch": s.pitch,
+            "rate": s.rate,
+            "role": s.role,
+            "splits": [k for k, v in counts.items() if v],
+            "utterances": counts,
+        }
     tmp = out / "speakers.json.tmp"
     tmp.write_text(json.dumps(spk, indent=1) + "\n")
     os.replace(tmp, out / "speakers.json")
@@ -489,16 +537,19 @@ def build_corpus(
         workers = max(1, workers or os.cpu_count() or 1)
         groups, sentences = _plan(num_utterances, seed, speakers)
         accepted, n_reused, n_rejected = _synthesize_groups(
-            out, groups, sentences, espeak, workers, progress)
+            out, groups, sentences, espeak, workers, progress
+        )
         by_split = _write_outputs(out, groups, accepted, sentences, speakers, workers)
         done.write_text(digest + "\n")
     if progress:
         n = sum(len(v) for v in by_split.values())
         hours = sum(u.duration for v in by_split.values() for u in v) / 3600
-        print(f"[corpus] {out}: {n} utterances ({hours:.2f} h) in "
-              f"{time.perf_counter() - t0:.1f} s; reused {n_reused} wavs, "
-              f"dropped {n_rejected} outside [{MIN_DURATION:g}, {MAX_DURATION:g}] s",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"[corpus] {out}: {n} utterances ({hours:.2f} h) in "
+            f"{time.perf_counter() - t0:.1f} s; reused {n_reused} wavs, "
+            f"dropped {n_rejected} outside [{MIN_DURATION:g}, {MAX_DURATION:g}] s",
+            file=sys.stderr,
+        )
     return out
 
 
@@ -507,13 +558,16 @@ def ensure_corpus(out_dir: str | os.PathLike | None = None, **kw) -> Path:
     return build_corpus(out_dir, **kw)
 
 
-def load_corpus(out_dir: str | os.PathLike | None = None, check_files: bool = False
-                ) -> dict[str, list[Utterance]]:  # fmt: skip
+def load_corpus(
+    out_dir: str | os.PathLike | None = None, check_files: bool = False
+) -> dict[str, list[Utterance]]:
     """{'train': [...], 'dev': [...], 'test': [...]} of a built corpus."""
     out = Path(out_dir) if out_dir is not None else default_corpus_dir()
     if not (out / DONE_FILE).is_file():
-        raise DataError(f"{out}: no finished corpus here (missing {DONE_FILE}); run "
-                        f"`python -m jaxtts.data.corpus --out {out}`")  # fmt: skip
+        raise DataError(
+            f"{out}: no finished corpus here (missing {DONE_FILE}); run "
+            f"`python -m jaxtts.data.corpus --out {out}`"
+        )
     return {s: read_manifest(out / f"{s}.jsonl", check_files=check_files) for s in SPLITS}
 
 
@@ -524,11 +578,12 @@ def corpus_stats(out_dir: str | os.PathLike | None = None) -> dict:
     for split, utts in splits.items():
         durs = np.array([u.duration for u in utts], dtype=np.float64)
         stats["splits"][split] = {
-            "utterances": len(utts), "hours": float(durs.sum() / 3600),
+            "utterances": len(utts),
+            "hours": float(durs.sum() / 3600),
             "min_s": float(durs.min()) if len(durs) else 0.0,
             "max_s": float(durs.max()) if len(durs) else 0.0,
             "speakers": sorted({u.speaker for u in utts}),
-        }  # fmt: skip
+        }
         for u in utts:
             stats["speakers"][u.speaker] = stats["speakers"].get(u.speaker, 0) + 1
     stats["utterances"] = sum(v["utterances"] for v in stats["splits"].values())
@@ -537,8 +592,9 @@ def corpus_stats(out_dir: str | os.PathLike | None = None) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m jaxtts.data.corpus", description=__doc__.split(
-        "\n")[0])  # fmt: skip
+    ap = argparse.ArgumentParser(
+        prog="python -m jaxtts.data.corpus", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--out", default=None, help="corpus folder (default data/builtin)")
     ap.add_argument("--num_utterances", type=int, default=DEFAULT_UTTERANCES)
     ap.add_argument("--seed", type=int, default=0)
@@ -547,14 +603,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--no_progress", action="store_true")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    out = build_corpus(args.out, num_utterances=args.num_utterances, seed=args.seed,
-                       workers=args.workers, progress=not args.no_progress,
-                       overwrite=args.overwrite)  # fmt: skip
+    out = build_corpus(
+        args.out,
+        num_utterances=args.num_utterances,
+        seed=args.seed,
+        workers=args.workers,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+    )
     stats = corpus_stats(out)
-    parts = ", ".join(f"{k} {v['utterances']} ({v['hours']:.2f} h)"
-                      for k, v in stats["splits"].items())  # fmt: skip
-    print(f"{out}: {stats['utterances']} utterances, {stats['hours']:.2f} h [{parts}] "
-          f"in {time.perf_counter() - t0:.2f} s")
+    parts = ", ".join(
+        f"{k} {v['utterances']} ({v['hours']:.2f} h)" for k, v in stats["splits"].items()
+    )
+    print(
+        f"{out}: {stats['utterances']} utterances, {stats['hours']:.2f} h [{parts}] "
+        f"in {time.perf_counter() - t0:.2f} s"
+    )
 
 
 if __name__ == "__main__":

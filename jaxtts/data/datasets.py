@@ -66,8 +66,15 @@ __all__ = [
 ]
 
 LJSPEECH_SPEAKER = "LJ"
-LIBRITTS_SUBSETS = ("train-clean-100", "train-clean-360", "train-other-500", "dev-clean",
-                    "dev-other", "test-clean", "test-other")  # fmt: skip
+LIBRITTS_SUBSETS = (
+    "train-clean-100",
+    "train-clean-360",
+    "train-other-500",
+    "dev-clean",
+    "dev-other",
+    "test-clean",
+    "test-other",
+)
 KINDS = ("ljspeech", "libritts", "tfds_ljspeech", "tfds_libritts")
 TFDS_INSTALL_HINT = "pip install tensorflow-datasets==4.9.10 tensorflow-cpu==2.21.0"
 PREPARE_VERSION = 1  # bump when prepare_dataset's output changes
@@ -103,8 +110,9 @@ def read_ljspeech(src: str | os.PathLike, progress: bool = False) -> list[Uttera
     src = _folder(src, "LJSpeech")
     meta = src / "metadata.csv"
     if not meta.is_file():
-        raise DataError(f"{meta}: not found, expected the LJSpeech-1.1 layout "
-                        f"(metadata.csv + wavs/<id>.wav)")  # fmt: skip
+        raise DataError(
+            f"{meta}: not found, expected the LJSpeech-1.1 layout (metadata.csv + wavs/<id>.wav)"
+        )
     utts: list[Utterance] = []
     seen: dict[str, int] = {}
     lines = meta.read_text(encoding="utf-8").splitlines()
@@ -113,8 +121,10 @@ def read_ljspeech(src: str | os.PathLike, progress: bool = False) -> list[Uttera
             continue
         fields = line.split("|")
         if len(fields) not in (2, 3) or not fields[0].strip() or not fields[1].strip():
-            raise DataError(f"{meta}:{lineno}: expected 'id|text|normalized text', got "
-                            f"{len(fields)} field(s): {line[:60]!r}")  # fmt: skip
+            raise DataError(
+                f"{meta}:{lineno}: expected 'id|text|normalized text', got "
+                f"{len(fields)} field(s): {line[:60]!r}"
+            )
         uid, text = fields[0].strip(), fields[1].strip()
         norm = fields[2].strip() if len(fields) == 3 and fields[2].strip() else text
         if uid in seen:
@@ -123,9 +133,17 @@ def read_ljspeech(src: str | os.PathLike, progress: bool = False) -> list[Uttera
         wav = src / "wavs" / f"{uid}.wav"
         if not wav.is_file():
             raise DataError(f"{wav}: audio of {meta.name}:{lineno} ({uid!r}) not found")
-        utts.append(Utterance(id=uid, audio=f"wavs/{uid}.wav", text=text,
-                              normalized_text=normalize_text(norm), speaker=LJSPEECH_SPEAKER,
-                              duration=_duration(wav), root=os.fspath(src)))  # fmt: skip
+        utts.append(
+            Utterance(
+                id=uid,
+                audio=f"wavs/{uid}.wav",
+                text=text,
+                normalized_text=normalize_text(norm),
+                speaker=LJSPEECH_SPEAKER,
+                duration=_duration(wav),
+                root=os.fspath(src),
+            )
+        )
     if not utts:
         raise DataError(f"{meta}: no utterances")
     return sorted(utts, key=lambda u: u.id)
@@ -143,8 +161,9 @@ def _read_transcript(path: Path) -> str | None:
     return text
 
 
-def read_libritts(src: str | os.PathLike, subsets: Sequence[str] | str | None = None,
-                  progress: bool = False) -> list[Utterance]:  # fmt: skip
+def read_libritts(
+    src: str | os.PathLike, subsets: Sequence[str] | str | None = None, progress: bool = False
+) -> list[Utterance]:
     """LibriTTS root folder -> utterances of the chosen subsets (default: every subset present).
 
     Subsets are folder names (`train-clean-100`, `dev-clean`, ...); speaker = the speaker folder.
@@ -155,8 +174,9 @@ def read_libritts(src: str | os.PathLike, subsets: Sequence[str] | str | None = 
     if subsets is None:
         subsets = [s for s in LIBRITTS_SUBSETS if (src / s).is_dir()]
         if not subsets:
-            raise DataError(f"{src}: no LibriTTS subset folder found, expected one of "
-                            f"{list(LIBRITTS_SUBSETS)}")  # fmt: skip
+            raise DataError(
+                f"{src}: no LibriTTS subset folder found, expected one of {list(LIBRITTS_SUBSETS)}"
+            )
     wavs: list[tuple[str, Path]] = []
     for subset in subsets:
         folder = src / subset
@@ -176,10 +196,17 @@ def read_libritts(src: str | os.PathLike, subsets: Sequence[str] | str | None = 
         if uid in seen:
             raise DataError(f"{wav}: duplicate utterance id {uid!r} (also {seen[uid]})")
         seen[uid] = wav
-        utts.append(Utterance(
-            id=uid, audio=f"{subset}/{speaker}/{chapter}/{wav.name}", text=orig or norm,
-            normalized_text=normalize_text(norm or orig), speaker=speaker,
-            duration=_duration(wav), root=os.fspath(src)))  # fmt: skip
+        utts.append(
+            Utterance(
+                id=uid,
+                audio=f"{subset}/{speaker}/{chapter}/{wav.name}",
+                text=orig or norm,
+                normalized_text=normalize_text(norm or orig),
+                speaker=speaker,
+                duration=_duration(wav),
+                root=os.fspath(src),
+            )
+        )
     return sorted(utts, key=lambda u: u.id)
 
 
@@ -190,8 +217,9 @@ def _import_tfds():
     try:
         import tensorflow_datasets as tfds
     except ImportError as e:
-        raise MissingDependencyError(f"tensorflow_datasets: not installed ({e}); "
-                                     f"{TFDS_INSTALL_HINT}") from None  # fmt: skip
+        raise MissingDependencyError(
+            f"tensorflow_datasets: not installed ({e}); {TFDS_INSTALL_HINT}"
+        ) from None
     return tfds
 
 
@@ -212,8 +240,13 @@ def _to_pcm16(speech: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(x.astype(np.float64) * 32767), -32768, 32767).astype(np.int16)
 
 
-def read_tfds(name: str, data_dir: str | os.PathLike, cache_dir: str | os.PathLike,
-              split: str | None = None, progress: bool = False) -> list[Utterance]:  # fmt: skip
+def read_tfds(
+    name: str,
+    data_dir: str | os.PathLike,
+    cache_dir: str | os.PathLike,
+    split: str | None = None,
+    progress: bool = False,
+) -> list[Utterance]:
     """Prepared tfds `ljspeech` / `libritts` split -> utterances with wavs in `cache_dir`.
 
     `split`: a tfds split ('train', 'train_clean100', 'dev_clean', 'train[:100]', ...; default
@@ -226,13 +259,14 @@ def read_tfds(name: str, data_dir: str | os.PathLike, cache_dir: str | os.PathLi
     index = cache_dir / f"index-{_SAFE_ID.sub('_', split)}.jsonl"
     tfds = _import_tfds()
     try:
-        source = tfds.data_source(name, split=split, data_dir=os.fspath(data_dir),
-                                  download=False)  # fmt: skip
+        source = tfds.data_source(name, split=split, data_dir=os.fspath(data_dir), download=False)
     except Exception as e:  # tfds raises many types for "not prepared"
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise DataError(f"{data_dir}: no prepared tfds dataset {name!r} split {split!r} "
-                        f"readable by tfds.data_source ({first}); prepare it with "
-                        f"file_format='array_record'") from None  # fmt: skip
+        raise DataError(
+            f"{data_dir}: no prepared tfds dataset {name!r} split {split!r} "
+            f"readable by tfds.data_source ({first}); prepare it with "
+            f"file_format='array_record'"
+        ) from None
     n = len(source)
     if index.is_file():
         cached = read_manifest(index, check_files=True)
@@ -249,14 +283,19 @@ def read_tfds(name: str, data_dir: str | os.PathLike, cache_dir: str | os.PathLi
         raw_id = _as_str(ex["id"])
         uid = _SAFE_ID.sub("_", raw_id)
         if not uid or uid in seen:
-            raise DataError(f"tfds {name}[{split}] record {i}: id {raw_id!r} is empty or "
-                            f"repeats record {seen.get(uid)}")  # fmt: skip
+            raise DataError(
+                f"tfds {name}[{split}] record {i}: id {raw_id!r} is empty or "
+                f"repeats record {seen.get(uid)}"
+            )
         seen[uid] = i
         if name == "ljspeech":
             speaker, text, norm = LJSPEECH_SPEAKER, ex["text"], ex["text_normalized"]
         else:
-            speaker, text, norm = str(int(ex["speaker_id"])), ex["text_original"], \
-                ex["text_normalized"]  # fmt: skip
+            speaker, text, norm = (
+                str(int(ex["speaker_id"])),
+                ex["text_original"],
+                ex["text_normalized"],
+            )
         text, norm = _as_str(text), _as_str(norm)
         if not (text or norm):
             raise DataError(f"tfds {name}[{split}] record {i} ({uid!r}): empty transcript")
@@ -297,20 +336,28 @@ def _count(fraction: float, n: int) -> int:
     return 0 if fraction <= 0 or n == 0 else min(n, max(1, round(fraction * n)))
 
 
-def split_utterances(utts: Sequence[Utterance], dev_fraction: float = 0.02,
-                     test_fraction: float = 0.02, heldout_speakers: int = 0, seed: int = 0
-                     ) -> dict[str, list[Utterance]]:  # fmt: skip
+def split_utterances(
+    utts: Sequence[Utterance],
+    dev_fraction: float = 0.02,
+    test_fraction: float = 0.02,
+    heldout_speakers: int = 0,
+    seed: int = 0,
+) -> dict[str, list[Utterance]]:
     """{'train', 'dev', 'test'} (each sorted by id); see the module docstring.
 
     A positive fraction gives at least one utterance; train keeps at least one.
     """
     if dev_fraction < 0 or test_fraction < 0 or dev_fraction + test_fraction >= 1:
-        raise ConfigError(f"dev_fraction={dev_fraction}, test_fraction={test_fraction}: expected "
-                          f">= 0 with a sum < 1")  # fmt: skip
+        raise ConfigError(
+            f"dev_fraction={dev_fraction}, test_fraction={test_fraction}: expected "
+            f">= 0 with a sum < 1"
+        )
     speakers = sorted({u.speaker for u in utts})
     if not 0 <= heldout_speakers < len(speakers):
-        raise ConfigError(f"heldout_speakers={heldout_speakers}: expected 0 <= n < "
-                          f"{len(speakers)} (the number of speakers)")  # fmt: skip
+        raise ConfigError(
+            f"heldout_speakers={heldout_speakers}: expected 0 <= n < "
+            f"{len(speakers)} (the number of speakers)"
+        )
     heldout = set(sorted(speakers, key=lambda s: _hash_key(seed, s))[:heldout_speakers])
     rest = [u for u in utts if u.speaker not in heldout]
     rest.sort(key=lambda u: _hash_key(seed, u.id))
@@ -380,12 +427,20 @@ def prepare_dataset(
         subsets = [s for s in subsets.split(",") if s]
     out = Path(out_dir)
     config = {
-        "version": PREPARE_VERSION, "kind": kind, "source": os.path.abspath(source),
-        "subsets": list(subsets) if subsets else None, "split": split,
-        "dev_fraction": dev_fraction, "test_fraction": test_fraction,
-        "heldout_speakers": heldout_speakers, "seed": seed, "phonemize": phonemize,
-        "copy_audio": copy_audio, "min_duration": min_duration, "max_duration": max_duration,
-    }  # fmt: skip
+        "version": PREPARE_VERSION,
+        "kind": kind,
+        "source": os.path.abspath(source),
+        "subsets": list(subsets) if subsets else None,
+        "split": split,
+        "dev_fraction": dev_fraction,
+        "test_fraction": test_fraction,
+        "heldout_speakers": heldout_speakers,
+        "seed": seed,
+        "phonemize": phonemize,
+        "copy_audio": copy_audio,
+        "min_duration": min_duration,
+        "max_duration": max_duration,
+    }
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     done = out / "done"
     if done.is_file() and done.read_text().strip() == digest:
@@ -402,8 +457,7 @@ def prepare_dataset(
     kept = [u for u in utts if min_duration <= u.duration <= hi]
     n_short = len(utts) - len(kept)
     if not kept:
-        raise DataError(f"{source}: no utterance within [{min_duration}, {hi}] s "
-                        f"(of {len(utts)})")  # fmt: skip
+        raise DataError(f"{source}: no utterance within [{min_duration}, {hi}] s (of {len(utts)})")
     if phonemize:
         from jaxtts.data.text import phonemize as phonemize_texts
 
@@ -423,9 +477,12 @@ def prepare_dataset(
     if progress:
         hours = sum(u.duration for u in kept) / 3600
         counts = ", ".join(f"{k} {len(v)}" for k, v in splits.items())
-        print(f"[datasets] {out}: {len(kept)} utterances ({hours:.2f} h; {counts}) from {kind} "
-              f"{source} in {time.perf_counter() - t0:.1f} s; dropped {n_short} outside "
-              f"[{min_duration:g}, {hi:g}] s", file=sys.stderr)  # fmt: skip
+        print(
+            f"[datasets] {out}: {len(kept)} utterances ({hours:.2f} h; {counts}) from {kind} "
+            f"{source} in {time.perf_counter() - t0:.1f} s; dropped {n_short} outside "
+            f"[{min_duration:g}, {hi:g}] s",
+            file=sys.stderr,
+        )
     return out
 
 

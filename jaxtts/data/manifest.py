@@ -81,8 +81,12 @@ def _check_types(path: Path, lineno: int, d: dict) -> None:
             raise DataError(f"{where}: field {key!r} must be a string, got {d[key]!r}")
     if "duration" in d:
         dur = d["duration"]
-        if isinstance(dur, bool) or not isinstance(dur, int | float) or not math.isfinite(dur) \
-                or dur < 0:  # fmt: skip
+        if (
+            isinstance(dur, bool)
+            or not isinstance(dur, int | float)
+            or not math.isfinite(dur)
+            or dur < 0
+        ):
             raise DataError(f"{where}: field 'duration' must be a number >= 0, got {dur!r}")
     if "phonemes" in d and not (
         isinstance(d["phonemes"], list) and all(isinstance(p, str) for p in d["phonemes"])
@@ -109,14 +113,16 @@ def read_manifest(path: str | os.PathLike, check_files: bool = True) -> list[Utt
             try:
                 d = json.loads(line)
             except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno})") \
-                    from None  # fmt: skip
+                raise DataError(
+                    f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno})"
+                ) from None
             if not isinstance(d, dict):
                 raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(d).__name__}")
             _check_types(path, lineno, d)
             if d["id"] in seen:
-                raise DataError(f"{path}:{lineno}: duplicate id {d['id']!r} (first on line "
-                                f"{seen[d['id']]})")  # fmt: skip
+                raise DataError(
+                    f"{path}:{lineno}: duplicate id {d['id']!r} (first on line {seen[d['id']]})"
+                )
             seen[d["id"]] = lineno
             utt = Utterance.from_json(d, root=root)
             if check_files and not utt.path.is_file():
@@ -140,8 +146,9 @@ def write_manifest(path: str | os.PathLike, utts: Iterable[Utterance]) -> Path:
     for u in utts:
         d = u.to_json()
         if u.root is not None and not Path(u.audio).is_absolute():
-            d["audio"] = Path(os.path.relpath(os.path.abspath(u.path), os.path.abspath(path.parent))
-                              ).as_posix()  # fmt: skip
+            d["audio"] = Path(
+                os.path.relpath(os.path.abspath(u.path), os.path.abspath(path.parent))
+            ).as_posix()
         lines.append(json.dumps(d, ensure_ascii=False))
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -154,12 +161,15 @@ def speakers_of(utts: Sequence[Utterance]) -> list[str]:
     return sorted({u.speaker for u in utts})
 
 
-def read_split(corpus_dir: str | os.PathLike, split: str, limit: int = 0,
-               check_files: bool = False) -> list[Utterance]:  # fmt: skip
+def read_split(
+    corpus_dir: str | os.PathLike, split: str, limit: int = 0, check_files: bool = False
+) -> list[Utterance]:
     """`<corpus_dir>/<split>.jsonl` (its first `limit` utterances when limit > 0)."""
     path = Path(corpus_dir) / f"{split}.jsonl"
     if not path.is_file():
-        raise DataError(f"{path}: manifest not found (build the built-in corpus with "
-                        "`python -m jaxtts.data.corpus`, or prepare a dataset)")  # fmt: skip
+        raise DataError(
+            f"{path}: manifest not found (build the built-in corpus with "
+            "`python -m jaxtts.data.corpus`, or prepare a dataset)"
+        )
     utts = read_manifest(path, check_files=check_files)
     return utts[:limit] if limit else utts

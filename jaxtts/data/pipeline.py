@@ -155,8 +155,9 @@ def _check_ids(uid: str, what: str, ids: np.ndarray) -> np.ndarray:
     return ids.astype(np.int32)
 
 
-def make_lm_records(utts: Sequence, tokens: Mapping[str, np.ndarray], text_encoder
-                    ) -> list[LMRecord]:  # fmt: skip
+def make_lm_records(
+    utts: Sequence, tokens: Mapping[str, np.ndarray], text_encoder
+) -> list[LMRecord]:
     """`LMRecord`s of `Utterance`s; `tokens[id]` are their speech tokens (int [T])."""
     text_ids = encode_texts(utts, text_encoder)
     records = []
@@ -174,8 +175,9 @@ def make_lm_records(utts: Sequence, tokens: Mapping[str, np.ndarray], text_encod
     return records
 
 
-def load_lm_records(corpus_dir: str | os.PathLike, split: str, tokenizer_name: str,
-                    text_encoder) -> list[LMRecord]:  # fmt: skip
+def load_lm_records(
+    corpus_dir: str | os.PathLike, split: str, tokenizer_name: str, text_encoder
+) -> list[LMRecord]:
     """`LMRecord`s of `<corpus_dir>/<split>.jsonl`, tokens from
     `<corpus_dir>/tokens/<tokenizer_name>/<id>.npy`."""
     from jaxtts.data.manifest import read_manifest
@@ -192,8 +194,9 @@ def load_lm_records(corpus_dir: str | os.PathLike, split: str, tokenizer_name: s
     return make_lm_records(utts, tokens, text_encoder)
 
 
-def make_mel_records(utts: Sequence, mels: Mapping[str, np.ndarray] | Callable,
-                     text_encoder) -> list[MelRecord]:  # fmt: skip
+def make_mel_records(
+    utts: Sequence, mels: Mapping[str, np.ndarray] | Callable, text_encoder
+) -> list[MelRecord]:
     """`MelRecord`s of `Utterance`s; `mels[id]` or `mels(utt)` gives float32 [T, n_mels]."""
     text_ids = encode_texts(utts, text_encoder)
     records = []
@@ -248,8 +251,9 @@ def pad_to_bucket(length: int, buckets: Sequence[int]) -> int:
     return int(buckets[i])
 
 
-def pad_batch(mels: Sequence[np.ndarray], width: int, rows: int | None = None
-              ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def pad_batch(
+    mels: Sequence[np.ndarray], width: int, rows: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """List of [T_i, M] -> (float32 [rows, width, M] zero-padded, int32 [rows] lengths)."""
     rows = len(mels) if rows is None else rows
     m = mels[0].shape[1]
@@ -406,14 +410,16 @@ class BucketedLoader(abc.ABC):
     def _target_lengths(self) -> dict[str, np.ndarray]:
         """field -> int64 [N] length of every record without prompt (decides dropping)."""
 
-    def _epoch_lengths(self, epoch: int, rng: np.random.Generator
-                       ) -> tuple[dict[str, np.ndarray], dict]:  # fmt: skip
+    def _epoch_lengths(
+        self, epoch: int, rng: np.random.Generator
+    ) -> tuple[dict[str, np.ndarray], dict]:
         """(field -> int64 [N] row lengths this epoch, extra per-record arrays)."""
         return self._target_lengths(), {}
 
     @abc.abstractmethod
-    def _build_rows(self, rows: np.ndarray, ep: _Epoch, pad: dict[str, int]
-                    ) -> dict[str, np.ndarray]:  # fmt: skip
+    def _build_rows(
+        self, rows: np.ndarray, ep: _Epoch, pad: dict[str, int]
+    ) -> dict[str, np.ndarray]:
         """The batch dict of record indices `rows` (-1 = padding row), padded to `pad`."""
 
     # -- epoch plan
@@ -476,8 +482,9 @@ class BucketedLoader(abc.ABC):
         """This shard's batch of `step`: a pure function of (seed, step, shard)."""
         ep, rows = self._locate(step)
         valid = rows[rows >= 0]
-        pad = {f: pad_to_bucket(int(ep.lengths[f][valid].max()), self.buckets[f])
-               for f in self.fields}  # fmt: skip
+        pad = {
+            f: pad_to_bucket(int(ep.lengths[f][valid].max()), self.buckets[f]) for f in self.fields
+        }
         b = self.local_batch_size
         return self._build_rows(rows[self.shard_index * b : (self.shard_index + 1) * b], ep, pad)
 
@@ -494,8 +501,13 @@ class BucketedLoader(abc.ABC):
         num_epochs)."""
         return grain.MapDataset.source(self)
 
-    def iterator(self, start_step: int = 0, num_steps: int | None = None, prefetch: int = 2,
-                 num_threads: int = 1) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
+    def iterator(
+        self,
+        start_step: int = 0,
+        num_steps: int | None = None,
+        prefetch: int = 2,
+        num_threads: int = 1,
+    ) -> Iterator[dict[str, np.ndarray]]:
         """Batches of steps start_step, start_step + 1, ... (num_steps of them, or endless),
         built ahead by `num_threads` grain prefetch threads (`prefetch` batches buffered;
         prefetch=0: built on demand in the calling thread)."""
@@ -503,8 +515,9 @@ class BucketedLoader(abc.ABC):
             raise ConfigError(f"start_step={start_step}, num_steps={num_steps}: expected >= 0")
         stop = None if num_steps is None else start_step + num_steps
         ds = self.dataset()[start_step:stop]
-        opts = grain.ReadOptions(num_threads=num_threads if prefetch else 0,
-                                 prefetch_buffer_size=prefetch)  # fmt: skip
+        opts = grain.ReadOptions(
+            num_threads=num_threads if prefetch else 0, prefetch_buffer_size=prefetch
+        )
         return iter(ds.to_iter_dataset(opts))
 
 
@@ -566,8 +579,9 @@ class LMLoader(BucketedLoader):
         self._group_size = sizes[group]  # [N]
         self._pos = np.empty(len(self.records), np.int64)  # [N] position inside its group
         self._pos[self._members] = np.arange(len(self.records)) - np.repeat(starts, sizes)
-        super().__init__(len(self.records), batch_size,
-                         {"text": text_buckets, "speech": speech_buckets}, **kw)  # fmt: skip
+        super().__init__(
+            len(self.records), batch_size, {"text": text_buckets, "speech": speech_buckets}, **kw
+        )
 
     def _target_lengths(self):
         return {"text": self._text_len, "speech": self._speech_len}
@@ -582,8 +596,11 @@ class LMLoader(BucketedLoader):
         p = np.maximum(prompt, 0)
         room_s = self.buckets["speech"][-1] - self._speech_len
         room_t = self.buckets["text"][-1] - self._text_len
-        ps = np.where(has, np.minimum(np.minimum(self.prompt_tokens, self._speech_len[p]),
-                                      np.maximum(room_s, 0)), 0)  # fmt: skip
+        ps = np.where(
+            has,
+            np.minimum(np.minimum(self.prompt_tokens, self._speech_len[p]), np.maximum(room_s, 0)),
+            0,
+        )
         if self.prompt_text == "full":
             pt = self._text_len[p].copy()
         else:
@@ -607,8 +624,11 @@ class LMLoader(BucketedLoader):
                 texts.append(None), speeches.append(None), plen.append(0)
                 continue
             rec = self.records[i]
-            j, ps, pt = ep.extra["prompt"][i], ep.extra["prompt_speech"][i], \
-                ep.extra["prompt_text"][i]  # fmt: skip
+            j, ps, pt = (
+                ep.extra["prompt"][i],
+                ep.extra["prompt_speech"][i],
+                ep.extra["prompt_text"][i],
+            )
             if j >= 0:
                 pr = self.records[j]
                 texts.append(np.concatenate([pr.text_ids[:pt], rec.text_ids]))  # [pt + Lx]
@@ -625,18 +645,24 @@ class LMLoader(BucketedLoader):
         }
 
     @classmethod
-    def from_config(cls, records: Sequence[LMRecord], data_cfg, frame_rate: float, **kw
-                    ) -> LMLoader:  # fmt: skip
+    def from_config(
+        cls, records: Sequence[LMRecord], data_cfg, frame_rate: float, **kw
+    ) -> LMLoader:
         """From the `data` config block (configs/common.py: batch_size, max_text_len,
         max_speech_len, bucket_step (speech; text uses text_bucket_step when set),
         prompt_seconds, seed)."""
-        return cls(records, data_cfg.batch_size,
-                   text_buckets=make_buckets(data_cfg.max_text_len,
-                                             data_cfg.get("text_bucket_step") or
-                                             data_cfg.bucket_step),
-                   speech_buckets=make_buckets(data_cfg.max_speech_len, data_cfg.bucket_step),
-                   prompt_seconds=data_cfg.prompt_seconds, frame_rate=frame_rate,
-                   seed=data_cfg.seed, **kw)  # fmt: skip
+        return cls(
+            records,
+            data_cfg.batch_size,
+            text_buckets=make_buckets(
+                data_cfg.max_text_len, data_cfg.get("text_bucket_step") or data_cfg.bucket_step
+            ),
+            speech_buckets=make_buckets(data_cfg.max_speech_len, data_cfg.bucket_step),
+            prompt_seconds=data_cfg.prompt_seconds,
+            frame_rate=frame_rate,
+            seed=data_cfg.seed,
+            **kw,
+        )
 
 
 # ----------------------------------------------------------------------------- mel
@@ -650,8 +676,15 @@ class MelLoader(BucketedLoader):
 
     fields = ("mel", "text")
 
-    def __init__(self, records: Sequence[MelRecord], batch_size: int, mel_buckets: Sequence[int],
-                 text_buckets: Sequence[int], speaker_emb=None, **kw):  # fmt: skip
+    def __init__(
+        self,
+        records: Sequence[MelRecord],
+        batch_size: int,
+        mel_buckets: Sequence[int],
+        text_buckets: Sequence[int],
+        speaker_emb=None,
+        **kw,
+    ):
         if not records:
             raise DataError("MelLoader: no records")
         self.records = list(records)
@@ -670,8 +703,9 @@ class MelLoader(BucketedLoader):
             "mel": np.array([r.mel.shape[0] for r in self.records], np.int64),  # [N]
             "text": np.array([r.text_ids.shape[0] for r in self.records], np.int64),  # [N]
         }
-        super().__init__(len(self.records), batch_size,
-                         {"mel": mel_buckets, "text": text_buckets}, **kw)  # fmt: skip
+        super().__init__(
+            len(self.records), batch_size, {"mel": mel_buckets, "text": text_buckets}, **kw
+        )
 
     def _target_lengths(self):
         return self._lengths
@@ -685,14 +719,17 @@ class MelLoader(BucketedLoader):
         out = {}
         if self.speaker_emb is not None:
             dim = np.asarray(next(iter(self.speaker_emb.values()))).shape[-1]
-            out["speaker"] = np.stack([np.zeros(dim, np.float32) if r is None else
-                                       np.asarray(self.speaker_emb[r.id], np.float32)
-                                       for r in recs])  # fmt: skip
+            out["speaker"] = np.stack(
+                [
+                    np.zeros(dim, np.float32)
+                    if r is None
+                    else np.asarray(self.speaker_emb[r.id], np.float32)
+                    for r in recs
+                ]
+            )
         return out | {
             "mel": mel,
             "mel_len": np.array([0 if r is None else r.mel.shape[0] for r in recs], np.int32),
             "text": _pad_ids([None if r is None else r.text_ids for r in recs], pad["text"]),
-            "text_len": np.array(
-                [0 if r is None else r.text_ids.shape[0] for r in recs], np.int32
-            ),  # fmt: skip
+            "text_len": np.array([0 if r is None else r.text_ids.shape[0] for r in recs], np.int32),
         }

@@ -76,9 +76,14 @@ _ONES = (
 _TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
 _SCALES = ((10**12, "trillion"), (10**9, "billion"), (10**6, "million"), (10**3, "thousand"))
 _ORDINAL_IRREGULAR = {
-    "one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth",
-    "nine": "ninth", "twelve": "twelfth",
-}  # fmt: skip
+    "one": "first",
+    "two": "second",
+    "three": "third",
+    "five": "fifth",
+    "eight": "eighth",
+    "nine": "ninth",
+    "twelve": "twelfth",
+}
 
 
 def number_to_words(n: int) -> str:
@@ -159,9 +164,16 @@ _CURRENCY = {
 }
 _ABBREV_OPTIONAL_DOT = {"mr": "mister", "mrs": "missus", "dr": "doctor"}
 _ABBREV_DOT = {
-    "ms": "miss", "prof": "professor", "st": "saint", "jr": "junior", "sr": "senior",
-    "vs": "versus", "mt": "mount", "etc": "et cetera", "approx": "approximately",
-}  # fmt: skip
+    "ms": "miss",
+    "prof": "professor",
+    "st": "saint",
+    "jr": "junior",
+    "sr": "senior",
+    "vs": "versus",
+    "mt": "mount",
+    "etc": "et cetera",
+    "approx": "approximately",
+}
 _SYMBOL_WORDS = {"&": " and ", "+": " plus ", "@": " at ", "=": " equals "}
 
 _RE_EG = re.compile(r"\b(e\.g|i\.e)\.", re.IGNORECASE)
@@ -447,8 +459,9 @@ class SymbolTable:
             if unknown == "error":
                 raise TextError(f"SymbolTable.encode: unknown symbols {missing}")
             if unknown == "unk":
-                warnings.warn(f"SymbolTable.encode: unknown symbols {missing} mapped to {UNK}",
-                              stacklevel=2)  # fmt: skip
+                warnings.warn(
+                    f"SymbolTable.encode: unknown symbols {missing} mapped to {UNK}", stacklevel=2
+                )
                 ids = [self.unk_id if i < 0 else i for i in ids]
             elif unknown == "drop":
                 ids = [i for i in ids if i >= 0]
@@ -471,8 +484,10 @@ class SymbolTable:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps({"symbols": self.symbols}, ensure_ascii=False, indent=1) + "\n",
-                       encoding="utf-8")  # fmt: skip
+        tmp.write_text(
+            json.dumps({"symbols": self.symbols}, ensure_ascii=False, indent=1) + "\n",
+            encoding="utf-8",
+        )
         os.replace(tmp, path)
 
     @classmethod
@@ -502,8 +517,13 @@ class TextFrontend:
     switching to characters would map everything to UNK).
     """
 
-    def __init__(self, symbols: SymbolTable, backend: str = "espeak", voice: str = "en-us",
-                 unknown: str = "unk"):  # fmt: skip
+    def __init__(
+        self,
+        symbols: SymbolTable,
+        backend: str = "espeak",
+        voice: str = "en-us",
+        unknown: str = "unk",
+    ):
         if backend not in ("espeak", "char"):
             raise TextError(f"TextFrontend backend={backend!r}: expected 'espeak' or 'char'")
         self.symbols = symbols
@@ -512,8 +532,13 @@ class TextFrontend:
         self.unknown = unknown
 
     @classmethod
-    def build(cls, sequences: Iterable[Sequence[str]], backend: str = "espeak",
-              voice: str = "en-us", min_count: int = 1) -> TextFrontend:  # fmt: skip
+    def build(
+        cls,
+        sequences: Iterable[Sequence[str]],
+        backend: str = "espeak",
+        voice: str = "en-us",
+        min_count: int = 1,
+    ) -> TextFrontend:
         """Front-end whose table holds every symbol of `sequences` (e.g. manifest phonemes)."""
         return cls(SymbolTable.build(sequences, min_count), backend=backend, voice=voice)
 
@@ -556,8 +581,12 @@ class TextFrontend:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.symbols.save(directory / _SYMBOLS_FILE)
-        cfg = {"backend": self.backend, "voice": self.voice, "unknown": self.unknown,
-               "symbols": _SYMBOLS_FILE}  # fmt: skip
+        cfg = {
+            "backend": self.backend,
+            "voice": self.voice,
+            "unknown": self.unknown,
+            "symbols": _SYMBOLS_FILE,
+        }
         tmp = directory / (_FRONTEND_FILE + ".tmp")
         tmp.write_text(json.dumps(cfg, indent=1) + "\n", encoding="utf-8")
         os.replace(tmp, directory / _FRONTEND_FILE)
@@ -572,5 +601,9 @@ class TextFrontend:
         except json.JSONDecodeError as e:
             raise DataError(f"{path}: invalid JSON ({e})") from None
         table = SymbolTable.load(Path(directory) / cfg.get("symbols", _SYMBOLS_FILE))
-        return cls(table, backend=cfg.get("backend", "espeak"), voice=cfg.get("voice", "en-us"),
-                   unknown=cfg.get("unknown", "unk"))  # fmt: skip
+        return cls(
+            table,
+            backend=cfg.get("backend", "espeak"),
+            voice=cfg.get("voice", "en-us"),
+            unknown=cfg.get("unknown", "unk"),
+        )

@@ -38,8 +38,19 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ConvDecoderConfig", "apply", "check", "fit", "init_params"]
 
-_KEYS = ("emb", "ln_s", "ln_b", "conv", "conv_b", "proj", "proj_b", "out_s", "out_b", "head",
-         "head_b")  # fmt: skip
+_KEYS = (
+    "emb",
+    "ln_s",
+    "ln_b",
+    "conv",
+    "conv_b",
+    "proj",
+    "proj_b",
+    "out_s",
+    "out_b",
+    "head",
+    "head_b",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,14 +81,17 @@ def init_params(k: int, out_dim: int, cfg: ConvDecoderConfig) -> dict[str, np.nd
     f32 = np.float32
     return {
         "emb": (rng.standard_normal((k + 1, c)) * 0.5).astype(f32),  # [K + 1, C]
-        "ln_s": np.ones((n, c), f32), "ln_b": np.zeros((n, c), f32),
+        "ln_s": np.ones((n, c), f32),
+        "ln_b": np.zeros((n, c), f32),
         "conv": (rng.standard_normal((n, kk, c, c)) / math.sqrt(kk * c)).astype(f32),  # [L,k,C,C]
         "conv_b": np.zeros((n, c), f32),
         "proj": (rng.standard_normal((n, c, c)) / math.sqrt(c) / math.sqrt(n)).astype(f32),
         "proj_b": np.zeros((n, c), f32),
-        "out_s": np.ones((c,), f32), "out_b": np.zeros((c,), f32),
-        "head": np.zeros((c, out_dim), f32), "head_b": np.zeros((out_dim,), f32),  # start: base
-    }  # fmt: skip
+        "out_s": np.ones((c,), f32),
+        "out_b": np.zeros((c,), f32),
+        "head": np.zeros((c, out_dim), f32),
+        "head_b": np.zeros((out_dim,), f32),  # start: base
+    }
 
 
 def _gelu(x, xp):
@@ -105,15 +119,14 @@ def apply(params, ids, xp=np, keep=None):
     for i in range(n):
         y = _layer_norm(h, params["ln_s"][i], params["ln_b"][i], xp) * mask
         y = xp.pad(y, ((0, 0), (r, r), (0, 0)))  # zeros outside: 'same' convolution
-        win = xp.stack([y[:, j:j + t] for j in range(kk)], 2)  # [B, T, k, C]
+        win = xp.stack([y[:, j : j + t] for j in range(kk)], 2)  # [B, T, k, C]
         y = xp.einsum("btkc,kcd->btd", win, params["conv"][i]) + params["conv_b"][i]
         y = _gelu(y, xp) @ params["proj"][i] + params["proj_b"][i]
         h = (h + y) * mask
     return _layer_norm(h, params["out_s"], params["out_b"], xp) @ params["head"] + params["head_b"]
 
 
-def check(params: dict[str, np.ndarray], k: int, out_dim: int, where: str
-          ) -> dict[str, np.ndarray]:  # fmt: skip
+def check(params: dict[str, np.ndarray], k: int, out_dim: int, where: str) -> dict[str, np.ndarray]:
     """Loaded arrays -> float32 parameters for K = `k` tokens and `out_dim` outputs, or a
     one-line DataError naming `where`."""
     missing = [key for key in _KEYS if key not in params]
@@ -121,14 +134,21 @@ def check(params: dict[str, np.ndarray], k: int, out_dim: int, where: str
         raise DataError(f"{where}: conv decoder arrays {missing} missing")
     params = {key: np.asarray(params[key], np.float32) for key in _KEYS}
     if params["emb"].shape[0] != k + 1 or params["head"].shape[1] != out_dim:
-        raise DataError(f"{where}: conv decoder for {params['emb'].shape[0] - 1} tokens x "
-                        f"{params['head'].shape[1]} outputs, the tokenizer has {k} x {out_dim}")
+        raise DataError(
+            f"{where}: conv decoder for {params['emb'].shape[0] - 1} tokens x "
+            f"{params['head'].shape[1]} outputs, the tokenizer has {k} x {out_dim}"
+        )
     return params
 
 
-def fit(ids: Sequence[np.ndarray], residuals: Sequence[np.ndarray], k: int,
-        cfg: ConvDecoderConfig = ConvDecoderConfig(), progress: bool = False,
-        eval_fn: Callable[[dict], float] | None = None) -> tuple[dict, list[float]]:  # fmt: skip
+def fit(
+    ids: Sequence[np.ndarray],
+    residuals: Sequence[np.ndarray],
+    k: int,
+    cfg: ConvDecoderConfig = ConvDecoderConfig(),
+    progress: bool = False,
+    eval_fn: Callable[[dict], float] | None = None,
+) -> tuple[dict, list[float]]:
     """Trains on utterances' token ids [T_i] and the linear decoder's residuals [T_i, F]
     (standardised frames minus the linear decode). Returns (float32 params, loss curve: the
     mean training MSE of each 100-step block)."""
@@ -142,8 +162,9 @@ def fit(ids: Sequence[np.ndarray], residuals: Sequence[np.ndarray], k: int,
     out_dim = residuals[0].shape[1]
     params = jax.tree.map(jnp.asarray, init_params(k, out_dim, cfg))
     warmup = min(cfg.warmup, cfg.steps // 2)  # short runs (tests, tiny corpora) still decay
-    sched = optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, warmup, cfg.steps,
-                                               cfg.learning_rate * 0.02)  # fmt: skip
+    sched = optax.warmup_cosine_decay_schedule(
+        0.0, cfg.learning_rate, warmup, cfg.steps, cfg.learning_rate * 0.02
+    )
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.01))
     opt_state = opt.init(params)
 
@@ -171,10 +192,10 @@ def fit(ids: Sequence[np.ndarray], residuals: Sequence[np.ndarray], k: int,
             s = int(rng.integers(0, max(1, lens[u] - cfg.crop + 1)))
             lo, hi = max(0, s - margin), min(lens[u], s + cfg.crop + margin)
             off = margin - (s - lo)
-            x[b, off:off + hi - lo] = ids[u][lo:hi]
-            y[b, off:off + hi - lo] = residuals[u][lo:hi]
+            x[b, off : off + hi - lo] = ids[u][lo:hi]
+            y[b, off : off + hi - lo] = residuals[u][lo:hi]
             e = min(lens[u], s + cfg.crop)
-            w[b, margin:margin + e - s] = 1.0
+            w[b, margin : margin + e - s] = 1.0
         keep = (rng.random(x.shape) >= cfg.token_dropout).astype(np.float32)
         params, opt_state, loss = step(params, opt_state, x, y, w, keep)
         block.append(float(loss))
@@ -184,6 +205,10 @@ def fit(ids: Sequence[np.ndarray], residuals: Sequence[np.ndarray], k: int,
             bar.set_postfix(mse=f"{curve[-1]:.4f}")
         if eval_fn is not None and (len(curve) * 100) % 500 == 0 and not block:
             evals.append(eval_fn(jax.tree.map(np.asarray, params)))
-            log.info("conv decoder step %d: train MSE %.4f, dev %s", len(curve) * 100, curve[-1],
-                     evals[-1])
+            log.info(
+                "conv decoder step %d: train MSE %.4f, dev %s",
+                len(curve) * 100,
+                curve[-1],
+                evals[-1],
+            )
     return jax.tree.map(np.asarray, params), curve

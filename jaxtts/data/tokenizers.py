@@ -119,9 +119,13 @@ class SpeechTokenizer(abc.ABC):
         fields, arrays = self._state()
         fields = {k: v for k, v in fields.items() if k not in self._decode_only}
         arrays = {k: v for k, v in arrays.items() if k not in self._decode_only}
-        h = hashlib.sha256(json.dumps({"kind": self.kind, "name": self.name,
-                                       "mel_cfg": self.mel_cfg.to_dict(), **fields},
-                                      sort_keys=True, default=str).encode())  # fmt: skip
+        h = hashlib.sha256(
+            json.dumps(
+                {"kind": self.kind, "name": self.name, "mel_cfg": self.mel_cfg.to_dict(), **fields},
+                sort_keys=True,
+                default=str,
+            ).encode()
+        )
         for key in sorted(arrays):
             arr = np.ascontiguousarray(arrays[key])
             h.update(f"{key}{arr.dtype}{arr.shape}".encode())
@@ -151,10 +155,14 @@ class SpeechTokenizer(abc.ABC):
                 (directory / f"{key}.npy").unlink(missing_ok=True)
             for key in set(old.get("bundles", [])) - set(arrays):
                 (directory / f"{key}.npz").unlink(missing_ok=True)
-        meta = {"kind": self.kind, "name": self.name, "mel_cfg": self.mel_cfg.to_dict(),
-                "arrays": sorted(k for k, v in arrays.items() if not isinstance(v, dict)),
-                "bundles": sorted(k for k, v in arrays.items() if isinstance(v, dict)),
-                **fields}  # fmt: skip
+        meta = {
+            "kind": self.kind,
+            "name": self.name,
+            "mel_cfg": self.mel_cfg.to_dict(),
+            "arrays": sorted(k for k, v in arrays.items() if not isinstance(v, dict)),
+            "bundles": sorted(k for k, v in arrays.items() if isinstance(v, dict)),
+            **fields,
+        }
         tmp = directory / (_META + ".tmp")
         tmp.write_text(json.dumps(meta, indent=1) + "\n")
         os.replace(tmp, directory / _META)
@@ -163,8 +171,10 @@ class SpeechTokenizer(abc.ABC):
     def _check_mel(self, mel: np.ndarray) -> np.ndarray:
         mel = np.asarray(mel, np.float32)
         if mel.ndim != 2 or mel.shape[1] != self.mel_cfg.n_mels:
-            raise DataError(f"{type(self).__name__}.encode: mel of shape {mel.shape}, expected "
-                            f"[T, {self.mel_cfg.n_mels}]")  # fmt: skip
+            raise DataError(
+                f"{type(self).__name__}.encode: mel of shape {mel.shape}, expected "
+                f"[T, {self.mel_cfg.n_mels}]"
+            )
         return mel
 
 
@@ -191,8 +201,11 @@ def _assign_fn():
 
     @jax.jit
     def assign(x, c):  # [N, D], [K, D] -> ids [N], squared distance [N]
-        d2 = (jnp.sum(x * x, 1)[:, None] - 2.0 * jnp.einsum("nd,kd->nk", x, c)
-              + jnp.sum(c * c, 1)[None, :])  # [N, K]  # fmt: skip
+        d2 = (
+            jnp.sum(x * x, 1)[:, None]
+            - 2.0 * jnp.einsum("nd,kd->nk", x, c)
+            + jnp.sum(c * c, 1)[None, :]
+        )  # [N, K]
         ids = jnp.argmin(d2, axis=1)
         return ids.astype(jnp.int32), jnp.maximum(jnp.min(d2, axis=1), 0.0)
 
@@ -223,8 +236,15 @@ def kmeans_assign(x: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.nd
     return ids, dist
 
 
-def kmeans_fit(x: np.ndarray, k: int, iters: int = 25, seed: int = 0, tol: float = 1e-4,
-               init_frames: int = 50_000, progress: bool = False) -> tuple[np.ndarray, list]:
+def kmeans_fit(
+    x: np.ndarray,
+    k: int,
+    iters: int = 25,
+    seed: int = 0,
+    tol: float = 1e-4,
+    init_frames: int = 50_000,
+    progress: bool = False,
+) -> tuple[np.ndarray, list]:
     """Lloyd's k-means: float32 [N, D] -> (centers [K, D], inertia per iteration)."""
     from tqdm.auto import tqdm
 
@@ -256,12 +276,26 @@ class KMeansTokenizer(SpeechTokenizer):
     """k-means tokens over standardised log-mel frames (see module docstring)."""
 
     kind = "kmeans"
-    _decode_only = ("context_tables", "context_window", "context_ridge", "context_fit",
-                    "conv_decoder", "conv_fit", "gv_scale")  # fmt: skip
+    _decode_only = (
+        "context_tables",
+        "context_window",
+        "context_ridge",
+        "context_fit",
+        "conv_decoder",
+        "conv_fit",
+        "gv_scale",
+    )
 
-    def __init__(self, k: int = 1024, mel_cfg: MelConfig = MelConfig(), name: str | None = None,
-                 iters: int = 25, max_fit_frames: int = 400_000, seed: int = 0,
-                 frames: int = 1):  # fmt: skip
+    def __init__(
+        self,
+        k: int = 1024,
+        mel_cfg: MelConfig = MelConfig(),
+        name: str | None = None,
+        iters: int = 25,
+        max_fit_frames: int = 400_000,
+        seed: int = 0,
+        frames: int = 1,
+    ):
         if k < 2:
             raise ConfigError(f"KMeansTokenizer: k={k}, expected >= 2")
         if frames < 1:
@@ -313,8 +347,7 @@ class KMeansTokenizer(SpeechTokenizer):
         if x.shape[0] > self.max_fit_frames:
             rng = np.random.default_rng(self.seed + 1)
             x = x[np.sort(rng.choice(x.shape[0], self.max_fit_frames, replace=False))]
-        self.centers, self.inertia = kmeans_fit(x, self.k, self.iters, self.seed,
-                                                progress=progress)  # fmt: skip
+        self.centers, self.inertia = kmeans_fit(x, self.k, self.iters, self.seed, progress=progress)
         return self
 
     def encode(self, mel: np.ndarray) -> np.ndarray:
@@ -328,8 +361,10 @@ class KMeansTokenizer(SpeechTokenizer):
         self._check_fitted("decode")
         tokens = np.asarray(tokens).reshape(-1)
         if tokens.size and (tokens.min() < 0 or tokens.max() >= self.k):
-            raise DataError(f"{self.name}.decode: token ids must be in [0, {self.k}), got "
-                            f"[{tokens.min()}, {tokens.max()}]")  # fmt: skip
+            raise DataError(
+                f"{self.name}.decode: token ids must be in [0, {self.k}), got "
+                f"[{tokens.min()}, {tokens.max()}]"
+            )
         z = self._decode_standardised(tokens).reshape(tokens.size * self.frames, -1)  # [T f, M]
         if self.gv_scale != 1.0 and tokens.size:  # global-variance postfilter
             mu = z.mean(0, keepdims=True)  # [1, M]
@@ -342,8 +377,9 @@ class KMeansTokenizer(SpeechTokenizer):
         if self.context_tables is None:
             z = self.centers[tokens]  # [T, f M]
         else:
-            z = self.context_tables[np.arange(self.context_tables.shape[0]),
-                                    self._context_ids(tokens)].sum(1)  # [T, O, f M] -> [T, f M]
+            z = self.context_tables[
+                np.arange(self.context_tables.shape[0]), self._context_ids(tokens)
+            ].sum(1)  # [T, O, f M] -> [T, f M]
         if conv and self.conv_decoder is not None and tokens.size:
             from jaxtts.data import token_decoder
 
@@ -360,10 +396,15 @@ class KMeansTokenizer(SpeechTokenizer):
         """tokens [T] -> [T, 2W + 1]: the token at t + o for o = -W..W (K outside)."""
         w = self.context_window if window is None else window
         pad = np.concatenate([np.full(w, self.k), tokens, np.full(w, self.k)])
-        return np.stack([pad[o:o + tokens.size] for o in range(2 * w + 1)], 1)
+        return np.stack([pad[o : o + tokens.size] for o in range(2 * w + 1)], 1)
 
-    def fit_context_decoder(self, mels: Sequence[np.ndarray], window: int = 1,
-                            ridge: float = 1.0, progress: bool = False) -> KMeansTokenizer:
+    def fit_context_decoder(
+        self,
+        mels: Sequence[np.ndarray],
+        window: int = 1,
+        ridge: float = 1.0,
+        progress: bool = False,
+    ) -> KMeansTokenizer:
         """Fits the context decoder (module docstring) on `mels`: the ridge solution of
         min_E sum_t |z_t - sum_o E_o[x_{t+o}]|^2 + ridge |E - E_prior|^2, with E_prior = the
         centroids for o = 0 and zeros elsewhere (so unseen tokens decode as before).
@@ -371,11 +412,16 @@ class KMeansTokenizer(SpeechTokenizer):
         75 MB for K = 1024, W = 1 and 1.6 GB for K = 2048, W = 3."""
         self._check_fitted("fit_context_decoder")
         if window < 0 or ridge <= 0:
-            raise ConfigError(f"fit_context_decoder: window={window} (expected >= 0), "
-                              f"ridge={ridge} (expected > 0)")  # fmt: skip
+            raise ConfigError(
+                f"fit_context_decoder: window={window} (expected >= 0), "
+                f"ridge={ridge} (expected > 0)"
+            )
         if self.conv_decoder is not None:  # it models this decoder's residual: now stale
-            log.warning("tokenizer %r: refitting the context decoder drops its conv decoder "
-                        "(fit it again: python -m jaxtts.data.tokenizers fit-conv)", self.name)
+            log.warning(
+                "tokenizer %r: refitting the context decoder drops its conv decoder "
+                "(fit it again: python -m jaxtts.data.tokenizers fit-conv)",
+                self.name,
+            )
             self.conv_decoder, self.conv_fit = None, {}
         if window == 0:
             self.context_tables, self.context_ridge, self.context_fit = None, 0.0, {}
@@ -400,7 +446,7 @@ class KMeansTokenizer(SpeechTokenizer):
                     np.add.at(gram, (cols[:, a], cols[:, b]), 1.0)
             frames += ids.size
         prior = np.zeros_like(xty)
-        prior[window * k1:window * k1 + self.k] = self.centers
+        prior[window * k1 : window * k1 + self.k] = self.centers
         gram[np.diag_indices(n_feat)] += ridge
         tables = np.linalg.solve(gram, xty + ridge * prior)
         self.context_tables = tables.reshape(o_n, k1, -1).astype(np.float32)
@@ -409,13 +455,21 @@ class KMeansTokenizer(SpeechTokenizer):
         return self
 
     def _state(self):
-        fields = {"k": self.k, "iters": self.iters, "max_fit_frames": self.max_fit_frames,
-                  "seed": self.seed, "inertia": self.inertia, "frames": self.frames}  # fmt: skip
-        arrays = {"centers": self.centers, "mel_mean": self.stats.mean,
-                  "mel_std": self.stats.std}  # fmt: skip
+        fields = {
+            "k": self.k,
+            "iters": self.iters,
+            "max_fit_frames": self.max_fit_frames,
+            "seed": self.seed,
+            "inertia": self.inertia,
+            "frames": self.frames,
+        }
+        arrays = {"centers": self.centers, "mel_mean": self.stats.mean, "mel_std": self.stats.std}
         if self.context_tables is not None:
-            fields.update(context_window=self.context_window, context_ridge=self.context_ridge,
-                          context_fit=self.context_fit)  # fmt: skip
+            fields.update(
+                context_window=self.context_window,
+                context_ridge=self.context_ridge,
+                context_fit=self.context_fit,
+            )
             arrays["context_tables"] = self.context_tables
         if self.gv_scale != 1.0:
             fields["gv_scale"] = self.gv_scale
@@ -426,28 +480,43 @@ class KMeansTokenizer(SpeechTokenizer):
 
     @classmethod
     def _from_state(cls, meta: dict, arrays: dict, mel_cfg: MelConfig) -> KMeansTokenizer:
-        tok = cls(meta["k"], mel_cfg, meta["name"], meta.get("iters", 25),
-                  meta.get("max_fit_frames", 400_000), meta.get("seed", 0),
-                  meta.get("frames", 1))  # fmt: skip
+        tok = cls(
+            meta["k"],
+            mel_cfg,
+            meta["name"],
+            meta.get("iters", 25),
+            meta.get("max_fit_frames", 400_000),
+            meta.get("seed", 0),
+            meta.get("frames", 1),
+        )
         tok.centers = arrays["centers"].astype(np.float32)
         tok.stats = MelStats(arrays["mel_mean"], arrays["mel_std"])
         tok.inertia = meta.get("inertia", [])
         if "context_tables" in arrays:
             tables = arrays["context_tables"].astype(np.float32)
-            if (tables.ndim != 3 or tables.shape[0] % 2 != 1 or tables.shape[1] != tok.k + 1
-                    or tables.shape[2] != tok.centers.shape[1]):
-                raise DataError(f"tokenizer {tok.name!r}: context_tables.npy of shape "
-                                f"{tables.shape}, expected [2W + 1, {tok.k + 1}, "
-                                f"{tok.centers.shape[1]}]")  # fmt: skip
+            if (
+                tables.ndim != 3
+                or tables.shape[0] % 2 != 1
+                or tables.shape[1] != tok.k + 1
+                or tables.shape[2] != tok.centers.shape[1]
+            ):
+                raise DataError(
+                    f"tokenizer {tok.name!r}: context_tables.npy of shape "
+                    f"{tables.shape}, expected [2W + 1, {tok.k + 1}, "
+                    f"{tok.centers.shape[1]}]"
+                )
             tok.context_tables = tables
             tok.context_ridge = float(meta.get("context_ridge", 0.0))
             tok.context_fit = meta.get("context_fit", {})
         if "conv_decoder" in arrays:
             from jaxtts.data import token_decoder
 
-            tok.conv_decoder = token_decoder.check(arrays["conv_decoder"], tok.k,
-                                                   tok.centers.shape[1], f"tokenizer {tok.name!r}: "
-                                                   "conv_decoder.npz")  # fmt: skip
+            tok.conv_decoder = token_decoder.check(
+                arrays["conv_decoder"],
+                tok.k,
+                tok.centers.shape[1],
+                f"tokenizer {tok.name!r}: conv_decoder.npz",
+            )
             tok.conv_fit = meta.get("conv_fit", {})
         tok.gv_scale = float(meta.get("gv_scale", 1.0))
         if not tok.gv_scale > 0:
@@ -455,8 +524,13 @@ class KMeansTokenizer(SpeechTokenizer):
         return tok
 
     # -- conv decoder
-    def fit_conv_decoder(self, mels: Sequence[np.ndarray], cfg=None, progress: bool = False,
-                         dev_mels: Sequence[np.ndarray] = ()) -> KMeansTokenizer:
+    def fit_conv_decoder(
+        self,
+        mels: Sequence[np.ndarray],
+        cfg=None,
+        progress: bool = False,
+        dev_mels: Sequence[np.ndarray] = (),
+    ) -> KMeansTokenizer:
         """Trains the conv decoder (`jaxtts.data.token_decoder`) on `mels` as the residual of
         the current linear decoder (context tables, or centroids); `dev_mels` give the
         reported dev L1 / MSE of the standardised frames before and after."""
@@ -466,8 +540,12 @@ class KMeansTokenizer(SpeechTokenizer):
         cfg = cfg or token_decoder.ConvDecoderConfig()
         ids, res = self._residuals(mels, progress, "conv decoder targets")
         params, curve = token_decoder.fit(ids, res, self.k, cfg, progress=progress)
-        self.conv_fit = {"config": dataclasses.asdict(cfg), "utterances": len(ids),
-                         "tokens": int(sum(len(i) for i in ids)), "train_mse_per_100": curve}
+        self.conv_fit = {
+            "config": dataclasses.asdict(cfg),
+            "utterances": len(ids),
+            "tokens": int(sum(len(i) for i in ids)),
+            "train_mse_per_100": curve,
+        }
         if dev_mels:
             d_ids, d_res = self._residuals(dev_mels, False, "")
             out = [token_decoder.apply(params, i[None])[0] for i in d_ids]
@@ -475,9 +553,11 @@ class KMeansTokenizer(SpeechTokenizer):
             err = np.concatenate([(r - o).ravel() for r, o in zip(d_res, out, strict=True)])
             self.conv_fit["dev"] = {
                 "utterances": len(d_ids),
-                "l1_linear": float(np.abs(lin).mean()), "l1_conv": float(np.abs(err).mean()),
-                "mse_linear": float((lin**2).mean()), "mse_conv": float((err**2).mean()),
-            }  # fmt: skip
+                "l1_linear": float(np.abs(lin).mean()),
+                "l1_conv": float(np.abs(err).mean()),
+                "mse_linear": float((lin**2).mean()),
+                "mse_conv": float((err**2).mean()),
+            }
         self.conv_decoder = params
         return self
 
@@ -506,9 +586,15 @@ class LinearMelQuantizer(SpeechTokenizer):
 
     kind = "mel_quantizer"
 
-    def __init__(self, levels: int = 100, mel_cfg: MelConfig = MelConfig(), name: str | None = None,
-                 lo: float | None = None, hi: float | None = None,
-                 percentiles: tuple[float, float] = (0.05, 99.95)):  # fmt: skip
+    def __init__(
+        self,
+        levels: int = 100,
+        mel_cfg: MelConfig = MelConfig(),
+        name: str | None = None,
+        lo: float | None = None,
+        hi: float | None = None,
+        percentiles: tuple[float, float] = (0.05, 99.95),
+    ):
         if levels < 2:
             raise ConfigError(f"LinearMelQuantizer: levels={levels}, expected >= 2")
         super().__init__(name or f"melq{levels}", mel_cfg)
@@ -541,28 +627,41 @@ class LinearMelQuantizer(SpeechTokenizer):
     def encode(self, mel: np.ndarray) -> np.ndarray:
         self._check_fitted("encode")
         mel = self._check_mel(mel)
-        q = np.round((np.clip(mel, self.lo, self.hi) - self.lo) / (self.hi - self.lo)
-                     * (self.levels - 1))  # fmt: skip
+        q = np.round(
+            (np.clip(mel, self.lo, self.hi) - self.lo) / (self.hi - self.lo) * (self.levels - 1)
+        )
         return q.astype(np.int32)  # [T, M]
 
     def decode(self, tokens: np.ndarray) -> np.ndarray:
         self._check_fitted("decode")
         q = np.asarray(tokens)
         if q.ndim != 2 or q.shape[1] != self.mel_cfg.n_mels:
-            raise DataError(f"{self.name}.decode: tokens of shape {q.shape}, expected "
-                            f"[T, {self.mel_cfg.n_mels}]")  # fmt: skip
+            raise DataError(
+                f"{self.name}.decode: tokens of shape {q.shape}, expected "
+                f"[T, {self.mel_cfg.n_mels}]"
+            )
         if q.size and (q.min() < 0 or q.max() >= self.levels):
             raise DataError(f"{self.name}.decode: levels must be in [0, {self.levels})")
         return (self.lo + q.astype(np.float64) * self.step).astype(np.float32)  # [T, M]
 
     def _state(self):
-        return {"levels": self.levels, "lo": self.lo, "hi": self.hi,
-                "percentiles": list(self.percentiles)}, {}  # fmt: skip
+        return {
+            "levels": self.levels,
+            "lo": self.lo,
+            "hi": self.hi,
+            "percentiles": list(self.percentiles),
+        }, {}
 
     @classmethod
     def _from_state(cls, meta, arrays, mel_cfg):
-        return cls(meta["levels"], mel_cfg, meta["name"], meta["lo"], meta["hi"],
-                   tuple(meta.get("percentiles", (0.05, 99.95))))  # fmt: skip
+        return cls(
+            meta["levels"],
+            mel_cfg,
+            meta["name"],
+            meta["lo"],
+            meta["hi"],
+            tuple(meta.get("percentiles", (0.05, 99.95))),
+        )
 
 
 # ----------------------------------------------------------------------------- external
@@ -576,15 +675,18 @@ class ExternalTokens(SpeechTokenizer):
 
     kind = "external"
 
-    def __init__(self, name: str, vocab_size: int, frame_rate: float = 50.0,
-                 mel_cfg: MelConfig = MelConfig()):  # fmt: skip
+    def __init__(
+        self, name: str, vocab_size: int, frame_rate: float = 50.0, mel_cfg: MelConfig = MelConfig()
+    ):
         super().__init__(name, mel_cfg)
         if vocab_size < 1:
             raise ConfigError(f"ExternalTokens {name!r}: vocab_size={vocab_size}, expected >= 1")
         ratio = mel_cfg.frame_rate / frame_rate
         if abs(ratio - round(ratio)) > 1e-6 or round(ratio) < 1:
-            raise ConfigError(f"ExternalTokens {name!r}: frame_rate={frame_rate} Hz must divide "
-                              f"the mel frame rate {mel_cfg.frame_rate} Hz")  # fmt: skip
+            raise ConfigError(
+                f"ExternalTokens {name!r}: frame_rate={frame_rate} Hz must divide "
+                f"the mel frame rate {mel_cfg.frame_rate} Hz"
+            )
         self._vocab, self._rate, self.repeat = int(vocab_size), float(frame_rate), round(ratio)
         self.centers: np.ndarray | None = None  # float32 [V, M] mean log-mel per token
 
@@ -600,8 +702,9 @@ class ExternalTokens(SpeechTokenizer):
     def fitted(self) -> bool:
         return self.centers is not None
 
-    def fit(self, mels: Sequence[np.ndarray], tokens: Sequence[np.ndarray] | None = None, **_
-            ) -> ExternalTokens:  # fmt: skip
+    def fit(
+        self, mels: Sequence[np.ndarray], tokens: Sequence[np.ndarray] | None = None, **_
+    ) -> ExternalTokens:
         """Mean log-mel of every token id (frames aligned by the rate ratio)."""
         if tokens is None or len(tokens) != len(mels):
             raise DataError(f"ExternalTokens {self.name!r}.fit: needs tokens for every mel")
@@ -614,21 +717,26 @@ class ExternalTokens(SpeechTokenizer):
             np.add.at(sums, frames, mel[: frames.size])
             counts += np.bincount(frames, minlength=self._vocab)
         fill = sums.sum(0) / max(counts.sum(), 1)  # unseen tokens decode to the mean frame
-        self.centers = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None],
-                                fill).astype(np.float32)  # fmt: skip
+        self.centers = np.where(
+            counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], fill
+        ).astype(np.float32)
         return self
 
     def _check_tokens(self, tok) -> np.ndarray:
         tok = np.asarray(tok).reshape(-1)
-        if tok.size and (not np.issubdtype(tok.dtype, np.integer) or tok.min() < 0
-                         or tok.max() >= self._vocab):  # fmt: skip
-            raise DataError(f"ExternalTokens {self.name!r}: ids must be integers in "
-                            f"[0, {self._vocab})")  # fmt: skip
+        if tok.size and (
+            not np.issubdtype(tok.dtype, np.integer) or tok.min() < 0 or tok.max() >= self._vocab
+        ):
+            raise DataError(
+                f"ExternalTokens {self.name!r}: ids must be integers in [0, {self._vocab})"
+            )
         return tok.astype(np.int64)
 
     def encode(self, mel: np.ndarray) -> np.ndarray:
-        raise DataError(f"ExternalTokens {self.name!r}: cannot encode audio; extract the tokens "
-                        f"with the external model into tokens/{self.name}/<id>.npy")  # fmt: skip
+        raise DataError(
+            f"ExternalTokens {self.name!r}: cannot encode audio; extract the tokens "
+            f"with the external model into tokens/{self.name}/<id>.npy"
+        )
 
     def decode(self, tokens: np.ndarray) -> np.ndarray:
         if self.centers is None:
@@ -641,8 +749,14 @@ class ExternalTokens(SpeechTokenizer):
         arrays = {"centers": self.centers} if self.centers is not None else {}
         for key, arr in arrays.items():
             np.save(directory / f"{key}.npy", arr)
-        meta = {"kind": self.kind, "name": self.name, "mel_cfg": self.mel_cfg.to_dict(),
-                "vocab_size": self._vocab, "frame_rate": self._rate, "arrays": sorted(arrays)}
+        meta = {
+            "kind": self.kind,
+            "name": self.name,
+            "mel_cfg": self.mel_cfg.to_dict(),
+            "vocab_size": self._vocab,
+            "frame_rate": self._rate,
+            "arrays": sorted(arrays),
+        }
         (directory / _META).write_text(json.dumps(meta, indent=1) + "\n")
         return directory
 
@@ -722,9 +836,15 @@ def _stamp_token_cache(tokenizer: SpeechTokenizer, out: Path) -> None:
     old = stamp.read_text().strip() if stamp.is_file() else None
     if old is not None and old != fp:
         stale = list(out.glob("*.npy"))
-        log.warning("%s: tokens of another %r tokenizer (fingerprint %s..., this one %s...); "
-                    "re-extracting %d cached files", out, tokenizer.name, old[:12], fp[:12],
-                    len(stale))  # fmt: skip
+        log.warning(
+            "%s: tokens of another %r tokenizer (fingerprint %s..., this one %s...); "
+            "re-extracting %d cached files",
+            out,
+            tokenizer.name,
+            old[:12],
+            fp[:12],
+            len(stale),
+        )
         for f in stale:
             f.unlink()
     if old != fp:
@@ -733,9 +853,14 @@ def _stamp_token_cache(tokenizer: SpeechTokenizer, out: Path) -> None:
         os.replace(tmp, stamp)
 
 
-def extract_tokens(tokenizer: SpeechTokenizer, utts: Sequence, corpus_dir: str | os.PathLike,
-                   mels: Mapping[str, np.ndarray] | None = None, progress: bool = True,
-                   overwrite: bool = False) -> Path:  # fmt: skip
+def extract_tokens(
+    tokenizer: SpeechTokenizer,
+    utts: Sequence,
+    corpus_dir: str | os.PathLike,
+    mels: Mapping[str, np.ndarray] | None = None,
+    progress: bool = True,
+    overwrite: bool = False,
+) -> Path:
     """Writes `<corpus_dir>/tokens/<tokenizer.name>/<id>.npy` for every utterance (cached).
 
     Mels come from `mels[id]` when given, else from the utterance's audio file.
@@ -760,14 +885,20 @@ def extract_tokens(tokenizer: SpeechTokenizer, utts: Sequence, corpus_dir: str |
 
     # threads: the FFTs and the jitted assignment release the GIL
     with ThreadPoolExecutor(min(4, os.cpu_count() or 1)) as pool:
-        for _ in tqdm(pool.map(one, todo), total=len(todo), desc=f"tokens {tokenizer.name}",
-                      disable=not progress or not todo, leave=False):  # fmt: skip
+        for _ in tqdm(
+            pool.map(one, todo),
+            total=len(todo),
+            desc=f"tokens {tokenizer.name}",
+            disable=not progress or not todo,
+            leave=False,
+        ):
             pass
     return out
 
 
-def load_tokens(corpus_dir: str | os.PathLike, name: str, ids: Sequence[str]
-                ) -> dict[str, np.ndarray]:  # fmt: skip
+def load_tokens(
+    corpus_dir: str | os.PathLike, name: str, ids: Sequence[str]
+) -> dict[str, np.ndarray]:
     folder = tokens_dir(corpus_dir, name)
     out = {}
     for uid in ids:
@@ -791,8 +922,10 @@ def fit_context_cli(argv: Sequence[str] | None = None) -> None:
     from jaxtts.data.audio import utterance_mels
     from jaxtts.data.manifest import read_split
 
-    ap = argparse.ArgumentParser(prog="python -m jaxtts.data.tokenizers fit-context",
-                                 description=fit_context_cli.__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m jaxtts.data.tokenizers fit-context",
+        description=fit_context_cli.__doc__.split("\n")[0],
+    )
     ap.add_argument("dirs", nargs="+", help="tokenizer folders (tokenizer.json)")
     ap.add_argument("--corpus", required=True, help="corpus folder (its train split)")
     ap.add_argument("--num", type=int, default=3000, help="training utterances (evenly spaced)")
@@ -802,15 +935,17 @@ def fit_context_cli(argv: Sequence[str] | None = None) -> None:
     toks = _same_kmeans_tokenizers(a.dirs, "context decoder")
     utts = read_split(a.corpus, "train")
     if a.num > 0:
-        utts = utts[::max(1, len(utts) // a.num)][:a.num]
+        utts = utts[:: max(1, len(utts) // a.num)][: a.num]
     t0 = time.perf_counter()
     mels = utterance_mels(utts, toks[0].mel_cfg, desc="log-mel (context decoder)")
     toks[0].fit_context_decoder(mels, window=a.window, ridge=a.ridge, progress=True)
     for d in a.dirs:
         toks[0].save(d)
-    print(f"context decoder W={a.window} ridge={a.ridge:g} fitted on {len(mels)} utterances "
-          f"({toks[0].context_fit['tokens']} tokens) of {a.corpus} in "
-          f"{time.perf_counter() - t0:.0f} s; saved to {', '.join(a.dirs)}")
+    print(
+        f"context decoder W={a.window} ridge={a.ridge:g} fitted on {len(mels)} utterances "
+        f"({toks[0].context_fit['tokens']} tokens) of {a.corpus} in "
+        f"{time.perf_counter() - t0:.0f} s; saved to {', '.join(a.dirs)}"
+    )
 
 
 def fit_conv_cli(argv: Sequence[str] | None = None) -> None:
@@ -826,8 +961,10 @@ def fit_conv_cli(argv: Sequence[str] | None = None) -> None:
     from jaxtts.data.manifest import read_split
 
     d = token_decoder.ConvDecoderConfig()
-    ap = argparse.ArgumentParser(prog="python -m jaxtts.data.tokenizers fit-conv",
-                                 description=fit_conv_cli.__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m jaxtts.data.tokenizers fit-conv",
+        description=fit_conv_cli.__doc__.split("\n")[0],
+    )
     ap.add_argument("dirs", nargs="+", help="tokenizer folders (tokenizer.json)")
     ap.add_argument("--corpus", required=True, help="corpus folder (its train and dev splits)")
     ap.add_argument("--num", type=int, default=16000, help="training utterances (evenly spaced)")
@@ -837,10 +974,11 @@ def fit_conv_cli(argv: Sequence[str] | None = None) -> None:
     toks = _same_kmeans_tokenizers(a.dirs, "conv decoder")
     utts = read_split(a.corpus, "train")
     if a.num > 0:
-        utts = utts[::max(1, len(utts) // a.num)][:a.num]
+        utts = utts[:: max(1, len(utts) // a.num)][: a.num]
     dev = read_split(a.corpus, "dev")[:200]
-    cfg = token_decoder.ConvDecoderConfig(**{f.name: getattr(a, f.name)
-                                             for f in dataclasses.fields(d)})  # fmt: skip
+    cfg = token_decoder.ConvDecoderConfig(
+        **{f.name: getattr(a, f.name) for f in dataclasses.fields(d)}
+    )
     t0 = time.perf_counter()
     mels = utterance_mels(utts, toks[0].mel_cfg, desc="log-mel (conv decoder)")
     dev_mels = utterance_mels(dev, toks[0].mel_cfg, desc="log-mel (dev)")
@@ -848,24 +986,29 @@ def fit_conv_cli(argv: Sequence[str] | None = None) -> None:
     for folder in a.dirs:
         toks[0].save(folder)
     r = toks[0].conv_fit["dev"]
-    print(f"conv decoder (C {cfg.width}, {cfg.layers} blocks, kernel {cfg.kernel}, {cfg.steps} "
-          f"steps) trained on {len(mels)} utterances of {a.corpus} in "
-          f"{time.perf_counter() - t0:.0f} s; dev ({r['utterances']} utterances) L1 "
-          f"{r['l1_linear']:.4f} -> {r['l1_conv']:.4f}, MSE {r['mse_linear']:.4f} -> "
-          f"{r['mse_conv']:.4f}; saved to {', '.join(a.dirs)}")
+    print(
+        f"conv decoder (C {cfg.width}, {cfg.layers} blocks, kernel {cfg.kernel}, {cfg.steps} "
+        f"steps) trained on {len(mels)} utterances of {a.corpus} in "
+        f"{time.perf_counter() - t0:.0f} s; dev ({r['utterances']} utterances) L1 "
+        f"{r['l1_linear']:.4f} -> {r['l1_conv']:.4f}, MSE {r['mse_linear']:.4f} -> "
+        f"{r['mse_conv']:.4f}; saved to {', '.join(a.dirs)}"
+    )
 
 
 def _same_kmeans_tokenizers(dirs: Sequence[str], what: str) -> list[KMeansTokenizer]:
     """Loads the tokenizers in `dirs`; a one-line error unless all are the same k-means one."""
     toks = [load_tokenizer(d) for d in dirs]
     if not isinstance(toks[0], KMeansTokenizer):
-        raise ConfigError(f"{dirs[0]}: a {toks[0].kind!r} tokenizer; the {what} is for k-means "
-                          "tokenizers")  # fmt: skip
+        raise ConfigError(
+            f"{dirs[0]}: a {toks[0].kind!r} tokenizer; the {what} is for k-means tokenizers"
+        )
     fp = toks[0].fingerprint()
     for d, t in zip(dirs[1:], toks[1:], strict=True):
         if t.fingerprint() != fp:
-            raise ConfigError(f"{d}: not the same tokenizer as {dirs[0]} (fingerprints "
-                              f"{t.fingerprint()[:12]} vs {fp[:12]})")  # fmt: skip
+            raise ConfigError(
+                f"{d}: not the same tokenizer as {dirs[0]} (fingerprints "
+                f"{t.fingerprint()[:12]} vs {fp[:12]})"
+            )
     return toks
 
 
@@ -877,8 +1020,10 @@ def postfilter_cli(argv: Sequence[str] | None = None) -> None:
     TTS). Decode-only: tokens and caches are unchanged."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m jaxtts.data.tokenizers postfilter",
-                                 description=postfilter_cli.__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m jaxtts.data.tokenizers postfilter",
+        description=postfilter_cli.__doc__.split("\n")[0],
+    )
     ap.add_argument("dirs", nargs="+", help="tokenizer folders (tokenizer.json)")
     ap.add_argument("--gv_scale", type=float, required=True, help="S > 0 (1 = off)")
     a = ap.parse_args(argv)
@@ -901,12 +1046,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in _COMMANDS:
-        print("usage: python -m jaxtts.data.tokenizers fit-context DIR [DIR ...] --corpus C "
-              "[--num N] [--window W] [--ridge R]\n"
-              "       python -m jaxtts.data.tokenizers fit-conv DIR [DIR ...] --corpus C "
-              "[--num N] [--steps S] [--width C] [--layers L] ...\n"
-              "       python -m jaxtts.data.tokenizers postfilter DIR [DIR ...] --gv_scale S",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "usage: python -m jaxtts.data.tokenizers fit-context DIR [DIR ...] --corpus C "
+            "[--num N] [--window W] [--ridge R]\n"
+            "       python -m jaxtts.data.tokenizers fit-conv DIR [DIR ...] --corpus C "
+            "[--num N] [--steps S] [--width C] [--layers L] ...\n"
+            "       python -m jaxtts.data.tokenizers postfilter DIR [DIR ...] --gv_scale S",
+            file=sys.stderr,
+        )
         sys.exit(2)
     try:
         _COMMANDS[argv[0]](argv[1:])

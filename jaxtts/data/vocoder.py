@@ -43,8 +43,10 @@ class Vocoder(abc.ABC):
     def _check(self, mel: np.ndarray) -> np.ndarray:
         mel = np.asarray(mel, np.float32)
         if mel.ndim != 2 or mel.shape[1] != self.mel_cfg.n_mels:
-            raise AudioError(f"{type(self).__name__}: mel of shape {mel.shape}, expected "
-                             f"[T, {self.mel_cfg.n_mels}]")  # fmt: skip
+            raise AudioError(
+                f"{type(self).__name__}: mel of shape {mel.shape}, expected "
+                f"[T, {self.mel_cfg.n_mels}]"
+            )
         if not np.all(np.isfinite(mel)):
             raise AudioError(f"{type(self).__name__}: mel has NaN/inf values")
         return mel
@@ -58,11 +60,19 @@ def _pinv(cfg: MelConfig) -> np.ndarray:
 class GriffinLim(Vocoder):
     """Log-mel -> audio by NNLS mel inversion + fast Griffin-Lim (see module docstring)."""
 
-    def __init__(self, mel_cfg: MelConfig = MelConfig(), n_iter: int = 32, momentum: float = 0.99,
-                 nnls_iter: int = 8, power: float = 1.0, seed: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        mel_cfg: MelConfig = MelConfig(),
+        n_iter: int = 32,
+        momentum: float = 0.99,
+        nnls_iter: int = 8,
+        power: float = 1.0,
+        seed: int = 0,
+    ):
         if n_iter < 1 or not 0 <= momentum < 1:
-            raise ConfigError(f"GriffinLim: n_iter={n_iter} (>= 1), momentum={momentum} "
-                              "([0, 1)) expected")  # fmt: skip
+            raise ConfigError(
+                f"GriffinLim: n_iter={n_iter} (>= 1), momentum={momentum} ([0, 1)) expected"
+            )
         self.mel_cfg = mel_cfg
         self.sample_rate = mel_cfg.sample_rate
         self.n_iter, self.momentum, self.nnls_iter = int(n_iter), float(momentum), int(nnls_iter)

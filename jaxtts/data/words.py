@@ -178,8 +178,7 @@ V_FOOD = _verbs(
 )
 V_DRINK = _verbs("drink/drank/drunk pour order want finish")
 V_PLACE = _verbs(
-    "visit leave/left/left reach enter explore cross clean paint find/found "
-    "see/saw/seen"
+    "visit leave/left/left reach enter explore cross clean paint find/found see/saw/seen"
 )
 V_PERSON = _verbs(
     "help call ask thank invite meet/met/met visit teach/taught/taught follow wake/woke/woken "
@@ -207,10 +206,19 @@ V_INTRANS_ANIMAL = _verbs(
 V_INTRANS_NATURE = _verbs("shine/shone/shone fall/fell/fallen move grow/grew/grown")
 
 TRANSITIVE_FRAMES: list[tuple[list[dict[str, str]], list]] = [
-    (V_THING, THINGS), (V_FOOD, FOOD), (V_DRINK, DRINKS), (V_PLACE, PLACES),
-    (V_PERSON, PEOPLE), (V_ANIMAL, ANIMALS), (V_TEXT, TEXTS), (V_SONG, SONGS),
-    (V_GAME, GAMES), (V_TELL, TELLABLES), (V_VEHICLE, VEHICLES), (V_IDEA, ABSTRACT),
-]  # fmt: skip
+    (V_THING, THINGS),
+    (V_FOOD, FOOD),
+    (V_DRINK, DRINKS),
+    (V_PLACE, PLACES),
+    (V_PERSON, PEOPLE),
+    (V_ANIMAL, ANIMALS),
+    (V_TEXT, TEXTS),
+    (V_SONG, SONGS),
+    (V_GAME, GAMES),
+    (V_TELL, TELLABLES),
+    (V_VEHICLE, VEHICLES),
+    (V_IDEA, ABSTRACT),
+]
 FRAME_WEIGHTS = [10, 5, 2, 4, 7, 3, 3, 1, 1, 1, 2, 2]
 
 # ----------------------------------------------------------------------------- adjectives etc.
@@ -256,8 +264,15 @@ PREP_PLACE = (
 
 # ----------------------------------------------------------------------------- function words
 
-PRONOUNS_SUBJ = [("I", "1s"), ("you", "2"), ("he", "3s"), ("she", "3s"), ("we", "1p"),
-                 ("they", "3p"), ("it", "3s")]  # fmt: skip
+PRONOUNS_SUBJ = [
+    ("I", "1s"),
+    ("you", "2"),
+    ("he", "3s"),
+    ("she", "3s"),
+    ("we", "1p"),
+    ("they", "3p"),
+    ("it", "3s"),
+]
 PRONOUNS_OBJ = "me you him her us them it".split()
 POSSESSIVES = "my your his her our their".split()
 FUNCTION_WORDS = (
@@ -284,19 +299,30 @@ FUNCTION_WORDS = (
 NUMBER_WORDS = (
     [number_to_words(i) for i in range(20)]
     + "twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million".split()
-    + [ordinal_to_words(i) for i in range(1, 21)] + ["thirtieth"]
+    + [ordinal_to_words(i) for i in range(1, 21)]
+    + ["thirtieth"]
 )
 
 # ----------------------------------------------------------------------------- generator
 
 _CONTRACTIONS = {
-    ("I", "am"): "I'm", ("we", "are"): "we're", ("they", "are"): "they're",
-    ("you", "are"): "you're", ("he", "is"): "he's", ("she", "is"): "she's",
-    ("I", "will"): "I'll", ("we", "will"): "we'll", ("they", "will"): "they'll",
-    ("you", "will"): "you'll", ("he", "will"): "he'll", ("she", "will"): "she'll",
-    ("I", "have"): "I've", ("we", "have"): "we've", ("they", "have"): "they've",
+    ("I", "am"): "I'm",
+    ("we", "are"): "we're",
+    ("they", "are"): "they're",
+    ("you", "are"): "you're",
+    ("he", "is"): "he's",
+    ("she", "is"): "she's",
+    ("I", "will"): "I'll",
+    ("we", "will"): "we'll",
+    ("they", "will"): "they'll",
+    ("you", "will"): "you'll",
+    ("he", "will"): "he'll",
+    ("she", "will"): "she'll",
+    ("I", "have"): "I've",
+    ("we", "have"): "we've",
+    ("they", "have"): "they've",
     ("you", "have"): "you've",
-}  # fmt: skip
+}
 
 Words = list[str]
 
@@ -366,8 +392,14 @@ class SentenceGenerator:
             return ADJ_PLACE
         return ADJ_GENERAL
 
-    def noun_phrase(self, nouns, plural: bool | None = None, definite: bool | None = None,
-                    adj_prob: float = 0.35, pp_prob: float = 0.0) -> tuple[Words, str]:  # fmt: skip
+    def noun_phrase(
+        self,
+        nouns,
+        plural: bool | None = None,
+        definite: bool | None = None,
+        adj_prob: float = 0.35,
+        pp_prob: float = 0.0,
+    ) -> tuple[Words, str]:
         sing, plur = self.pick(nouns)
         if plur is None:  # uncountable
             plural, count_ok = False, False
@@ -385,8 +417,24 @@ class SentenceGenerator:
         elif r < 0.7:
             words.append(self.pick(["these", "those"] if plural else ["this", "that"]))
         elif plural and count_ok:
-            words.append(self.pick(["some", "many", "few", "several", "two", "three", "four",
-                                    "five", "ten", "twelve", "all the", "both"]))  # fmt: skip
+            words.append(
+                self.pick(
+                    [
+                        "some",
+                        "many",
+                        "few",
+                        "several",
+                        "two",
+                        "three",
+                        "four",
+                        "five",
+                        "ten",
+                        "twelve",
+                        "all the",
+                        "both",
+                    ]
+                )
+            )
         elif not count_ok:
             words.append(self.pick(["some", "the", "more", "a little"]))
         else:
@@ -427,19 +475,49 @@ class SentenceGenerator:
         return [self.pick(PREP_PLACE)] + np_
 
     def time_phrase(self, tense: str) -> Words:
-        past = ["yesterday", "last night", "last week", "last year", "this morning",
-                f"{self.pick(['two', 'three', 'five', 'ten', 'a few'])} "
-                f"{self.pick(['days', 'weeks', 'years', 'hours'])} ago",
-                f"on {_cap(self.pick(DAYS))}", f"in {_cap(self.pick(MONTHS))}",
-                f"after {self.pick(MEALS)}", f"before {self.pick(MEALS)}",
-                f"in the {self.pick(TIMES_OF_DAY[:3])}", "at night", "once", "again"]
-        future = ["tomorrow", "next week", "next year", "tonight", "soon", "later",
-                  f"on {_cap(self.pick(DAYS))}", f"after {self.pick(MEALS)}",
-                  f"in the {self.pick(TIMES_OF_DAY[:3])}", f"next {_cap(self.pick(MONTHS))}",
-                  f"this {self.pick(SEASONS)}", "again"]
-        present = ["every day", "every morning", f"every {_cap(self.pick(DAYS))}",
-                   "on weekends", f"in the {self.pick(TIMES_OF_DAY[:3])}", "at night",
-                   f"in the {self.pick(SEASONS)}", "now", "today", "twice a week"]  # fmt: skip
+        past = [
+            "yesterday",
+            "last night",
+            "last week",
+            "last year",
+            "this morning",
+            f"{self.pick(['two', 'three', 'five', 'ten', 'a few'])} "
+            f"{self.pick(['days', 'weeks', 'years', 'hours'])} ago",
+            f"on {_cap(self.pick(DAYS))}",
+            f"in {_cap(self.pick(MONTHS))}",
+            f"after {self.pick(MEALS)}",
+            f"before {self.pick(MEALS)}",
+            f"in the {self.pick(TIMES_OF_DAY[:3])}",
+            "at night",
+            "once",
+            "again",
+        ]
+        future = [
+            "tomorrow",
+            "next week",
+            "next year",
+            "tonight",
+            "soon",
+            "later",
+            f"on {_cap(self.pick(DAYS))}",
+            f"after {self.pick(MEALS)}",
+            f"in the {self.pick(TIMES_OF_DAY[:3])}",
+            f"next {_cap(self.pick(MONTHS))}",
+            f"this {self.pick(SEASONS)}",
+            "again",
+        ]
+        present = [
+            "every day",
+            "every morning",
+            f"every {_cap(self.pick(DAYS))}",
+            "on weekends",
+            f"in the {self.pick(TIMES_OF_DAY[:3])}",
+            "at night",
+            f"in the {self.pick(SEASONS)}",
+            "now",
+            "today",
+            "twice a week",
+        ]
         table = {"past": past, "future": future, "present": present}
         return self.pick(table.get(tense, present)).split()
 
@@ -475,8 +553,9 @@ class SentenceGenerator:
     def transitive(self, kind: str = "person") -> tuple[list[dict[str, str]], Words]:
         """(verb list, object words) with a plausible object for the verb group."""
         if kind == "animal":
-            verbs, objs = self.pick([(V_FOOD[:1], FOOD), (V_ANIMAL[2:4], ANIMALS),
-                                     (V_THING[:1], THINGS)])  # fmt: skip
+            verbs, objs = self.pick(
+                [(V_FOOD[:1], FOOD), (V_ANIMAL[2:4], ANIMALS), (V_THING[:1], THINGS)]
+            )
         else:
             verbs, objs = self.weighted(TRANSITIVE_FRAMES, FRAME_WEIGHTS)
         if objs is PEOPLE and self.p(0.35):
@@ -500,8 +579,11 @@ class SentenceGenerator:
             vp = [self.pick(FREQ_ADVERBS)] + vp
         words += vp
         if self.p(0.07):
-            companion = self.person(allow_pronoun=False)[0] if self.p(0.6) else self.noun_phrase(
-                THINGS, adj_prob=0.2)[0]
+            companion = (
+                self.person(allow_pronoun=False)[0]
+                if self.p(0.6)
+                else self.noun_phrase(THINGS, adj_prob=0.2)[0]
+            )
             words += [self.pick(["with", "without"])] + companion
         elif self.p(0.04):
             words.append("together" if person.endswith("p") else "alone")
@@ -525,8 +607,19 @@ class SentenceGenerator:
 
     def _declarative(self) -> str:
         if self.p(0.1):
-            adv = self.pick(["perhaps", "probably", "certainly", "clearly", "luckily", "sadly",
-                             "suddenly", "finally", "of course"])  # fmt: skip
+            adv = self.pick(
+                [
+                    "perhaps",
+                    "probably",
+                    "certainly",
+                    "clearly",
+                    "luckily",
+                    "sadly",
+                    "suddenly",
+                    "finally",
+                    "of course",
+                ]
+            )
             return self._finish(adv.split() + [","] + self.clause())
         return self._finish(self.clause())
 
@@ -601,8 +694,11 @@ class SentenceGenerator:
             words = a + [self._be(person, self.p(0.4)), self.pick(COMPARATIVES), "than"] + b
         else:
             words = a + [self._be(person, self.p(0.4)), "the", self.pick(SUPERLATIVES), "one"]
-            words += ["in", "the", self.pick(["city", "village", "house", "family", "class",
-                                              "world", "room", "town"])]  # fmt: skip
+            words += [
+                "in",
+                "the",
+                self.pick(["city", "village", "house", "family", "class", "world", "room", "town"]),
+            ]
         return self._finish(words)
 
     def _yes_no_question(self) -> str:
@@ -625,8 +721,12 @@ class SentenceGenerator:
             words += [verb["base"]] + obj
             tense = "future"
         elif r < 0.8:
-            words = ["has" if third else "have"] + subj + [self.pick(["ever", "already", ""]),
-                                                           verb["pp"]] + obj  # fmt: skip
+            words = (
+                ["has" if third else "have"]
+                + subj
+                + [self.pick(["ever", "already", ""]), verb["pp"]]
+                + obj
+            )
             tense = "perfect"
         else:
             be = "am" if person == "1s" else ("is" if third else "are")
@@ -638,9 +738,17 @@ class SentenceGenerator:
             words += self.place_pp()
         words = [w for w in words if w]
         if self.p(0.1):  # negative question
-            words[0] = {"did": "didn't", "does": "doesn't", "do": "don't", "will": "won't",
-                        "can": "can't", "has": "hasn't", "have": "haven't", "is": "isn't",
-                        "are": "aren't"}.get(words[0], words[0])  # fmt: skip
+            words[0] = {
+                "did": "didn't",
+                "does": "doesn't",
+                "do": "don't",
+                "will": "won't",
+                "can": "can't",
+                "has": "hasn't",
+                "have": "haven't",
+                "is": "isn't",
+                "are": "aren't",
+            }.get(words[0], words[0])
         return self._finish(words, "?")
 
     def _wh_question(self) -> str:
@@ -650,8 +758,12 @@ class SentenceGenerator:
         if r < 0.2:  # what/which + object gap
             verbs, obj = self.transitive()
             verb = self.pick(verbs)
-            if obj and obj[0] in ("the", "a", "an", "this", "that", "my", "your", "his", "her",
-                                  "our", "their") and self.p(0.5):  # fmt: skip
+            if (
+                obj
+                and obj[0]
+                in ("the", "a", "an", "this", "that", "my", "your", "his", "her", "our", "their")
+                and self.p(0.5)
+            ):
                 head = ["which", obj[-1]]
             else:
                 head = ["what"]
@@ -667,9 +779,12 @@ class SentenceGenerator:
                 verbs, obj = V_INTRANS_ANIMAL, []
             verb = self.pick(verbs)
             third = person == "3s"
-            aux = {"past": ["did"], "present": ["does" if third else "do"],
-                   "future": [self.pick(["will", "should", "can", "would"])],
-                   "perfect": ["has" if third else "have"]}[tense]  # fmt: skip
+            aux = {
+                "past": ["did"],
+                "present": ["does" if third else "do"],
+                "future": [self.pick(["will", "should", "can", "would"])],
+                "perfect": ["has" if third else "have"],
+            }[tense]
             v = verb["pp"] if tense == "perfect" else verb["base"]
             words = [wh] + aux + subj + [v] + obj
         elif r < 0.7:  # who + verb
@@ -687,8 +802,9 @@ class SentenceGenerator:
             if self.p(0.4):
                 words += self.place_pp()
         elif r < 0.92:  # why/how + copula
-            np_, p2 = self.noun_phrase(self.pick([PLACES, FOOD, THINGS]), definite=True,
-                                       adj_prob=0.0)  # fmt: skip
+            np_, p2 = self.noun_phrase(
+                self.pick([PLACES, FOOD, THINGS]), definite=True, adj_prob=0.0
+            )
             adj = self.pick(ADJ_GENERAL if np_[-1] not in [p[0] for p in PLACES] else ADJ_PLACE)
             be = self._be(p2, self.p(0.4))
             if self.p(0.5):
@@ -719,8 +835,20 @@ class SentenceGenerator:
             if self.p(0.4):
                 words += self.place_pp()
             if self.p(0.3):
-                words.append(self.pick(["now", "quickly", "carefully", "today", "tonight",
-                                        "right away", "before dinner", "after lunch"]))  # fmt: skip
+                words.append(
+                    self.pick(
+                        [
+                            "now",
+                            "quickly",
+                            "carefully",
+                            "today",
+                            "tonight",
+                            "right away",
+                            "before dinner",
+                            "after lunch",
+                        ]
+                    )
+                )
         elif r < 0.7:
             words = ["don't", verb["base"]] + obj + (self.place_pp() if self.p(0.5) else [])
         elif r < 0.85:
@@ -761,8 +889,9 @@ class SentenceGenerator:
         return self._finish(words)
 
     def _relative(self) -> str:
-        nouns, verbs_rel = self.pick([(PEOPLE, V_THING + V_FOOD), (THINGS, V_THING),
-                                      (PLACES, V_PLACE), (ANIMALS, V_ANIMAL)])  # fmt: skip
+        nouns, verbs_rel = self.pick(
+            [(PEOPLE, V_THING + V_FOOD), (THINGS, V_THING), (PLACES, V_PLACE), (ANIMALS, V_ANIMAL)]
+        )
         head, person = self.noun_phrase(nouns, definite=True, adj_prob=0.2)
         if self.p(0.5) and nouns is PEOPLE:
             v = self.pick(verbs_rel)
@@ -777,11 +906,20 @@ class SentenceGenerator:
             adj = self._adj_for(nouns)
             words = head + rel + [self._be(person, True), self.pick(adj)]
         else:
-            verb = self.pick(V_INTRANS_PERSON if nouns is PEOPLE else V_INTRANS_ANIMAL) \
-                if nouns in (PEOPLE, ANIMALS) else None
+            verb = (
+                self.pick(V_INTRANS_PERSON if nouns is PEOPLE else V_INTRANS_ANIMAL)
+                if nouns in (PEOPLE, ANIMALS)
+                else None
+            )
             if verb is None:
-                words = head + rel + [self._be(person, True), self.pick(["here", "there",
-                                      "gone", "closed", "open", "empty", "full"])]  # fmt: skip
+                words = (
+                    head
+                    + rel
+                    + [
+                        self._be(person, True),
+                        self.pick(["here", "there", "gone", "closed", "open", "empty", "full"]),
+                    ]
+                )
             else:
                 words = head + rel + [verb["past"]] + (self.place_pp() if self.p(0.5) else [])
         return self._finish(words)
@@ -798,9 +936,21 @@ class SentenceGenerator:
             tense = self.pick(["past", "past", "present", "future"])
             a = self.clause("present" if tense == "future" else tense, short=True)
             b = self.clause(tense, short=self.p(0.5))
-            sub = self.pick(["because", "although", "when", "after", "before", "since", "until",
-                             "as soon as", "even though"] if tense != "future" else
-                            ["when", "after", "before", "as soon as", "until"])  # fmt: skip
+            sub = self.pick(
+                [
+                    "because",
+                    "although",
+                    "when",
+                    "after",
+                    "before",
+                    "since",
+                    "until",
+                    "as soon as",
+                    "even though",
+                ]
+                if tense != "future"
+                else ["when", "after", "before", "as soon as", "until"]
+            )
         if self.p(0.5):
             words = [sub] + a + [","] + b
         else:
@@ -811,8 +961,11 @@ class SentenceGenerator:
         tense = self.pick(["past", "present", "future", "perfect"])
         conj = self.pick(["and", "but", "so", "or", "and then", "yet"])
         if self.p(0.6):
-            words = self.clause(tense, short=True) + [",", *conj.split()] + self.clause(
-                tense, short=self.p(0.6))
+            words = (
+                self.clause(tense, short=True)
+                + [",", *conj.split()]
+                + self.clause(tense, short=self.p(0.6))
+            )
         else:  # shared subject, coordinated verb phrases
             subj, person = self.person()
             verbs1, obj1 = self.transitive()
@@ -823,8 +976,14 @@ class SentenceGenerator:
                 vp2 = [self.pick(verbs2)["s3" if person == "3s" else "base"]]
             else:
                 vp2 = [self.pick(verbs2)["pp" if tense == "perfect" else "base"]]
-            words = subj + self.conj(self.pick(verbs1), tense, person) + obj1 + [
-                self.pick(["and", "but", "then"])] + vp2 + obj2
+            words = (
+                subj
+                + self.conj(self.pick(verbs1), tense, person)
+                + obj1
+                + [self.pick(["and", "but", "then"])]
+                + vp2
+                + obj2
+            )
         return self._finish(words)
 
     def _long(self) -> str:
@@ -833,9 +992,11 @@ class SentenceGenerator:
         tense = self.pick(["past", "past", "present", "future"])
         first = "present" if tense == "future" else tense
         if r < 0.4:
-            sub = self.pick(["because", "although", "when", "after", "before", "while",
-                             "as soon as"] if tense != "future" else
-                            ["when", "after", "before", "as soon as", "if"])  # fmt: skip
+            sub = self.pick(
+                ["because", "although", "when", "after", "before", "while", "as soon as"]
+                if tense != "future"
+                else ["when", "after", "before", "as soon as", "if"]
+            )
             a, b = self.clause(first), self.clause(tense)
             words = b + sub.split() + a if self.p(0.5) else sub.split() + a + [","] + b
         elif r < 0.7:
@@ -844,9 +1005,13 @@ class SentenceGenerator:
         else:
             subj, _ = self.person()
             verb = self.pick(["said", "thought", "knew", "told us", "explained"])
-            words = subj + [verb, "that"] + self.clause("past") + [
-                self.pick(["because", "although", "before", "after"])] + self.clause(
-                "past", short=self.p(0.5))
+            words = (
+                subj
+                + [verb, "that"]
+                + self.clause("past")
+                + [self.pick(["because", "although", "before", "after"])]
+                + self.clause("past", short=self.p(0.5))
+            )
         return self._finish(words)
 
     def _numbers(self) -> str:
@@ -869,21 +1034,39 @@ class SentenceGenerator:
             words = subj + [verb, str(count), plur] + (self.place_pp() if self.p(0.4) else [])
         elif r < 0.5:
             h, m = self.rng.randint(1, 12), self.pick([0, 0, 5, 10, 15, 20, 30, 45, 50, 7])
-            np_, p2 = self.noun_phrase(VEHICLES + [("meeting", "meetings"), ("concert", None),
-                                       ("class", "classes"), ("party", None),
-                                       ("film", None)], plural=False, definite=True,
-                                       adj_prob=0.0)  # fmt: skip
+            np_, p2 = self.noun_phrase(
+                VEHICLES
+                + [
+                    ("meeting", "meetings"),
+                    ("concert", None),
+                    ("class", "classes"),
+                    ("party", None),
+                    ("film", None),
+                ],
+                plural=False,
+                definite=True,
+                adj_prob=0.0,
+            )
             verb = self.pick(["leaves", "starts", "opens", "arrives", "ends"])
             words = np_ + [verb, "at", f"{h}:{m:02d}"] + self.time_phrase("present")[:2]
         elif r < 0.62:
             year = self.rng.randint(1950, 2024)
-            verb = self.pick(["was born", "moved to the city", "built the house",
-                              "wrote the book", "visited the island", "started school"])
+            verb = self.pick(
+                [
+                    "was born",
+                    "moved to the city",
+                    "built the house",
+                    "wrote the book",
+                    "visited the island",
+                    "started school",
+                ]
+            )
             words = subj + verb.split() + ["in", str(year)]
         elif r < 0.75:
             day = self.rng.randint(1, 31)
             suffix = {1: "st", 2: "nd", 3: "rd", 21: "st", 22: "nd", 23: "rd", 31: "st"}.get(
-                day, "th")
+                day, "th"
+            )
             clause = self.clause("past", short=True)
             month = _cap(self.pick(MONTHS))
             if self.p(0.5):
@@ -895,15 +1078,24 @@ class SentenceGenerator:
             nouns = self.pick([PEOPLE, ANIMALS, THINGS])
             _sing, plur = self.pick([n for n in nouns if n[1]])
             adj = self.pick(self._adj_for(nouns))
-            words = [self.pick(["only", "almost", "about", "nearly", ""]), f"{pct}%", "of",
-                     "the", plur, self.pick(["were", "are"]), adj]  # fmt: skip
+            words = [
+                self.pick(["only", "almost", "about", "nearly", ""]),
+                f"{pct}%",
+                "of",
+                "the",
+                plur,
+                self.pick(["were", "are"]),
+                adj,
+            ]
         else:
             count = self.rng.randint(2, 90)
             unit = self.pick(["minutes", "hours", "days", "weeks", "years"])
-            verb = self.pick(["waited", "walked", "worked", "slept", "studied", "traveled",
-                              "stayed"])  # fmt: skip
-            words = subj + [verb, "for", str(count), unit] + (self.place_pp() if self.p(0.5)
-                                                               else [])  # fmt: skip
+            verb = self.pick(
+                ["waited", "walked", "worked", "slept", "studied", "traveled", "stayed"]
+            )
+            words = (
+                subj + [verb, "for", str(count), unit] + (self.place_pp() if self.p(0.5) else [])
+            )
         words = [w for w in words if w]
         return self._finish(words)
 
@@ -937,8 +1129,22 @@ def generate_sentences(n: int, seed: int = 0, normalized: bool = False) -> list[
 
 def _vocabulary() -> frozenset[str]:
     words: set[str] = set()
-    for nouns in (PEOPLE, ANIMALS, THINGS, FOOD, DRINKS, PLACES, VEHICLES, TEXTS, SONGS,
-                  TELLABLES, GAMES, ABSTRACT, NATURE, DURATIONS):  # fmt: skip
+    for nouns in (
+        PEOPLE,
+        ANIMALS,
+        THINGS,
+        FOOD,
+        DRINKS,
+        PLACES,
+        VEHICLES,
+        TEXTS,
+        SONGS,
+        TELLABLES,
+        GAMES,
+        ABSTRACT,
+        NATURE,
+        DURATIONS,
+    ):
         for sing, plur in nouns:
             words.add(sing)
             if plur:
@@ -949,10 +1155,31 @@ def _vocabulary() -> frozenset[str]:
     for verbs in (V_INTRANS_PERSON, V_INTRANS_ANIMAL, V_INTRANS_NATURE):
         for v in verbs:
             words.update(v.values())
-    for group in (MEALS, TIMES_OF_DAY, DAYS, MONTHS, SEASONS, FIRST_NAMES, SURNAMES, ADJ_GENERAL,
-                  ADJ_PERSON, ADJ_ANIMAL, ADJ_FOOD, ADJ_PLACE, ADJ_WEATHER, INTENSIFIERS,
-                  COMPARATIVES, SUPERLATIVES, MANNER_ADVERBS, FREQ_ADVERBS, PLACE_ADVERBS,
-                  PREP_PLACE, PRONOUNS_OBJ, POSSESSIVES, FUNCTION_WORDS):  # fmt: skip
+    for group in (
+        MEALS,
+        TIMES_OF_DAY,
+        DAYS,
+        MONTHS,
+        SEASONS,
+        FIRST_NAMES,
+        SURNAMES,
+        ADJ_GENERAL,
+        ADJ_PERSON,
+        ADJ_ANIMAL,
+        ADJ_FOOD,
+        ADJ_PLACE,
+        ADJ_WEATHER,
+        INTENSIFIERS,
+        COMPARATIVES,
+        SUPERLATIVES,
+        MANNER_ADVERBS,
+        FREQ_ADVERBS,
+        PLACE_ADVERBS,
+        PREP_PLACE,
+        PRONOUNS_OBJ,
+        POSSESSIVES,
+        FUNCTION_WORDS,
+    ):
         words.update(group)
     for title in TITLES:
         words.update(normalize_text(title).split())

@@ -116,8 +116,9 @@ class Strategy(abc.ABC):
         """Loop bound (every active row takes >= 1 token a step)."""
         return max_new_tokens
 
-    def windows(self, models: Models, batch: PromptBatch, max_new_tokens: int
-                ) -> tuple[int | None, ...]:  # fmt: skip
+    def windows(
+        self, models: Models, batch: PromptBatch, max_new_tokens: int
+    ) -> tuple[int | None, ...]:
         """Growing cache sizes, one loop segment each (static); default one segment."""
         return (None,)
 
@@ -135,13 +136,18 @@ class Strategy(abc.ABC):
         """The end-of-speech token id."""
 
     @abc.abstractmethod
-    def init(self, models: Models, params: Params, batch: PromptBatch,
-             max_new_tokens: int) -> Any:  # fmt: skip
+    def init(self, models: Models, params: Params, batch: PromptBatch, max_new_tokens: int) -> Any:
         """The strategy's initial carry (e.g. prefilled KV caches)."""
 
     @abc.abstractmethod
-    def step(self, models: Models, params: Params, state: DecodeState, keys: jax.Array,
-             sampling: SamplingConfig) -> Proposal:  # fmt: skip
+    def step(
+        self,
+        models: Models,
+        params: Params,
+        state: DecodeState,
+        keys: jax.Array,
+        sampling: SamplingConfig,
+    ) -> Proposal:
         """Propose tokens for every row (finished rows are ignored by `commit`)."""
 
     def finish(self, models: Models, state: DecodeState) -> dict:
@@ -159,29 +165,44 @@ def commit(state: DecodeState, prop: Proposal, max_new_tokens: int, eos: int) ->
     n_eos = jnp.where(has_eos, jnp.argmax(is_eos, axis=1), count).astype(jnp.int32)
     active = ~state.done
     n_acc = jnp.minimum(n_eos, max_new_tokens - state.length)
-    tokens = jnp.where(active[:, None], write_rows(state.tokens, toks, state.length),
-                       state.tokens)  # fmt: skip
+    tokens = jnp.where(active[:, None], write_rows(state.tokens, toks, state.length), state.tokens)
     length = state.length + jnp.where(active, n_acc, 0)
     hit_max = state.hit_max | (active & ~has_eos & (length >= max_new_tokens))
     done = state.done | has_eos | (length >= max_new_tokens)
-    return DecodeState(tokens=tokens, length=length, done=done, hit_max=hit_max,
-                       steps=state.steps + active.astype(jnp.int32), step=state.step + 1,
-                       carry=prop.carry)  # fmt: skip
+    return DecodeState(
+        tokens=tokens,
+        length=length,
+        done=done,
+        hit_max=hit_max,
+        steps=state.steps + active.astype(jnp.int32),
+        step=state.step + 1,
+        carry=prop.carry,
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("strategy", "models", "max_new_tokens", "sampling"))
-def _decode(params, batch: PromptBatch, keys: jax.Array, *, strategy: Strategy,
-            models: tuple, max_new_tokens: int, sampling: SamplingConfig
-            ) -> DecodeOutput:  # fmt: skip
+def _decode(
+    params,
+    batch: PromptBatch,
+    keys: jax.Array,
+    *,
+    strategy: Strategy,
+    models: tuple,
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+) -> DecodeOutput:
     models = dict(models)
     b = batch.batch_size
     carry = strategy.init(models, params, batch, max_new_tokens)
     state = DecodeState(
         tokens=jnp.full((b, max_new_tokens + strategy.max_chunk), -1, jnp.int32),
-        length=jnp.zeros((b,), jnp.int32), done=jnp.zeros((b,), bool),
-        hit_max=jnp.zeros((b,), bool), steps=jnp.zeros((b,), jnp.int32),
-        step=jnp.zeros((), jnp.int32), carry=carry,
-    )  # fmt: skip
+        length=jnp.zeros((b,), jnp.int32),
+        done=jnp.zeros((b,), bool),
+        hit_max=jnp.zeros((b,), bool),
+        steps=jnp.zeros((b,), jnp.int32),
+        step=jnp.zeros((), jnp.int32),
+        carry=carry,
+    )
     max_steps = strategy.max_steps(max_new_tokens)
     eos = strategy.eos(models)
 
@@ -198,20 +219,38 @@ def _decode(params, batch: PromptBatch, keys: jax.Array, *, strategy: Strategy,
         state = jax.lax.while_loop(cond, body, state)
     idx = jnp.arange(max_new_tokens)[None]
     tokens = jnp.where(idx < state.length[:, None], state.tokens[:, :max_new_tokens], -1)
-    return DecodeOutput(tokens=tokens, length=state.length, steps=state.steps,
-                        hit_max=state.hit_max, num_forwards=state.step,
-                        stats=strategy.finish(models, state))  # fmt: skip
+    return DecodeOutput(
+        tokens=tokens,
+        length=state.length,
+        steps=state.steps,
+        hit_max=state.hit_max,
+        num_forwards=state.step,
+        stats=strategy.finish(models, state),
+    )
 
 
-def decode(strategy: Strategy, models: Models, params: Params, batch: PromptBatch,
-           keys: jax.Array, *, max_new_tokens: int, sampling: SamplingConfig
-           ) -> DecodeOutput:  # fmt: skip
+def decode(
+    strategy: Strategy,
+    models: Models,
+    params: Params,
+    batch: PromptBatch,
+    keys: jax.Array,
+    *,
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+) -> DecodeOutput:
     """Run `strategy` on a batch (jitted per strategy, models, lengths and sampling).
 
     keys: [B] per-row PRNG keys (`jaxtts.decode.sampling.row_keys`).
     """
     strategy = strategy.bind(models)
     strategy.check(models)
-    return _decode(dict(params), batch, keys, strategy=strategy,
-                   models=tuple(sorted(models.items())), max_new_tokens=int(max_new_tokens),
-                   sampling=sampling)  # fmt: skip
+    return _decode(
+        dict(params),
+        batch,
+        keys,
+        strategy=strategy,
+        models=tuple(sorted(models.items())),
+        max_new_tokens=int(max_new_tokens),
+        sampling=sampling,
+    )

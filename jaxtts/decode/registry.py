@@ -38,7 +38,9 @@ def get(spec: str):
     """'far' | 'car:<c>' (| later strategies) -> strategy object."""
     name, _, arg = spec.strip().partition(":")
     if name not in _FACTORIES:
-        raise ConfigError(f"--strategy {spec!r}: unknown strategy {name!r}, expected one of "
-                          f"{names()} ({_EXAMPLES})")  # fmt: skip
+        raise ConfigError(
+            f"--strategy {spec!r}: unknown strategy {name!r}, expected one of "
+            f"{names()} ({_EXAMPLES})"
+        )
     module, fn = _FACTORIES[name].split(":")
     return getattr(importlib.import_module(module), fn)(arg or None)

@@ -41,14 +41,19 @@ class SamplingConfig:
         if self.top_k < 0 or not 0 < self.top_p <= 1 or self.min_tokens < 0:
             raise ConfigError(
                 f"decode.top_k={self.top_k} (>= 0), decode.top_p={self.top_p} ((0, 1]), "
-                f"min_tokens={self.min_tokens} (>= 0) expected")
+                f"min_tokens={self.min_tokens} (>= 0) expected"
+            )
 
     @classmethod
     def from_config(cls, decode_cfg) -> SamplingConfig:
         get = decode_cfg.get
-        return cls(bool(get("greedy", False)), float(get("temperature", 1.0)),
-                   int(get("top_k", 0)), float(get("top_p", 1.0)),
-                   int(get("min_tokens", 0) or 0))  # fmt: skip
+        return cls(
+            bool(get("greedy", False)),
+            float(get("temperature", 1.0)),
+            int(get("top_k", 0)),
+            float(get("top_p", 1.0)),
+            int(get("min_tokens", 0) or 0),
+        )
 
 
 # top-k / top-p look for their cutoff among this many most likely ids first (`lax.top_k`, a
@@ -92,8 +97,9 @@ def _candidates(x: jax.Array, s: SamplingConfig):
             lse = jax.nn.logsumexp(x, axis=-1, keepdims=True)
         probs = jnp.where(keep, jnp.exp(vals - lse), 0.0)
         before = jnp.cumsum(probs, axis=-1) - probs
-        cutoff = jnp.min(jnp.where(keep & (before < s.top_p), vals, jnp.inf), axis=-1,
-                         keepdims=True)  # fmt: skip
+        cutoff = jnp.min(
+            jnp.where(keep & (before < s.top_p), vals, jnp.inf), axis=-1, keepdims=True
+        )
         keep = keep & (vals >= cutoff)
         if s.top_k <= 0 and m < v:
             covered = ~keep[..., -1]  # the nucleus ends inside the candidates
@@ -124,13 +130,12 @@ def _inverse_cdf(x: jax.Array, u: jax.Array) -> jax.Array:
     idx = jnp.argmax(c > u[..., None] * c[..., -1:], axis=-1)
     # u * total can round up to total: then take the last id with mass
     last = w.shape[-1] - 1 - jnp.argmax(w[..., ::-1] > 0, axis=-1)
-    return jnp.where(jnp.any(c > u[..., None] * c[..., -1:], axis=-1), idx, last).astype(
-        jnp.int32
-    )
+    return jnp.where(jnp.any(c > u[..., None] * c[..., -1:], axis=-1), idx, last).astype(jnp.int32)
 
 
-def suppress_early_eos(logits: jax.Array, length: jax.Array, s: SamplingConfig, eos: int
-                       ) -> jax.Array:  # fmt: skip
+def suppress_early_eos(
+    logits: jax.Array, length: jax.Array, s: SamplingConfig, eos: int
+) -> jax.Array:
     """logits [B, C, V] of the next C tokens of rows that have `length` [B] tokens: EOS is
     removed where the token's index would be < s.min_tokens."""
     if s.min_tokens <= 0:
@@ -152,16 +157,20 @@ def sample_tokens(keys: jax.Array, logits: jax.Array, s: SamplingConfig) -> jax.
     if s.greedy:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
     b, c = logits.shape[:2]
-    u = jax.vmap(lambda key: jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(key, i)))(
-        jnp.arange(c)))(keys)  # [B, C]  # fmt: skip
+    u = jax.vmap(
+        lambda key: jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(key, i)))(
+            jnp.arange(c)
+        )
+    )(keys)  # [B, C]
     x = logits.astype(jnp.float32) / s.temperature
     if s.top_k <= 0 and s.top_p >= 1.0:
         return _inverse_cdf(x, u)
     vals, ids, keep, covered = _candidates(x, s)
     pick = _inverse_cdf(jnp.where(keep, vals, -jnp.inf), u)  # [B, C] index into candidates
     fast = jnp.take_along_axis(ids, pick[..., None], axis=-1)[..., 0].astype(jnp.int32)
-    full = jax.lax.cond(jnp.all(covered), lambda: fast,
-                        lambda: _inverse_cdf(_filter_sorted(x, s), u))  # fmt: skip
+    full = jax.lax.cond(
+        jnp.all(covered), lambda: fast, lambda: _inverse_cdf(_filter_sorted(x, s), u)
+    )
     return jnp.where(covered, fast, full)
 
 

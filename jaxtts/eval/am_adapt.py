@@ -70,7 +70,8 @@ def _tool(name: str) -> str:
         raise MissingDependencyError(
             f"{name}: not found in {SPHINXTRAIN_DIR} (set JAXTTS_SPHINXTRAIN_DIR) or on PATH; "
             "acoustic-model adaptation needs the apt packages sphinxtrain, sphinxbase-utils "
-            "and pocketsphinx (bash scripts/setup.sh installs them)")
+            "and pocketsphinx (bash scripts/setup.sh installs them)"
+        )
     return path
 
 
@@ -89,8 +90,9 @@ def _run(cmd: list[str], log: Path) -> None:
         proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0:  # the work folder is removed afterwards: quote the log's tail
         tail = "".join(log.read_text(errors="replace").splitlines(True)[-20:])
-        raise RuntimeError(f"{Path(cmd[0]).name} failed (exit {proc.returncode}), last lines of "
-                           f"its log:\n{tail}")
+        raise RuntimeError(
+            f"{Path(cmd[0]).name} failed (exit {proc.returncode}), last lines of its log:\n{tail}"
+        )
 
 
 # ------------------------------------------------------------------------------------------
@@ -106,6 +108,7 @@ def read_sendump(path: str | os.PathLike) -> np.ndarray:
     table of -log_1.0001(w) >> mixw_shift. Rows are renormalised after de-quantisation.
     """
     with open(path, "rb") as f:
+
         def read_str():
             (n,) = struct.unpack("<I", f.read(4))
             return f.read(n)[:-1].decode("latin-1") if n else None
@@ -116,15 +119,18 @@ def read_sendump(path: str | os.PathLike) -> np.ndarray:
             key, _, value = h.partition(" ")
             header[key] = value
         if int(header.get("cluster_count", 0)) != 0:
-            raise ConfigError(f"{path}: clustered sendump (cluster_count "
-                              f"{header['cluster_count']}), expected unclustered 8-bit weights")
+            raise ConfigError(
+                f"{path}: clustered sendump (cluster_count "
+                f"{header['cluster_count']}), expected unclustered 8-bit weights"
+            )
         shift = int(header.get("mixw_shift", 10))
         num_feat = int(header["feature_count"])
         rows, cols = struct.unpack("<II", f.read(8))
         raw = np.frombuffer(f.read(num_feat * rows * cols), np.uint8)
     if raw.size != num_feat * rows * cols:
-        raise ConfigError(f"{path}: truncated sendump ({raw.size} of {num_feat * rows * cols} "
-                          "weights)")
+        raise ConfigError(
+            f"{path}: truncated sendump ({raw.size} of {num_feat * rows * cols} weights)"
+        )
     q = raw.reshape(num_feat, rows, cols).astype(np.float64) * (1 << shift)
     w = np.transpose(np.power(1.0001, -q), (2, 0, 1))  # [senone, feature, density]
     return w / w.sum(-1, keepdims=True)
@@ -152,8 +158,10 @@ def _base_model_dir(dest: Path, base_hmm: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for name in _MODEL_FILES:
         shutil.copy(base_hmm / name, dest / name)
-    _run([_tool("pocketsphinx_mdef_convert"), "-text", str(base_hmm / "mdef"),
-          str(dest / "mdef")], dest / "mdef_convert.log")
+    _run(
+        [_tool("pocketsphinx_mdef_convert"), "-text", str(base_hmm / "mdef"), str(dest / "mdef")],
+        dest / "mdef_convert.log",
+    )
     sendump_to_mixw(base_hmm / "sendump", dest / "mixture_weights")
 
 
@@ -236,14 +244,16 @@ def adapt_acoustic_model(
     Returns the cached or freshly built model folder.
     """
     if len(pcms) != len(transcripts):
-        raise ConfigError(f"adapt_acoustic_model: {len(pcms)} clips but {len(transcripts)} "
-                          "transcripts")
+        raise ConfigError(
+            f"adapt_acoustic_model: {len(pcms)} clips but {len(transcripts)} transcripts"
+        )
     if not pcms:
         raise ConfigError("adapt_acoustic_model: no training clips, expected >= 1")
     for i, pcm in enumerate(pcms):
         if np.asarray(pcm).dtype != np.int16:
-            raise ConfigError(f"pcms[{i}]: dtype {np.asarray(pcm).dtype}, expected int16 PCM "
-                              "from asr.prepare_pcm")
+            raise ConfigError(
+                f"pcms[{i}]: dtype {np.asarray(pcm).dtype}, expected int16 PCM from asr.prepare_pcm"
+            )
     ps = import_pocketsphinx()
     base = Path(base_hmm or ps.get_model_path("en-us/en-us"))
     dict_text = Path(dict_path).read_text(encoding="utf-8")
@@ -253,8 +263,10 @@ def adapt_acoustic_model(
             raise ConfigError(f"transcripts[{i}]: empty, expected the words of clip {i}")
         unknown = [w for w in t.split() if w not in lexicon]
         if unknown:
-            raise ConfigError(f"transcripts[{i}]: words {' '.join(unknown[:5])} not in "
-                              f"{dict_path}; expected dictionary words")
+            raise ConfigError(
+                f"transcripts[{i}]: words {' '.join(unknown[:5])} not in "
+                f"{dict_path}; expected dictionary words"
+            )
 
     h = hashlib.sha256(_recipe_key(base).encode())
     h.update(dict_text.encode())
@@ -267,8 +279,15 @@ def adapt_acoustic_model(
     return _build(folder, pcms, transcripts, Path(dict_path), base, num_workers, progress)
 
 
-def _build(folder: Path, pcms: list[np.ndarray], transcripts: list[str], dict_path: Path,
-           base: Path, num_workers: int, progress: bool) -> AdaptedModel:  # fmt: skip
+def _build(
+    folder: Path,
+    pcms: list[np.ndarray],
+    transcripts: list[str],
+    dict_path: Path,
+    base: Path,
+    num_workers: int,
+    progress: bool,
+) -> AdaptedModel:
     tools = {n: _tool(n) for n in _TOOLS}
     import soundfile as sf
     from tqdm import tqdm
@@ -285,37 +304,92 @@ def _build(folder: Path, pcms: list[np.ndarray], transcripts: list[str], dict_pa
         (work / "feat").mkdir()
         ids = [f"u{i:06d}" for i in range(len(pcms))]
         for uid, pcm in zip(ids, pcms, strict=True):
-            sf.write(work / "wav" / f"{uid}.wav", np.asarray(pcm, np.int16), ASR_SAMPLE_RATE,
-                     subtype="PCM_16")
+            sf.write(
+                work / "wav" / f"{uid}.wav",
+                np.asarray(pcm, np.int16),
+                ASR_SAMPLE_RATE,
+                subtype="PCM_16",
+            )
         (work / "train.fileids").write_text("\n".join(ids) + "\n")
         (work / "train.transcription").write_text(
             "\n".join(f"<s> {t} </s> ({uid})" for uid, t in zip(ids, transcripts, strict=True))
-            + "\n")
+            + "\n"
+        )
         stages.update(1)
-        _run([tools["sphinx_fe"], "-argfile", str(prior / "feat.params"),
-              "-samprate", str(ASR_SAMPLE_RATE),
-              "-c", str(work / "train.fileids"), "-di", str(work / "wav"),
-              "-do", str(work / "feat"), "-ei", "wav", "-eo", "mfc", "-mswav", "yes"],
-             work / "fe.log")
+        _run(
+            [
+                tools["sphinx_fe"],
+                "-argfile",
+                str(prior / "feat.params"),
+                "-samprate",
+                str(ASR_SAMPLE_RATE),
+                "-c",
+                str(work / "train.fileids"),
+                "-di",
+                str(work / "wav"),
+                "-do",
+                str(work / "feat"),
+                "-ei",
+                "wav",
+                "-eo",
+                "mfc",
+                "-mswav",
+                "yes",
+            ],
+            work / "fe.log",
+        )
         stages.update(1)
         fp = dict(zip(*[iter(_feat_params(prior))] * 2, strict=True))
         if fp.get("-model", "ptm") != "ptm":
-            raise ConfigError(f"{base}/feat.params: -model {fp['-model']}, expected ptm (the "
-                              "adaptation recipe uses the phonetically-tied mixture layout)")
+            raise ConfigError(
+                f"{base}/feat.params: -model {fp['-model']}, expected ptm (the "
+                "adaptation recipe uses the phonetically-tied mixture layout)"
+            )
         nparts = max(1, min(int(num_workers), len(ids)))
         accs = [work / f"acc{p}" for p in range(nparts)]
 
         def bw(part: int) -> None:
             accs[part].mkdir()
-            _run([tools["bw"], "-hmmdir", str(prior), "-moddeffn", str(prior / "mdef"),
-                  "-ts2cbfn", ".ptm.", "-feat", fp.get("-feat", "1s_c_d_dd"),
-                  "-svspec", fp.get("-svspec", "0-12/13-25/26-38"),
-                  "-cmn", fp.get("-cmn", "batch"), "-agc", fp.get("-agc", "none"),
-                  "-varnorm", fp.get("-varnorm", "no"), "-dictfn", str(dict_path),
-                  "-fdictfn", str(prior / "noisedict"), "-ctlfn", str(work / "train.fileids"),
-                  "-lsnfn", str(work / "train.transcription"), "-accumdir", str(accs[part]),
-                  "-cepdir", str(work / "feat"), "-cepext", "mfc",
-                  "-part", str(part + 1), "-npart", str(nparts)], work / f"bw{part}.log")
+            _run(
+                [
+                    tools["bw"],
+                    "-hmmdir",
+                    str(prior),
+                    "-moddeffn",
+                    str(prior / "mdef"),
+                    "-ts2cbfn",
+                    ".ptm.",
+                    "-feat",
+                    fp.get("-feat", "1s_c_d_dd"),
+                    "-svspec",
+                    fp.get("-svspec", "0-12/13-25/26-38"),
+                    "-cmn",
+                    fp.get("-cmn", "batch"),
+                    "-agc",
+                    fp.get("-agc", "none"),
+                    "-varnorm",
+                    fp.get("-varnorm", "no"),
+                    "-dictfn",
+                    str(dict_path),
+                    "-fdictfn",
+                    str(prior / "noisedict"),
+                    "-ctlfn",
+                    str(work / "train.fileids"),
+                    "-lsnfn",
+                    str(work / "train.transcription"),
+                    "-accumdir",
+                    str(accs[part]),
+                    "-cepdir",
+                    str(work / "feat"),
+                    "-cepext",
+                    "mfc",
+                    "-part",
+                    str(part + 1),
+                    "-npart",
+                    str(nparts),
+                ],
+                work / f"bw{part}.log",
+            )
 
         with ThreadPoolExecutor(nparts) as ex:
             list(ex.map(bw, range(nparts)))
@@ -323,26 +397,53 @@ def _build(folder: Path, pcms: list[np.ndarray], transcripts: list[str], dict_pa
         out.mkdir()
         for name in ("mdef", "noisedict", "feat.params"):
             shutil.copy(prior / name, out / name)
-        _run([tools["map_adapt"], "-moddeffn", str(prior / "mdef"), "-ts2cbfn", ".ptm.",
-              "-meanfn", str(prior / "means"), "-varfn", str(prior / "variances"),
-              "-mixwfn", str(prior / "mixture_weights"),
-              "-tmatfn", str(prior / "transition_matrices"),
-              "-accumdir", ",".join(str(a) for a in accs),
-              "-mapmeanfn", str(out / "means"), "-mapvarfn", str(out / "variances"),
-              "-mapmixwfn", str(out / "mixture_weights"),
-              "-maptmatfn", str(out / "transition_matrices")], work / "map_adapt.log")
+        _run(
+            [
+                tools["map_adapt"],
+                "-moddeffn",
+                str(prior / "mdef"),
+                "-ts2cbfn",
+                ".ptm.",
+                "-meanfn",
+                str(prior / "means"),
+                "-varfn",
+                str(prior / "variances"),
+                "-mixwfn",
+                str(prior / "mixture_weights"),
+                "-tmatfn",
+                str(prior / "transition_matrices"),
+                "-accumdir",
+                ",".join(str(a) for a in accs),
+                "-mapmeanfn",
+                str(out / "means"),
+                "-mapvarfn",
+                str(out / "variances"),
+                "-mapmixwfn",
+                str(out / "mixture_weights"),
+                "-maptmatfn",
+                str(out / "transition_matrices"),
+            ],
+            work / "map_adapt.log",
+        )
         stages.update(1)
-        info = {"num_utterances": len(ids), "audio_s": sum(len(p) for p in pcms)
-                / ASR_SAMPLE_RATE, "build_s": round(time.time() - t0, 1),
-                "version": _ADAPT_VERSION, "bw_parts": nparts, "base": str(base),
-                "key": folder.name}
+        info = {
+            "num_utterances": len(ids),
+            "audio_s": sum(len(p) for p in pcms) / ASR_SAMPLE_RATE,
+            "build_s": round(time.time() - t0, 1),
+            "version": _ADAPT_VERSION,
+            "bw_parts": nparts,
+            "base": str(base),
+            "key": folder.name,
+        }
         (out / "info.json").write_text(json.dumps(info, indent=1))
         try:
             os.replace(out, folder)  # atomic publish; a concurrent builder may have won
         except OSError as e:
             if not (folder / "info.json").exists():
-                raise RuntimeError(f"{folder}: could not publish the adapted model ({e}); "
-                                   "remove that folder if it is a leftover") from None
+                raise RuntimeError(
+                    f"{folder}: could not publish the adapted model ({e}); "
+                    "remove that folder if it is a leftover"
+                ) from None
     stages.close()
     return _cached(folder)
 
@@ -396,5 +497,4 @@ def adapt_to_corpus(
         sr = sf.info(str(u.path)).samplerate  # prepare_pcm resamples like recognition does
         wav = load_audio(u.path, sample_rate=None)
         pcms.append(prepare_pcm(wav, sr, dither, seed, pad_s, str(u.path)))
-    return _build(folder, pcms, [t for _, t in keep], Path(dict_path), base, num_workers,
-                  progress)
+    return _build(folder, pcms, [t for _, t in keep], Path(dict_path), base, num_workers, progress)

@@ -61,18 +61,80 @@ _LM_VERSION = "kneser-ney-v2"  # bump when the LM/dictionary recipe changes (inv
 # IPA (espeak-ng --ipa, en-us) -> CMU/ARPAbet phones of the pocketsphinx en-us model.
 # Longest match first; stress/length marks and ties are stripped beforehand.
 _IPA_TO_CMU = {
-    "aɪɚ": "AY ER", "aʊɚ": "AW ER", "ɜːɹ": "ER", "ɚɹ": "ER", "ɝɹ": "ER",
-    "ɑːɹ": "AA R", "ɔːɹ": "AO R", "oːɹ": "AO R", "ɛɹ": "EH R",
-    "ɪɹ": "IH R", "ʊɹ": "UH R", "iə": "IY AH", "tʃ": "CH", "dʒ": "JH",
-    "aɪ": "AY", "aʊ": "AW", "eɪ": "EY", "oʊ": "OW", "ɔɪ": "OY", "ɜː": "ER", "ɑː": "AA",
-    "ɔː": "AO", "iː": "IY", "uː": "UW", "n̩": "AH N", "l̩": "AH L", "m̩": "AH M",
-    "ɝ": "ER", "ɚ": "ER", "ɜ": "ER", "ə": "AH", "ʌ": "AH", "ɐ": "AH", "æ": "AE", "ɑ": "AA",
-    "ɒ": "AA", "ɔ": "AO", "ɛ": "EH", "e": "EH", "ɪ": "IH", "ᵻ": "IH", "i": "IY", "ʊ": "UH",
-    "u": "UW", "a": "AA", "o": "OW",
-    "p": "P", "b": "B", "t": "T", "d": "D", "k": "K", "ɡ": "G", "g": "G", "f": "F", "v": "V",
-    "θ": "TH", "ð": "DH", "s": "S", "z": "Z", "ʃ": "SH", "ʒ": "ZH", "h": "HH", "x": "HH",
-    "m": "M", "n": "N", "ŋ": "NG", "l": "L", "ɫ": "L", "ɹ": "R", "r": "R", "w": "W", "j": "Y",
-    "ɾ": "T", "ʔ": "",
+    "aɪɚ": "AY ER",
+    "aʊɚ": "AW ER",
+    "ɜːɹ": "ER",
+    "ɚɹ": "ER",
+    "ɝɹ": "ER",
+    "ɑːɹ": "AA R",
+    "ɔːɹ": "AO R",
+    "oːɹ": "AO R",
+    "ɛɹ": "EH R",
+    "ɪɹ": "IH R",
+    "ʊɹ": "UH R",
+    "iə": "IY AH",
+    "tʃ": "CH",
+    "dʒ": "JH",
+    "aɪ": "AY",
+    "aʊ": "AW",
+    "eɪ": "EY",
+    "oʊ": "OW",
+    "ɔɪ": "OY",
+    "ɜː": "ER",
+    "ɑː": "AA",
+    "ɔː": "AO",
+    "iː": "IY",
+    "uː": "UW",
+    "n̩": "AH N",
+    "l̩": "AH L",
+    "m̩": "AH M",
+    "ɝ": "ER",
+    "ɚ": "ER",
+    "ɜ": "ER",
+    "ə": "AH",
+    "ʌ": "AH",
+    "ɐ": "AH",
+    "æ": "AE",
+    "ɑ": "AA",
+    "ɒ": "AA",
+    "ɔ": "AO",
+    "ɛ": "EH",
+    "e": "EH",
+    "ɪ": "IH",
+    "ᵻ": "IH",
+    "i": "IY",
+    "ʊ": "UH",
+    "u": "UW",
+    "a": "AA",
+    "o": "OW",
+    "p": "P",
+    "b": "B",
+    "t": "T",
+    "d": "D",
+    "k": "K",
+    "ɡ": "G",
+    "g": "G",
+    "f": "F",
+    "v": "V",
+    "θ": "TH",
+    "ð": "DH",
+    "s": "S",
+    "z": "Z",
+    "ʃ": "SH",
+    "ʒ": "ZH",
+    "h": "HH",
+    "x": "HH",
+    "m": "M",
+    "n": "N",
+    "ŋ": "NG",
+    "l": "L",
+    "ɫ": "L",
+    "ɹ": "R",
+    "r": "R",
+    "w": "W",
+    "j": "Y",
+    "ɾ": "T",
+    "ʔ": "",
 }
 _IPA_STRIP = "ˈˌː\u0303\u0361\u200d\u0329-‿ "
 _MAX_KEY = max(len(k) for k in _IPA_TO_CMU)
@@ -110,15 +172,19 @@ def espeak_pronunciations(words: list[str], voice: str = "en-us") -> dict[str, s
     if exe is None:
         return {}
     proc = subprocess.run(
-        [exe, "-q", "--ipa", "-v", voice], input="\n".join(words) + "\n",
-        capture_output=True, text=True, check=False,
+        [exe, "-q", "--ipa", "-v", voice],
+        input="\n".join(words) + "\n",
+        capture_output=True,
+        text=True,
+        check=False,
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     if proc.returncode != 0 or len(lines) != len(words):  # fall back to one call per word
         lines = []
         for w in words:
-            p = subprocess.run([exe, "-q", "--ipa", "-v", voice, w], capture_output=True,
-                               text=True, check=False)
+            p = subprocess.run(
+                [exe, "-q", "--ipa", "-v", voice, w], capture_output=True, text=True, check=False
+            )
             lines.append(p.stdout.strip())
     out = {}
     for w, ipa in zip(words, lines, strict=False):
@@ -200,9 +266,15 @@ def build_domain_lm(
     info_path = folder / "info.json"
     if info_path.exists():
         info = json.loads(info_path.read_text())
-        return DomainLM(folder / "domain.arpa", folder / "domain.dict", key,
-                        info["num_sentences"], info["vocab_size"],
-                        tuple(info["espeak_words"]), tuple(info["missing_words"]))
+        return DomainLM(
+            folder / "domain.arpa",
+            folder / "domain.dict",
+            key,
+            info["num_sentences"],
+            info["vocab_size"],
+            tuple(info["espeak_words"]),
+            tuple(info["missing_words"]),
+        )
 
     sents = _normalize_sentences(train_sentences)
     if not sents:
@@ -228,17 +300,31 @@ def build_domain_lm(
             prons = cmu.get(w) or [espeak[w]]
             for i, p in enumerate(prons):
                 f.write(f"{w} {p}\n" if i == 0 else f"{w}({i + 1}) {p}\n")
-    info = {"num_sentences": len(sents), "vocab_size": len(known), "espeak_words":
-            sorted(espeak), "missing_words": missing, "key": key, "version": _LM_VERSION,
-            "order": order, "ngrams": [lm.num_ngrams(n) for n in range(1, order + 1)],
-            "discounts": lm.discounts[1:]}
+    info = {
+        "num_sentences": len(sents),
+        "vocab_size": len(known),
+        "espeak_words": sorted(espeak),
+        "missing_words": missing,
+        "key": key,
+        "version": _LM_VERSION,
+        "order": order,
+        "ngrams": [lm.num_ngrams(n) for n in range(1, order + 1)],
+        "discounts": lm.discounts[1:],
+    }
     (tmp / "info.json").write_text(json.dumps(info, indent=1))
     try:
         os.replace(tmp, folder)  # atomic publish; a concurrent builder may have won the race
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
-    return DomainLM(folder / "domain.arpa", folder / "domain.dict", key, len(sents),
-                    len(known), tuple(sorted(espeak)), tuple(missing))
+    return DomainLM(
+        folder / "domain.arpa",
+        folder / "domain.dict",
+        key,
+        len(sents),
+        len(known),
+        tuple(sorted(espeak)),
+        tuple(missing),
+    )
 
 
 GENERATED_LM_SEED = 1_000_003  # differs from any corpus seed: a fresh sample of the grammar
@@ -302,8 +388,17 @@ def corpus_adapted_hmm(
     Raises MissingDependencyError without SphinxTrain (see `jaxtts.eval.am_adapt`).
     """
     lexicon = build_domain_lm(_train_sentences(corpus_dir), cache_dir)
-    return adapt_to_corpus(corpus_dir, lexicon.dict_path, dither, seed, pad_s, cache_dir,
-                           max_utterances, num_workers, progress).path
+    return adapt_to_corpus(
+        corpus_dir,
+        lexicon.dict_path,
+        dither,
+        seed,
+        pad_s,
+        cache_dir,
+        max_utterances,
+        num_workers,
+        progress,
+    ).path
 
 
 # ------------------------------------------------------------------------------------------
@@ -380,19 +475,25 @@ class PocketSphinxASR:
             self.domain = build_domain_lm(train_sentences, cache_dir, extra_words)
             kwargs.update(lm=str(self.domain.lm_path), dict=str(self.domain.dict_path))
         elif lm == "default":
-            kwargs.update(lm=ps.get_model_path("en-us/en-us.lm.bin"),
-                          dict=ps.get_model_path("en-us/cmudict-en-us.dict"))
+            kwargs.update(
+                lm=ps.get_model_path("en-us/en-us.lm.bin"),
+                dict=ps.get_model_path("en-us/cmudict-en-us.dict"),
+            )
         elif os.path.exists(lm):
-            kwargs.update(lm=str(lm), dict=str(dict_path or
-                                                ps.get_model_path("en-us/cmudict-en-us.dict")))
+            kwargs.update(
+                lm=str(lm), dict=str(dict_path or ps.get_model_path("en-us/cmudict-en-us.dict"))
+            )
         else:
-            raise ConfigError(f"PocketSphinxASR: lm={lm!r}, expected 'domain', 'default' or a "
-                              "path to an ARPA/.lm.bin file")
+            raise ConfigError(
+                f"PocketSphinxASR: lm={lm!r}, expected 'domain', 'default' or a "
+                "path to an ARPA/.lm.bin file"
+            )
         if lw is not None:
             kwargs["lw"] = float(lw)
         if hmm is not None and not (Path(hmm) / "mdef").is_file():
-            raise ConfigError(f"PocketSphinxASR: hmm={hmm}: no mdef file there, expected an "
-                              "acoustic-model folder")
+            raise ConfigError(
+                f"PocketSphinxASR: hmm={hmm}: no mdef file there, expected an acoustic-model folder"
+            )
         kwargs["hmm"] = str(hmm) if hmm is not None else ps.get_model_path("en-us/en-us")
         self.adapted = hmm is not None
         self.hmm_path = Path(kwargs["hmm"])
@@ -412,9 +513,15 @@ class PocketSphinxASR:
         return self.domain.missing_words if self.domain else ()
 
     @classmethod
-    def from_corpus(cls, corpus_dir: str | os.PathLike, lm: str = "domain",
-                    generated_sentences: int = 0, adapt: bool = False,
-                    adapt_max_utterances: int = 3000, **kw):
+    def from_corpus(
+        cls,
+        corpus_dir: str | os.PathLike,
+        lm: str = "domain",
+        generated_sentences: int = 0,
+        adapt: bool = False,
+        adapt_max_utterances: int = 3000,
+        **kw,
+    ):
         """Domain LM from `<corpus_dir>/train.jsonl` (normalized_text, else text).
 
         `generated_sentences` > 0 (built-in corpus only) adds that many sentences from the
@@ -427,15 +534,21 @@ class PocketSphinxASR:
         if lm == "domain" and "train_sentences" not in kw:
             sents = _train_sentences(corpus_dir)
             if generated_sentences > 0:
-                sents += held_in_generated_sentences(corpus_dir, generated_sentences,
-                                                     kw.get("cache_dir"))
+                sents += held_in_generated_sentences(
+                    corpus_dir, generated_sentences, kw.get("cache_dir")
+                )
             kw["train_sentences"] = sents
         if adapt and kw.get("hmm") is None:
             kw["hmm"] = corpus_adapted_hmm(
-                corpus_dir, cache_dir=kw.get("cache_dir"), dither=kw.get("dither", 40.0),
-                seed=kw.get("seed", 0), pad_s=kw.get("pad_s", 0.25),
-                max_utterances=adapt_max_utterances, num_workers=kw.get("num_workers", 1),
-                progress=kw.get("progress", True))
+                corpus_dir,
+                cache_dir=kw.get("cache_dir"),
+                dither=kw.get("dither", 40.0),
+                seed=kw.get("seed", 0),
+                pad_s=kw.get("pad_s", 0.25),
+                max_utterances=adapt_max_utterances,
+                num_workers=kw.get("num_workers", 1),
+                progress=kw.get("progress", True),
+            )
         return cls(lm=lm, **kw)
 
     def transcribe(self, wavs: list[np.ndarray], sample_rate: int) -> list[str]:
@@ -444,16 +557,21 @@ class PocketSphinxASR:
         Raises AudioError (naming the clip index) for multi-channel or non-finite audio.
         Empty or silent clips give "" (which scores WER 1.0).
         """
-        pcms = [prepare_pcm(w, sample_rate, self.dither, self.seed, self.pad_s, f"wavs[{i}]")
-                for i, w in enumerate(wavs)]
+        pcms = [
+            prepare_pcm(w, sample_rate, self.dither, self.seed, self.pad_s, f"wavs[{i}]")
+            for i, w in enumerate(wavs)
+        ]
         bar = tqdm(total=len(pcms), desc=self.name, disable=not self.progress, leave=False)
         try:
             if self.num_workers > 1 and len(pcms) > self.num_workers:
                 import multiprocessing as mp
 
-                with ProcessPoolExecutor(self.num_workers, mp_context=mp.get_context("spawn"),
-                                         initializer=_worker_init,
-                                         initargs=(self._decoder_kwargs,)) as ex:
+                with ProcessPoolExecutor(
+                    self.num_workers,
+                    mp_context=mp.get_context("spawn"),
+                    initializer=_worker_init,
+                    initargs=(self._decoder_kwargs,),
+                ) as ex:
                     out = []
                     for text in ex.map(_worker_decode, pcms, chunksize=4):
                         out.append(text)

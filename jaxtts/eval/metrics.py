@@ -166,8 +166,17 @@ def mel_cepstrum(wav: np.ndarray, sr: int, cfg: AnalysisConfig = AnalysisConfig(
 
     win, hop, n_fft = _frame_params(sr, cfg)
     power = librosa.feature.melspectrogram(
-        y=wav.astype(np.float32), sr=sr, n_fft=n_fft, hop_length=hop, win_length=win,
-        window="hann", center=True, power=2.0, n_mels=cfg.n_mels, fmin=0.0, fmax=sr / 2,
+        y=wav.astype(np.float32),
+        sr=sr,
+        n_fft=n_fft,
+        hop_length=hop,
+        win_length=win,
+        window="hann",
+        center=True,
+        power=2.0,
+        n_mels=cfg.n_mels,
+        fmin=0.0,
+        fmax=sr / 2,
     ).T.astype(np.float64)  # [T, M]
     log_amp = 0.5 * np.log(np.maximum(power, cfg.power_floor))  # [T, M]
     m = np.arange(cfg.n_mels)
@@ -259,8 +268,12 @@ def spectral_distortion(
         rmse = float(np.sqrt(np.mean(d**2)))
     else:
         rmse = float("nan")
-    return {"mcd": mcd, "logf0_rmse": rmse, "voiced_pairs": int(both.sum()),
-            "path_len": int(len(path))}
+    return {
+        "mcd": mcd,
+        "logf0_rmse": rmse,
+        "voiced_pairs": int(both.sum()),
+        "path_len": int(len(path)),
+    }
 
 
 def mel_cepstral_distortion(ref_wav: np.ndarray, syn_wav: np.ndarray, sr: int) -> float:

@@ -42,8 +42,7 @@ class KneserNeyLM:
       extra_words: words added to the vocabulary with unigram count 1 (never seen in text).
     """
 
-    def __init__(self, sentences: Iterable[str], order: int = 3,
-                 extra_words: Iterable[str] = ()):  # fmt: skip
+    def __init__(self, sentences: Iterable[str], order: int = 3, extra_words: Iterable[str] = ()):
         if order < 1:
             raise ValueError(f"order={order}, expected >= 1")
         self.order = order

@@ -28,8 +28,19 @@ COLUMNS = [
     ("compile_s", "compile s", lambda v: f"{v:.1f}"),
     ("failed", "failed", lambda v: f"{v:d}"),
 ]
-ALWAYS = {"name", "num_utts", "wer_domain", "wer_default", "wer_default_delta", "sim", "mcd",
-          "logf0_rmse", "rtf", "forwards_per_audio_s", "failed"}
+ALWAYS = {
+    "name",
+    "num_utts",
+    "wer_domain",
+    "wer_default",
+    "wer_default_delta",
+    "sim",
+    "mcd",
+    "logf0_rmse",
+    "rtf",
+    "forwards_per_audio_s",
+    "failed",
+}
 
 
 def _cell(fmt, v) -> str:
@@ -39,10 +50,11 @@ def _cell(fmt, v) -> str:
 def markdown_table(results: dict) -> str:
     """One line per row; optional speed columns only when some row has them."""
     rows = results["rows"]
-    cols = [c for c in COLUMNS
-            if c[0] in ALWAYS or any(r.get(c[0]) is not None for r in rows)]
-    lines = ["| " + " | ".join(h for _, h, _ in cols) + " |",
-             "|" + "|".join("---" if k == "name" else "--:" for k, _, _ in cols) + "|"]
+    cols = [c for c in COLUMNS if c[0] in ALWAYS or any(r.get(c[0]) is not None for r in rows)]
+    lines = [
+        "| " + " | ".join(h for _, h, _ in cols) + " |",
+        "|" + "|".join("---" if k == "name" else "--:" for k, _, _ in cols) + "|",
+    ]
     for r in rows:
         lines.append("| " + " | ".join(_cell(f, r.get(k)) for k, _, f in cols) + " |")
     return "\n".join(lines)
@@ -54,13 +66,16 @@ def error_breakdown(results: dict, lm: str = "domain") -> str:
     hypotheses in `results`. Empty when no row has `lm` hypotheses."""
     import jiwer  # evaluation dependency; only imported when a report is written
 
-    rows = [r for r in results["rows"]
-            if any(u.get(f"hyp_{lm}") is not None for u in r["utterances"])]
+    rows = [
+        r for r in results["rows"] if any(u.get(f"hyp_{lm}") is not None for u in r["utterances"])
+    ]
     if not rows:
         return ""
     speakers = sorted({u.get("speaker") or "?" for r in rows for u in r["utterances"]})
-    lines = ["| row | words | S | D | I | " + " | ".join(speakers) + " |",
-             "|---|--:|--:|--:|--:|" + "--:|" * len(speakers)]
+    lines = [
+        "| row | words | S | D | I | " + " | ".join(speakers) + " |",
+        "|---|--:|--:|--:|--:|" + "--:|" * len(speakers),
+    ]
     for r in rows:
         us = [u for u in r["utterances"] if u.get(f"hyp_{lm}") is not None and u.get("ref")]
         refs = [u["ref"] for u in us]
@@ -73,16 +88,22 @@ def error_breakdown(results: dict, lm: str = "domain") -> str:
             words = sum(u.get(f"words_{lm}", 0) for u in su)
             errs = sum(u.get(f"errors_{lm}", 0) for u in su)
             per_spk.append(f"{100 * errs / words:.1f}" if words else "—")
-        lines.append(f"| {r['name']} | {sum(len(x.split()) for x in refs)} | "
-                     f"{m.substitutions} | {m.deletions} | {m.insertions} | "
-                     + " | ".join(per_spk) + " |")
+        lines.append(
+            f"| {r['name']} | {sum(len(x.split()) for x in refs)} | "
+            f"{m.substitutions} | {m.deletions} | {m.insertions} | " + " | ".join(per_spk) + " |"
+        )
     return "\n".join(lines)
 
 
 def markdown_report(results: dict) -> str:
     """results.md: table, definitions, warnings, failures."""
-    out = [f"# Evaluation: {results['corpus']} / {results['split']} "
-           f"({results['num_utts']} utterances)", "", markdown_table(results), ""]
+    out = [
+        f"# Evaluation: {results['corpus']} / {results['split']} "
+        f"({results['num_utts']} utterances)",
+        "",
+        markdown_table(results),
+        "",
+    ]
     asr = results.get("asr") or {}
     out += [
         "WER: PocketSphinx "
@@ -92,18 +113,28 @@ def markdown_report(results: dict) -> str:
         "ground-truth row's (the ASR floor). MCD: DTW-aligned mel-cepstral distortion over "
         "c1..c24; logF0 RMSE: natural log, frames voiced in both (see jaxtts/eval/metrics.py). "
         "RTF: wall / audio seconds at batch 1 after a warm-up call (compile excluded). "
-        f"SIM encoder: {results.get('speaker_encoder') or 'none'}.", "",
+        f"SIM encoder: {results.get('speaker_encoder') or 'none'}.",
+        "",
     ]
     breakdown = error_breakdown(results)
     if breakdown:
-        out += ["## Where the errors are (domain LM)", "",
-                "Word errors by kind (S substitutions, D deletions, I insertions: skipped and "
-                "repeated words show up as D and I) and WER % per speaker.", "",
-                breakdown, ""]
+        out += [
+            "## Where the errors are (domain LM)",
+            "",
+            "Word errors by kind (S substitutions, D deletions, I insertions: skipped and "
+            "repeated words show up as D and I) and WER % per speaker.",
+            "",
+            breakdown,
+            "",
+        ]
     if results.get("warnings"):
         out += ["## Warnings", ""] + [f"- {w}" for w in results["warnings"]] + [""]
-    fails = [(r["name"], u["id"], u["error"]) for r in results["rows"]
-             for u in r["utterances"] if u.get("error")]
+    fails = [
+        (r["name"], u["id"], u["error"])
+        for r in results["rows"]
+        for u in r["utterances"]
+        if u.get("error")
+    ]
     if fails:
         out += ["## Failed utterances (scored WER 100%)", ""]
         out += [f"- {n} / {i}: {e}" for n, i, e in fails[:50]]
@@ -113,9 +144,15 @@ def markdown_report(results: dict) -> str:
     mem = results.get("memory") or {}
     if mem:
         dev = mem.get("device") or {}
-        out.append(f"Peak host RSS {mem.get('peak_host_rss_bytes', 0) / 2**20:.0f} MiB; device "
-                   + (f"peak {dev['peak_bytes_in_use'] / 2**20:.0f} MiB"
-                      if dev.get("peak_bytes_in_use") else "memory stats unavailable") + ".")
+        out.append(
+            f"Peak host RSS {mem.get('peak_host_rss_bytes', 0) / 2**20:.0f} MiB; device "
+            + (
+                f"peak {dev['peak_bytes_in_use'] / 2**20:.0f} MiB"
+                if dev.get("peak_bytes_in_use")
+                else "memory stats unavailable"
+            )
+            + "."
+        )
     return "\n".join(out) + "\n"
 
 
@@ -152,14 +189,21 @@ def plot_wer_vs_rtf(results: dict, path: Path) -> bool:
     pts = [r for r in results["rows"] if r.get("rtf") and r.get("rtf") > 0]
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, title in ((axes[0], "wer_domain", "domain LM"),
-                           (axes[1], "wer_default", "default LM")):
+    for ax, key, title in (
+        (axes[0], "wer_domain", "domain LM"),
+        (axes[1], "wer_default", "default LM"),
+    ):
         for r in pts:
             if r.get(key) is None:
                 continue
             ax.scatter(r["rtf"], 100 * r[key])
-            ax.annotate(r["name"], (r["rtf"], 100 * r[key]), fontsize=8,
-                        xytext=(3, 3), textcoords="offset points")
+            ax.annotate(
+                r["name"],
+                (r["rtf"], 100 * r[key]),
+                fontsize=8,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
         gt = next((r for r in results["rows"] if r["kind"] == "ground_truth"), None)
         if gt is not None and gt.get(key) is not None:
             ax.axhline(100 * gt[key], ls="--", c="gray", lw=1, label="ground truth")

@@ -60,15 +60,18 @@ def load_speaker_encoder(spec: str) -> SpeakerEncoder:
     """
     target = KNOWN_ENCODERS.get(spec, spec)
     if ":" not in target:
-        raise ConfigError(f"speaker encoder {spec!r}: expected one of "
-                          f"{sorted(KNOWN_ENCODERS)} or 'module:factory'")
+        raise ConfigError(
+            f"speaker encoder {spec!r}: expected one of "
+            f"{sorted(KNOWN_ENCODERS)} or 'module:factory'"
+        )
     mod_name, attr = target.split(":", 1)
     try:
         mod = importlib.import_module(mod_name)
         factory = getattr(mod, attr)
     except (ImportError, AttributeError) as e:
-        raise MissingDependencyError(f"speaker encoder {spec!r}: {target} unavailable ({e})"
-                                     ) from None
+        raise MissingDependencyError(
+            f"speaker encoder {spec!r}: {target} unavailable ({e})"
+        ) from None
     try:
         enc = factory()
     except ImportError as e:

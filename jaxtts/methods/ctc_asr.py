@@ -155,21 +155,25 @@ class ConformerBlock(nn.Module):
         # x [B, T, D], mask bool [B, T]
         drop = nn.Dropout(self.dropout, deterministic=not train)
         d = self.d_model
-        x = x + 0.5 * drop(FeedForward(d, self.d_ff, self.dropout, name="ff1")(
-            _norm("ff1_norm")(x), train=train))  # fmt: skip
+        x = x + 0.5 * drop(
+            FeedForward(d, self.d_ff, self.dropout, name="ff1")(_norm("ff1_norm")(x), train=train)
+        )
         h = _norm("attn_norm")(x)  # [B, T, D]
         keys = padding_mask(mask)  # [B, T, T]
         h, _ = Attention(self.num_heads, d // self.num_heads, rope_theta=0.0, name="attn")(
-            h, jnp.zeros(mask.shape, jnp.int32), keys)  # bidirectional, no positions  # fmt: skip
+            h, jnp.zeros(mask.shape, jnp.int32), keys
+        )  # bidirectional, no positions
         x = x + drop(h)
         h = _norm("conv_norm")(x)
         h = nn.glu(_dense(2 * d, (axes.EMBED, axes.MLP), "conv_in")(h))  # [B, T, D]
-        h = masked_conv1d(h, mask, d, self.conv_kernel, groups=d,
-                          names=(None, None, axes.EMBED), name="dwconv")  # fmt: skip
+        h = masked_conv1d(
+            h, mask, d, self.conv_kernel, groups=d, names=(None, None, axes.EMBED), name="dwconv"
+        )
         h = nn.silu(_norm("dw_norm")(h))
         x = x + drop(_dense(d, (axes.MLP, axes.EMBED), "conv_out")(h))
-        x = x + 0.5 * drop(FeedForward(d, self.d_ff, self.dropout, name="ff2")(
-            _norm("ff2_norm")(x), train=train))  # fmt: skip
+        x = x + 0.5 * drop(
+            FeedForward(d, self.d_ff, self.dropout, name="ff2")(_norm("ff2_norm")(x), train=train)
+        )
         return _norm("out_norm")(x)
 
 
@@ -188,23 +192,32 @@ class CTCModel(nn.Module):
     mel_std: float = 1.0
 
     @nn.compact
-    def __call__(self, mel: jax.Array, mel_len: jax.Array, *, train: bool = False
-                 ) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+    def __call__(
+        self, mel: jax.Array, mel_len: jax.Array, *, train: bool = False
+    ) -> tuple[jax.Array, jax.Array]:
         if mel.shape[-1] != self.n_mels:
             raise DataError(f"CTCModel: mel has {mel.shape[-1]} bins, expected {self.n_mels}")
         mel_len = mel_len.astype(jnp.int32)
         mask = length_mask(mel_len, mel.shape[1])  # [B, T]
         x = (mel.astype(jnp.float32) - self.mel_mean) / self.mel_std  # [B, T, M]
-        x = masked_conv1d(x, mask, self.d_model, 3, stride=2,
-                          names=(None, None, axes.EMBED), name="subsample")  # fmt: skip
+        x = masked_conv1d(
+            x, mask, self.d_model, 3, stride=2, names=(None, None, axes.EMBED), name="subsample"
+        )
         out_len = (mel_len + 1) // 2  # [B]
         mask = length_mask(out_len, x.shape[1])  # [B, T']
-        x = masked_conv1d(nn.gelu(x), mask, self.d_model, 3,
-                          names=(None, axes.EMBED, axes.MLP), name="subsample2")  # fmt: skip
+        x = masked_conv1d(
+            nn.gelu(x), mask, self.d_model, 3, names=(None, axes.EMBED, axes.MLP), name="subsample2"
+        )
         x = nn.gelu(x)  # [B, T', D]
         for i in range(self.num_layers):
-            x = ConformerBlock(self.d_model, self.num_heads, self.d_ff, self.conv_kernel,
-                               self.dropout, name=f"block{i}")(x, mask, train=train)  # fmt: skip
+            x = ConformerBlock(
+                self.d_model,
+                self.num_heads,
+                self.d_ff,
+                self.conv_kernel,
+                self.dropout,
+                name=f"block{i}",
+            )(x, mask, train=train)
         # the head is padded to 128 outputs so the vocab axis shards evenly over `tensor`
         padded = -(-self.vocab_size // 128) * 128
         logits = _dense(padded, (axes.EMBED, axes.VOCAB), "head")(x)[..., : self.vocab_size]
@@ -216,12 +229,17 @@ def model_from_config(model_cfg) -> CTCModel:
     if m.get("mel_mean") is None or m.get("mel_std") is None:
         raise ConfigError("model.mel_mean/mel_std: not set (train() fills them from the data)")
     return CTCModel(
-        d_model=int(m["d_model"]), num_layers=int(m["num_layers"]),
-        num_heads=int(m["num_heads"]), d_ff=int(m["d_ff"]),
-        conv_kernel=int(m["conv_kernel"]), dropout=float(m["dropout"]),
-        n_mels=int(m["n_mels"]), vocab_size=VOCAB_SIZE,
-        mel_mean=float(m["mel_mean"]), mel_std=float(m["mel_std"]),
-    )  # fmt: skip
+        d_model=int(m["d_model"]),
+        num_layers=int(m["num_layers"]),
+        num_heads=int(m["num_heads"]),
+        d_ff=int(m["d_ff"]),
+        conv_kernel=int(m["conv_kernel"]),
+        dropout=float(m["dropout"]),
+        n_mels=int(m["n_mels"]),
+        vocab_size=VOCAB_SIZE,
+        mel_mean=float(m["mel_mean"]),
+        mel_std=float(m["mel_std"]),
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -229,9 +247,18 @@ def model_from_config(model_cfg) -> CTCModel:
 # ------------------------------------------------------------------------------------------
 
 
-def spec_augment(rng: jax.Array, mel: jax.Array, mel_len: jax.Array, fill: float, *,
-                 freq_masks: int = 2, freq_width: int = 10, time_masks: int = 2,
-                 time_width: int = 20, max_time_fraction: float = 0.2) -> jax.Array:  # fmt: skip
+def spec_augment(
+    rng: jax.Array,
+    mel: jax.Array,
+    mel_len: jax.Array,
+    fill: float,
+    *,
+    freq_masks: int = 2,
+    freq_width: int = 10,
+    time_masks: int = 2,
+    time_width: int = 20,
+    max_time_fraction: float = 0.2,
+) -> jax.Array:
     """Replace random mel-bin bands and frame spans of mel [B, T, M] by `fill` (SpecAugment,
     Park et al. 2019, without time warping). Time spans are capped at max_time_fraction of the
     row's length."""
@@ -243,16 +270,18 @@ def spec_augment(rng: jax.Array, mel: jax.Array, mel_len: jax.Array, fill: float
     fmask = ((bins >= f0[..., None]) & (bins < (f0 + fw)[..., None])).any(1)  # [B, M]
     cap = jnp.floor(mel_len.astype(jnp.float32) * max_time_fraction).astype(jnp.int32)  # [B]
     tw = jnp.minimum(jax.random.randint(kt, (b, time_masks), 0, time_width + 1), cap[:, None])
-    t0 = (jax.random.uniform(kt0, (b, time_masks)) * jnp.maximum(mel_len[:, None] - tw, 0)
-          ).astype(jnp.int32)  # fmt: skip # [B, n_t]
+    t0 = (jax.random.uniform(kt0, (b, time_masks)) * jnp.maximum(mel_len[:, None] - tw, 0)).astype(
+        jnp.int32
+    )  # [B, n_t]
     frames = jnp.arange(t)[None, None, :]  # [1, 1, T]
     tmask = ((frames >= t0[..., None]) & (frames < (t0 + tw)[..., None])).any(1)  # [B, T]
     masked = fmask[:, None, :] | tmask[:, :, None]  # [B, T, M]
     return jnp.where(masked, jnp.asarray(fill, mel.dtype), mel)
 
 
-def ctc_loss(logits: jax.Array, out_len: jax.Array, labels: jax.Array, label_len: jax.Array
-             ) -> tuple[jax.Array, dict[str, jax.Array]]:  # fmt: skip
+def ctc_loss(
+    logits: jax.Array, out_len: jax.Array, labels: jax.Array, label_len: jax.Array
+) -> tuple[jax.Array, dict[str, jax.Array]]:
     """CTC loss per target character over rows that can be aligned (T' >= L + repeats).
 
     logits [B, T', V], out_len [B], labels [B, L] (0-padded), label_len [B].
@@ -261,8 +290,13 @@ def ctc_loss(logits: jax.Array, out_len: jax.Array, labels: jax.Array, label_len
     t, l = logits.shape[1], labels.shape[1]
     logit_pad = (~length_mask(out_len, t)).astype(jnp.float32)  # [B, T']
     lab_valid = length_mask(label_len, l)  # [B, L]
-    per_row = optax.ctc_loss(logits.astype(jnp.float32), logit_pad, labels,
-                             (~lab_valid).astype(jnp.float32), blank_id=BLANK)  # fmt: skip # [B]
+    per_row = optax.ctc_loss(
+        logits.astype(jnp.float32),
+        logit_pad,
+        labels,
+        (~lab_valid).astype(jnp.float32),
+        blank_id=BLANK,
+    )  # [B]
     repeats = ((labels[:, 1:] == labels[:, :-1]) & lab_valid[:, 1:]).sum(1)  # [B]
     ok = (label_len > 0) & (out_len >= label_len + repeats)  # [B]
     n = jnp.where(ok, label_len, 0).sum().astype(jnp.float32)
@@ -328,8 +362,9 @@ class CTCASR:
         """From a training workdir: `config.json` + the latest (or `step`) checkpoint."""
         config = RunFolder(workdir).read_config("ctc_asr")
         model = model_from_config(config.model)
-        like = abstract_params(model.init, jnp.zeros((1, 8, model.n_mels)),
-                                jnp.ones((1,), jnp.int32))  # fmt: skip
+        like = abstract_params(
+            model.init, jnp.zeros((1, 8, model.n_mels)), jnp.ones((1,), jnp.int32)
+        )
         params, _ = RunFolder(workdir).load_params(like, step)
         return cls(config.model, params, **kw)
 
@@ -338,11 +373,15 @@ class CTCASR:
         lg, ol = self._logits(self.params, jnp.asarray(mels, jnp.float32), jnp.asarray(lens))
         return np.asarray(lg), np.asarray(ol)
 
-    def transcribe_mels(self, mels: Sequence[np.ndarray] | np.ndarray,
-                        lens: Sequence[int] | np.ndarray | None = None) -> list[str]:  # fmt: skip
+    def transcribe_mels(
+        self,
+        mels: Sequence[np.ndarray] | np.ndarray,
+        lens: Sequence[int] | np.ndarray | None = None,
+    ) -> list[str]:
         """Transcripts of log-mels: a list of [T_i, M], or a padded [B, T, M] with lens [B]."""
-        n, batches = inference_mel_batches(mels, lens, self.model.n_mels, self.batch_size,
-                                           self.frame_bucket, "transcribe_mels")  # fmt: skip
+        n, batches = inference_mel_batches(
+            mels, lens, self.model.n_mels, self.batch_size, self.frame_bucket, "transcribe_mels"
+        )
         out: list[str] = [""] * n
         for idx, batch, blens in batches:
             best, keep = self._forward(self.params, jnp.asarray(batch), jnp.asarray(blens))
@@ -405,8 +444,12 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     dev_utts = read_split(corpus, "dev", int(config.data.get("limit_dev", 0)))
     tr_mels = utterance_mels(tr_utts, progress=progress, desc="log-mel train")
     dev_mels = utterance_mels(dev_utts, progress=progress, desc="log-mel dev")
-    log.info("features of %d + %d utterances in %.1fs", len(tr_mels), len(dev_mels),
-             time.perf_counter() - t0)  # fmt: skip
+    log.info(
+        "features of %d + %d utterances in %.1fs",
+        len(tr_mels),
+        len(dev_mels),
+        time.perf_counter() - t0,
+    )
     if config.model.get("mel_mean") is None or config.model.get("mel_std") is None:
         config.model.mel_mean, config.model.mel_std = global_mel_stats(tr_mels)
 
@@ -424,12 +467,14 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         hyps = asr.transcribe_mels(dev_mels)
         return {f"dev/{k}": v for k, v in error_rates(dev_refs, hyps).items()}
 
-    return loop.train_and_evaluate(config, workdir, task, source, eval_batches, mesh=mesh,
-                                   progress=progress, on_eval=on_eval)  # fmt: skip
+    return loop.train_and_evaluate(
+        config, workdir, task, source, eval_batches, mesh=mesh, progress=progress, on_eval=on_eval
+    )
 
 
-def evaluate_split(asr: CTCASR, corpus: str | os.PathLike | None, split: str,
-                   limit: int = 0, progress: bool = True) -> dict[str, Any]:  # fmt: skip
+def evaluate_split(
+    asr: CTCASR, corpus: str | os.PathLike | None, split: str, limit: int = 0, progress: bool = True
+) -> dict[str, Any]:
     """CER/WER of `asr` on a corpus split's ground-truth audio, plus timing.
 
     Returns {'cer', 'wer', 'n', 'audio_s', 'feature_s', 'asr_s', 'refs', 'hyps', 'utts'}.
@@ -443,8 +488,16 @@ def evaluate_split(asr: CTCASR, corpus: str | os.PathLike | None, split: str,
     hyps = asr.transcribe_mels(mels)
     t2 = time.perf_counter()
     refs = [u.normalized_text or u.text for u in utts]
-    return dict(error_rates(refs, hyps), n=len(utts), audio_s=sum(m.shape[0] for m in mels) / 50,
-                feature_s=t1 - t0, asr_s=t2 - t1, refs=refs, hyps=hyps, utts=utts)  # fmt: skip
+    return dict(
+        error_rates(refs, hyps),
+        n=len(utts),
+        audio_s=sum(m.shape[0] for m in mels) / 50,
+        feature_s=t1 - t0,
+        asr_s=t2 - t1,
+        refs=refs,
+        hyps=hyps,
+        utts=utts,
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -477,8 +530,10 @@ def main() -> None:
             return
         asr = CTCASR.load(workdir.value)
         r = evaluate_split(asr, corpus.value or None, split.value)
-        print(f"{split.value}: n={r['n']} CER {100 * r['cer']:.2f}% WER {100 * r['wer']:.2f}% "
-              f"({r['audio_s'] / r['asr_s']:.0f}x real time on mels)")  # fmt: skip
+        print(
+            f"{split.value}: n={r['n']} CER {100 * r['cer']:.2f}% WER {100 * r['wer']:.2f}% "
+            f"({r['audio_s'] / r['asr_s']:.0f}x real time on mels)"
+        )
 
     cli.run(run)
 

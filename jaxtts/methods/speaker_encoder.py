@@ -62,6 +62,7 @@ def default_workdir() -> Path:
     own = Path(DEFAULT_WORKDIR)
     return own if (own / "config.json").is_file() else SHIPPED_WORKDIR
 
+
 # ------------------------------------------------------------------------------------------
 # Resemblyzer (optional, torch)
 # ------------------------------------------------------------------------------------------
@@ -120,17 +121,24 @@ class SpeakerEncoderModel(nn.Module):
     @nn.compact
     def __call__(self, mel: jax.Array, mel_len: jax.Array) -> jax.Array:
         if mel.shape[-1] != self.n_mels:
-            raise DataError(f"SpeakerEncoderModel: mel has {mel.shape[-1]} bins, "
-                            f"expected {self.n_mels}")  # fmt: skip
+            raise DataError(
+                f"SpeakerEncoderModel: mel has {mel.shape[-1]} bins, expected {self.n_mels}"
+            )
         mask = length_mask(mel_len.astype(jnp.int32), mel.shape[1])  # [B, T]
         x = (mel.astype(jnp.float32) - self.mel_mean) / self.mel_std  # [B, T, M]
-        x = masked_conv1d(x, mask, self.channels, 5, names=(None, None, axes.EMBED),
-                          name="conv_in")  # fmt: skip
+        x = masked_conv1d(x, mask, self.channels, 5, names=(None, None, axes.EMBED), name="conv_in")
         x = _norm("norm_in")(nn.relu(x))  # [B, T, C]
         feats = [x]
         for i in range(self.num_blocks):
-            h = masked_conv1d(x, mask, self.channels, 3, dilation=i + 2,
-                              names=(None, axes.EMBED, axes.MLP), name=f"conv{i}")  # fmt: skip
+            h = masked_conv1d(
+                x,
+                mask,
+                self.channels,
+                3,
+                dilation=i + 2,
+                names=(None, axes.EMBED, axes.MLP),
+                name=f"conv{i}",
+            )
             x = x + _norm(f"norm{i}")(nn.relu(h))  # [B, T, C]
             feats.append(x)
         h = jnp.concatenate(feats, axis=-1)  # [B, T, (n+1) C]
@@ -145,7 +153,8 @@ class SpeakerEncoderModel(nn.Module):
         var = jnp.einsum("BT,BTC->BC", w, jnp.square(h)) - jnp.square(mean)
         std = jnp.sqrt(jnp.maximum(var, 1e-6))  # [B, 2C]
         e = _dense(self.embed_dim, (axes.MLP, axes.EMBED), "embed")(
-            jnp.concatenate([mean, std], axis=-1))  # fmt: skip # [B, E]
+            jnp.concatenate([mean, std], axis=-1)
+        )  # [B, E]
         return e / jnp.maximum(jnp.linalg.norm(e, axis=-1, keepdims=True), 1e-9)
 
 
@@ -154,15 +163,25 @@ def model_from_config(model_cfg) -> SpeakerEncoderModel:
     if m.get("mel_mean") is None or m.get("mel_std") is None:
         raise ConfigError("model.mel_mean/mel_std: not set (train() fills them from the data)")
     return SpeakerEncoderModel(
-        channels=int(m["channels"]), num_blocks=int(m["num_blocks"]),
-        embed_dim=int(m["embed_dim"]), attention_dim=int(m["attention_dim"]),
-        n_mels=int(m["n_mels"]), mel_mean=float(m["mel_mean"]), mel_std=float(m["mel_std"]),
-    )  # fmt: skip
+        channels=int(m["channels"]),
+        num_blocks=int(m["num_blocks"]),
+        embed_dim=int(m["embed_dim"]),
+        attention_dim=int(m["attention_dim"]),
+        n_mels=int(m["n_mels"]),
+        mel_mean=float(m["mel_mean"]),
+        mel_std=float(m["mel_std"]),
+    )
 
 
-def aam_softmax_loss(emb: jax.Array, class_w: jax.Array, labels: jax.Array, valid: jax.Array,
-                     *, scale: float = 30.0, margin: float = 0.2
-                     ) -> tuple[jax.Array, dict[str, jax.Array]]:  # fmt: skip
+def aam_softmax_loss(
+    emb: jax.Array,
+    class_w: jax.Array,
+    labels: jax.Array,
+    valid: jax.Array,
+    *,
+    scale: float = 30.0,
+    margin: float = 0.2,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
     """ArcFace loss: softmax over s * cos(theta_j), the target's angle widened by `margin`.
 
     emb [B, E] unit norm, class_w [E, S], labels [B], valid bool [B].
@@ -188,8 +207,13 @@ class SpeakerTask:
     """`jaxtts.train.loop.Task`: params {'encoder': ..., 'classes': w [E, S]}; batches
     `mel [B, T, M]`, `mel_len [B]` (0 = padding row), `speaker [B]` int ids."""
 
-    def __init__(self, model: SpeakerEncoderModel, num_speakers: int, scale: float = 30.0,
-                 margin: float = 0.2):  # fmt: skip
+    def __init__(
+        self,
+        model: SpeakerEncoderModel,
+        num_speakers: int,
+        scale: float = 30.0,
+        margin: float = 0.2,
+    ):
         self.model = model
         self.num_speakers = int(num_speakers)
         self.scale, self.margin = float(scale), float(margin)
@@ -198,13 +222,21 @@ class SpeakerTask:
         r_enc, r_cls = jax.random.split(rng)
         enc = self.model.init(r_enc, jnp.asarray(batch["mel"]), jnp.asarray(batch["mel_len"]))
         init = nn.with_logical_partitioning(nn.initializers.normal(1.0), (axes.EMBED, None))
-        return {"encoder": enc["params"],
-                "classes": init(r_cls, (self.model.embed_dim, self.num_speakers))}  # fmt: skip
+        return {
+            "encoder": enc["params"],
+            "classes": init(r_cls, (self.model.embed_dim, self.num_speakers)),
+        }
 
     def loss(self, params, batch, rng, *, train: bool, step=None):
         emb = self.model.apply({"params": params["encoder"]}, batch["mel"], batch["mel_len"])
-        return aam_softmax_loss(emb, params["classes"], batch["speaker"], batch["mel_len"] > 0,
-                                scale=self.scale, margin=self.margin)  # fmt: skip
+        return aam_softmax_loss(
+            emb,
+            params["classes"],
+            batch["speaker"],
+            batch["mel_len"] > 0,
+            scale=self.scale,
+            margin=self.margin,
+        )
 
 
 class CropSource:
@@ -212,9 +244,17 @@ class CropSource:
     (seed, step). Every row: a uniformly drawn utterance, a crop of `min_frames..max_frames`
     frames (fewer when the utterance is shorter) at a uniform offset, padded to `max_frames`."""
 
-    def __init__(self, mels: Sequence[np.ndarray], speakers: Sequence[int], batch_size: int,
-                 min_frames: int, max_frames: int, seed: int = 0,
-                 shard_index: int | None = None, shard_count: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        mels: Sequence[np.ndarray],
+        speakers: Sequence[int],
+        batch_size: int,
+        min_frames: int,
+        max_frames: int,
+        seed: int = 0,
+        shard_index: int | None = None,
+        shard_count: int | None = None,
+    ):
         if not mels or len(mels) != len(speakers):
             raise DataError(f"CropSource: {len(mels)} mels and {len(speakers)} speaker ids")
         if not 1 <= min_frames <= max_frames:
@@ -254,9 +294,16 @@ class JaxSpeakerEncoder:
 
     name = "jax_speaker_encoder"
 
-    def __init__(self, workdir: str | os.PathLike | None = None, *,
-                 model_cfg=None, params: Any = None, batch_size: int = 32,
-                 frame_bucket: int = 64, step: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        workdir: str | os.PathLike | None = None,
+        *,
+        model_cfg=None,
+        params: Any = None,
+        batch_size: int = 32,
+        frame_bucket: int = 64,
+        step: int | None = None,
+    ):
         if params is None:
             model_cfg, params = load_params(workdir or default_workdir(), step)
         self.model_cfg = mlc.ConfigDict(dict(model_cfg))
@@ -273,12 +320,16 @@ class JaxSpeakerEncoder:
         """Pure, jittable, differentiable: (encoder params, mels [B, T, 80], lens [B]) -> [B, E]."""
         return self.model.apply({"params": params}, mels, lens)
 
-    def embed_mels(self, mels: Sequence[np.ndarray] | np.ndarray,
-                   lens: Sequence[int] | np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+    def embed_mels(
+        self,
+        mels: Sequence[np.ndarray] | np.ndarray,
+        lens: Sequence[int] | np.ndarray | None = None,
+    ) -> np.ndarray:
         """Embeddings of log-mels: a list of [T_i, 80] or a padded [B, T, 80] with lens [B]
         -> float32 [B, E] (unit norm). Batched by length; padding does not change results."""
-        n, batches = inference_mel_batches(mels, lens, self.model.n_mels, self.batch_size,
-                                           self.frame_bucket, "embed_mels")  # fmt: skip
+        n, batches = inference_mel_batches(
+            mels, lens, self.model.n_mels, self.batch_size, self.frame_bucket, "embed_mels"
+        )
         out = np.zeros((n, self.embed_dim), np.float32)  # [B, E]
         for idx, batch, blens in batches:
             e = np.asarray(self._embed(self.params, jnp.asarray(batch), jnp.asarray(blens)))
@@ -297,8 +348,11 @@ def load_params(workdir: str | os.PathLike, step: int | None = None) -> tuple[di
     model = model_from_config(config["model"])
     enc = abstract_params(model.init, jnp.zeros((1, 8, model.n_mels)), jnp.ones((1,), jnp.int32))
     num = int(config["model"]["num_speakers"])
-    cls = jax.ShapeDtypeStruct((model.embed_dim, num), jnp.float32,
-                               sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+    cls = jax.ShapeDtypeStruct(
+        (model.embed_dim, num),
+        jnp.float32,
+        sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]),
+    )
     params, _ = run.load_params({"encoder": enc, "classes": cls}, step)
     return config["model"], params["encoder"]
 
@@ -324,10 +378,12 @@ def separation_stats(emb: np.ndarray, speakers: Sequence[str]) -> dict[str, floa
     same = (spk[:, None] == spk[None, :])[iu]
     scores = cos[iu]
     s, d = scores[same], scores[~same]
-    out = {"same_mean": float(s.mean()) if s.size else float("nan"),
-           "same_std": float(s.std()) if s.size else float("nan"),
-           "diff_mean": float(d.mean()) if d.size else float("nan"),
-           "diff_std": float(d.std()) if d.size else float("nan")}  # fmt: skip
+    out = {
+        "same_mean": float(s.mean()) if s.size else float("nan"),
+        "same_std": float(s.std()) if s.size else float("nan"),
+        "diff_mean": float(d.mean()) if d.size else float("nan"),
+        "diff_std": float(d.std()) if d.size else float("nan"),
+    }
     out["gap"] = out["same_mean"] - out["diff_mean"]
     out["eer"] = equal_error_rate(s, d) if s.size and d.size else float("nan")
     pred = nearest_centroid(emb, spk)
@@ -391,24 +447,42 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         raise DataError(f"{corpus}/train.jsonl: {len(names)} speaker(s), expected >= 2")
     tr_mels = utterance_mels(tr_utts, progress=progress, desc="log-mel train")
     dev_mels = utterance_mels(dev_utts, progress=progress, desc="log-mel dev")
-    log.info("features of %d + %d utterances in %.1fs", len(tr_mels), len(dev_mels),
-             time.perf_counter() - t0)  # fmt: skip
+    log.info(
+        "features of %d + %d utterances in %.1fs",
+        len(tr_mels),
+        len(dev_mels),
+        time.perf_counter() - t0,
+    )
     if config.model.get("mel_mean") is None or config.model.get("mel_std") is None:
         config.model.mel_mean, config.model.mel_std = global_mel_stats(tr_mels)
     if int(config.model.get("num_speakers") or 0) <= 0:
         config.model.num_speakers = len(names)
     if int(config.model.num_speakers) != len(names):
-        raise ConfigError(f"model.num_speakers={config.model.num_speakers}: the train split "
-                          f"has {len(names)} speakers")  # fmt: skip
+        raise ConfigError(
+            f"model.num_speakers={config.model.num_speakers}: the train split "
+            f"has {len(names)} speakers"
+        )
     config.model.speakers = names
 
     model = model_from_config(config.model)
     task = SpeakerTask(model, len(names), config.loss.scale, config.loss.margin)
     d = config.data
-    source = CropSource(tr_mels, [sid[u.speaker] for u in tr_utts], d.batch_size,
-                        d.min_crop_frames, d.max_crop_frames, seed=d.seed)  # fmt: skip
-    dev_source = CropSource(dev_mels, [sid[u.speaker] for u in dev_utts], d.batch_size,
-                            d.min_crop_frames, d.max_crop_frames, seed=d.seed + 1)  # fmt: skip
+    source = CropSource(
+        tr_mels,
+        [sid[u.speaker] for u in tr_utts],
+        d.batch_size,
+        d.min_crop_frames,
+        d.max_crop_frames,
+        seed=d.seed,
+    )
+    dev_source = CropSource(
+        dev_mels,
+        [sid[u.speaker] for u in dev_utts],
+        d.batch_size,
+        d.min_crop_frames,
+        d.max_crop_frames,
+        seed=d.seed + 1,
+    )
     n_eval = int(d.eval_batches)
 
     def eval_batches():
@@ -419,8 +493,9 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         st = separation_stats(enc.embed_mels(dev_mels), [u.speaker for u in dev_utts])
         return {"dev/sim_gap": st["gap"], "dev/eer": st["eer"], "dev/id_acc": st["id_acc"]}
 
-    return loop.train_and_evaluate(config, workdir, task, source, eval_batches, mesh=mesh,
-                                   progress=progress, on_eval=on_eval)  # fmt: skip
+    return loop.train_and_evaluate(
+        config, workdir, task, source, eval_batches, mesh=mesh, progress=progress, on_eval=on_eval
+    )
 
 
 def main() -> None:
@@ -437,8 +512,10 @@ def main() -> None:
 
     def run(argv):
         if len(argv) != 2 or argv[1] != "train" or config_flag.value is None:
-            raise app.UsageError("usage: python -m jaxtts.methods.speaker_encoder train "
-                                 "--config configs/speaker_encoder.py:small --workdir DIR")
+            raise app.UsageError(
+                "usage: python -m jaxtts.methods.speaker_encoder train "
+                "--config configs/speaker_encoder.py:small --workdir DIR"
+            )
         logging.basicConfig(level=logging.INFO)
         train(config_flag.value, workdir.value)
 

@@ -47,8 +47,9 @@ def write_rows(buf: jax.Array, new: jax.Array, start: jax.Array, axis: int = 1) 
     return jax.vmap(one)(buf, new, start)
 
 
-def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
-           bias: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+def attend(
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, bias: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
     """Softmax attention. q [B, T, N, H], k/v [B, N, S, H], mask bool [B, T, S], bias float
     [B, N, T, S] or None (added to the logits of visible keys: an alignment prior) ->
     (out [B, T, N, H], logits float32 [B, N, T, S] after the bias, NEG_INF where masked).
@@ -81,10 +82,17 @@ class Attention(nn.Module):
     lora_alpha: float = 0.0
 
     @nn.compact
-    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
-                 cache: LayerCache | None = None, write_start: jax.Array | None = None,
-                 bias: jax.Array | None = None, capture: bool = False,
-                 context: jax.Array | None = None) -> tuple[jax.Array, LayerCache | None]:
+    def __call__(
+        self,
+        x: jax.Array,
+        positions: jax.Array,
+        mask: jax.Array,
+        cache: LayerCache | None = None,
+        write_start: jax.Array | None = None,
+        bias: jax.Array | None = None,
+        capture: bool = False,
+        context: jax.Array | None = None,
+    ) -> tuple[jax.Array, LayerCache | None]:
         """x [B, T, D], positions [B, T] (RoPE; ignored when rope_theta == 0), mask bool
         [B, T, S]; bias [B, N, T, S] added to the attention logits (None: none); capture: sow
         the logits [B, N, T, S] (after the bias) as `intermediates/.../attn_logits` (the
@@ -109,8 +117,10 @@ class Attention(nn.Module):
             k = apply_rope(k, positions, self.rope_theta)
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, N, T, H]
         if cache is not None:
-            cache = LayerCache(k=write_rows(cache.k, k, write_start, axis=2),
-                               v=write_rows(cache.v, v, write_start, axis=2))  # fmt: skip
+            cache = LayerCache(
+                k=write_rows(cache.k, k, write_start, axis=2),
+                v=write_rows(cache.v, v, write_start, axis=2),
+            )
             k, v = cache.k.astype(q.dtype), cache.v.astype(q.dtype)  # [B, N, S, H]
         out, logits = attend(q, k, v, mask, bias)  # [B, T, N, H], [B, N, T, S]
         if capture:

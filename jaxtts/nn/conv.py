@@ -31,15 +31,25 @@ def layer_norm(name: str | None = None) -> nn.LayerNorm:
 def dense(features: int, names: tuple, name: str | None = None) -> nn.Dense:
     """`nn.Dense` with a bias; kernel axes `names` (input, output)."""
     return nn.Dense(
-        features, kernel_init=with_axes(names),
-        bias_init=with_axes((names[-1],), nn.initializers.zeros), name=name,
-    )  # fmt: skip
+        features,
+        kernel_init=with_axes(names),
+        bias_init=with_axes((names[-1],), nn.initializers.zeros),
+        name=name,
+    )
 
 
-def masked_conv1d(x: jax.Array, mask: jax.Array, features: int, kernel: int, *,
-                  stride: int = 1, dilation: int = 1, groups: int = 1,
-                  names: tuple = (None, axes.EMBED, axes.MLP), name: str | None = None
-                  ) -> jax.Array:  # fmt: skip
+def masked_conv1d(
+    x: jax.Array,
+    mask: jax.Array,
+    features: int,
+    kernel: int,
+    *,
+    stride: int = 1,
+    dilation: int = 1,
+    groups: int = 1,
+    names: tuple = (None, axes.EMBED, axes.MLP),
+    name: str | None = None,
+) -> jax.Array:
     """Conv over time of x [B, T, C] with padded frames (mask [B, T] False) zeroed first and
     symmetric explicit padding, so valid outputs do not depend on the padding."""
     pad = dilation * (kernel - 1) // 2

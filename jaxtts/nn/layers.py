@@ -29,12 +29,20 @@ import jax.numpy as jnp
 from jaxtts.nn import axes
 
 Dtype = Any
+
+
 def _dtype(name: str | Dtype) -> Dtype:
     return jnp.dtype(name) if isinstance(name, str) else name
 
 
-def param_with_axes(module: nn.Module, name: str, init: Callable, shape: Sequence[int],
-                    names: tuple, dtype=jnp.float32):  # fmt: skip
+def param_with_axes(
+    module: nn.Module,
+    name: str,
+    init: Callable,
+    shape: Sequence[int],
+    names: tuple,
+    dtype=jnp.float32,
+):
     """`module.param` with logical axis names attached (for `nn.get_partition_spec`)."""
     return module.param(name, nn.with_logical_partitioning(init, names), tuple(shape), dtype)
 
@@ -66,8 +74,12 @@ class Dense(nn.Module):
         if self.in_axes > 1 or len(feats) > 1:  # lecun over the flattened fan-in
             out_axis = tuple(range(self.in_axes, self.in_axes + len(feats)))
             init = nn.initializers.variance_scaling(
-                1.0, "fan_in", "truncated_normal", in_axis=tuple(range(self.in_axes)),
-                out_axis=out_axis)
+                1.0,
+                "fan_in",
+                "truncated_normal",
+                in_axis=tuple(range(self.in_axes)),
+                out_axis=out_axis,
+            )
         kernel = param_with_axes(self, "kernel", init, (*in_shape, *feats), self.names)
         letters = "abcdefgh"
         xi = letters[: self.in_axes]
@@ -76,16 +88,27 @@ class Dense(nn.Module):
         dt = _dtype(self.dtype)
         y = jnp.einsum(eq, x.astype(dt), kernel.astype(dt))
         if self.lora_rank > 0:
-            a = param_with_axes(self, "lora_a", nn.initializers.normal(1.0 / fan_in**0.5),
-                                (*in_shape, self.lora_rank), (*self.names[: self.in_axes], None))
-            b = param_with_axes(self, "lora_b", nn.initializers.zeros,
-                                (self.lora_rank, *feats), (None, *self.names[self.in_axes :]))
+            a = param_with_axes(
+                self,
+                "lora_a",
+                nn.initializers.normal(1.0 / fan_in**0.5),
+                (*in_shape, self.lora_rank),
+                (*self.names[: self.in_axes], None),
+            )
+            b = param_with_axes(
+                self,
+                "lora_b",
+                nn.initializers.zeros,
+                (self.lora_rank, *feats),
+                (None, *self.names[self.in_axes :]),
+            )
             scale = (self.lora_alpha or self.lora_rank) / self.lora_rank
             low = jnp.einsum(f"...{xi},{xi}r->...r", x.astype(dt), a.astype(dt))
             y = y + scale * jnp.einsum(f"...r,r{fo}->...{fo}", low, b.astype(dt))
         if self.use_bias:
-            bias = param_with_axes(self, "bias", nn.initializers.zeros, feats,
-                                   self.names[self.in_axes :])  # fmt: skip
+            bias = param_with_axes(
+                self, "bias", nn.initializers.zeros, feats, self.names[self.in_axes :]
+            )
             y = y + bias.astype(dt)
         return y
 
@@ -104,8 +127,7 @@ class RMSNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:  # [..., D] -> [..., D] float32
-        scale = param_with_axes(self, "scale", nn.initializers.ones, (x.shape[-1],),
-                                (axes.EMBED,))  # fmt: skip
+        scale = param_with_axes(self, "scale", nn.initializers.ones, (x.shape[-1],), (axes.EMBED,))
         x = x.astype(jnp.float32)
         x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
         return x * scale

@@ -20,8 +20,9 @@ def padding_mask(valid: jax.Array) -> jax.Array:
     return jnp.broadcast_to(valid[:, None, :], valid.shape + valid.shape[-1:])
 
 
-def prefix_lm_mask(q_speech: jax.Array, q_idx: jax.Array, k_speech: jax.Array, k_idx: jax.Array,
-                   k_valid: jax.Array) -> jax.Array:  # fmt: skip
+def prefix_lm_mask(
+    q_speech: jax.Array, q_idx: jax.Array, k_speech: jax.Array, k_idx: jax.Array, k_valid: jax.Array
+) -> jax.Array:
     """Prefix-LM visibility [B, T, S] over two segments (text, then speech): the key is valid
     and (the key is text, or both are speech and k_idx <= q_idx).
 

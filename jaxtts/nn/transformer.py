@@ -56,14 +56,24 @@ class Block(nn.Module):
     cfg: StackConfig
 
     @nn.compact
-    def __call__(self, x, positions, mask, cache=None, write_start=None, *, train=False,
-                 bias=None, capture=False):
+    def __call__(
+        self,
+        x,
+        positions,
+        mask,
+        cache=None,
+        write_start=None,
+        *,
+        train=False,
+        bias=None,
+        capture=False,
+    ):
         c = self.cfg
         lora = dict(lora_rank=c.lora_rank, lora_alpha=c.lora_alpha)
         dtype = jnp.dtype(c.dtype)
-        h, cache = Attention(c.num_heads, c.head_dim, dtype, c.rope_theta, name="attn",
-                             **lora)(RMSNorm(name="attn_norm")(x), positions, mask, cache,
-                                     write_start, bias, capture)  # fmt: skip
+        h, cache = Attention(c.num_heads, c.head_dim, dtype, c.rope_theta, name="attn", **lora)(
+            RMSNorm(name="attn_norm")(x), positions, mask, cache, write_start, bias, capture
+        )
         x = x + nn.Dropout(c.dropout, deterministic=not train)(h.astype(jnp.float32))
         h = MLP(c.d_ff, c.mlp, dtype, name="mlp", **lora)(RMSNorm(name="mlp_norm")(x))
         x = x + nn.Dropout(c.dropout, deterministic=not train)(h.astype(jnp.float32))
@@ -77,10 +87,17 @@ class TransformerStack(nn.Module):
 
     @nn.compact
     def __call__(
-        self, x: jax.Array, positions: jax.Array, mask: jax.Array,
-        caches: Sequence[LayerCache] | None = None, write_start: jax.Array | None = None,
-        *, layers: Sequence[int] | None = None, train: bool = False,
-        attn_bias: jax.Array | None = None, bias_layers: Sequence[int] = (),
+        self,
+        x: jax.Array,
+        positions: jax.Array,
+        mask: jax.Array,
+        caches: Sequence[LayerCache] | None = None,
+        write_start: jax.Array | None = None,
+        *,
+        layers: Sequence[int] | None = None,
+        train: bool = False,
+        attn_bias: jax.Array | None = None,
+        bias_layers: Sequence[int] = (),
     ) -> tuple[jax.Array, tuple[LayerCache, ...] | None]:
         """x [B, T, D] float32 -> (hidden [B, T, D] after the final norm, updated caches).
 
@@ -96,9 +113,15 @@ class TransformerStack(nn.Module):
         new_caches = []
         for j, i in enumerate(run):
             x, c = Block(self.cfg, name=f"layer_{i}")(
-                x, positions, mask, None if caches is None else caches[j], write_start,
-                train=train, bias=attn_bias if i in bias_layers else None,
-                capture=i in bias_layers)  # fmt: skip
+                x,
+                positions,
+                mask,
+                None if caches is None else caches[j],
+                write_start,
+                train=train,
+                bias=attn_bias if i in bias_layers else None,
+                capture=i in bias_layers,
+            )
             new_caches.append(c)
         return RMSNorm(name="final_norm")(x), (None if caches is None else tuple(new_caches))
 

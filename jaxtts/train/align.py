@@ -31,8 +31,9 @@ from jaxtts.errors import ConfigError
 NEG_INF = -1e30
 
 
-def beta_binomial_log_prior(text_len: jax.Array, speech_len: jax.Array, x: int, t: int,
-                            scaling: float = 1.0) -> jax.Array:  # fmt: skip
+def beta_binomial_log_prior(
+    text_len: jax.Array, speech_len: jax.Array, x: int, t: int, scaling: float = 1.0
+) -> jax.Array:
     """log prior [B, T, X]: row b, frame j < speech_len[b], text k < text_len[b]; NEG_INF
     elsewhere (padding). Each valid frame's prior sums to 1 over the valid text positions."""
     n = (text_len - 1).astype(jnp.float32)[:, None, None]  # [B, 1, 1] BetaBinomial's n
@@ -46,8 +47,9 @@ def beta_binomial_log_prior(text_len: jax.Array, speech_len: jax.Array, x: int, 
 
     log_choose = gammaln(n + 1.0) - gammaln(k + 1.0) - gammaln(jnp.maximum(n - k, 0.0) + 1.0)
     logp = log_choose + betaln(k + a, jnp.maximum(n - k, 0.0) + b) - betaln(a, b)  # [B, T, X]
-    valid = ((jnp.arange(t)[None, :, None] < speech_len[:, None, None])
-             & (jnp.arange(x)[None, None, :] < text_len[:, None, None]))  # fmt: skip
+    valid = (jnp.arange(t)[None, :, None] < speech_len[:, None, None]) & (
+        jnp.arange(x)[None, None, :] < text_len[:, None, None]
+    )
     return jnp.where(valid, logp, NEG_INF)
 
 
@@ -57,8 +59,9 @@ def prior_weight(step: jax.Array, anneal_start: int, anneal_end: int) -> jax.Arr
     return jnp.clip(1.0 - (step - anneal_start) / span, 0.0, 1.0)
 
 
-def ctc_alignment_loss(log_attn: jax.Array, text_len: jax.Array, speech_len: jax.Array,
-                       blank_logprob: float = -1.0) -> jax.Array:  # fmt: skip
+def ctc_alignment_loss(
+    log_attn: jax.Array, text_len: jax.Array, speech_len: jax.Array, blank_logprob: float = -1.0
+) -> jax.Array:
     """Forward-sum alignment loss. log_attn [B, T, X]: speech->text attention scores (logits or
     log-probabilities; renormalised here over the valid keys + blank). Returns a scalar."""
     b, t, x = log_attn.shape
@@ -97,13 +100,16 @@ class AlignConfig:
     @classmethod
     def from_loss_config(cls, loss_cfg, num_layers: int, num_heads: int) -> AlignConfig:
         """From `config.loss` (keys `align_<field>`; other keys belong to the task)."""
-        d = {k[len("align_"):]: v for k, v in dict(loss_cfg or {}).items()
-             if k.startswith("align_")}  # fmt: skip
+        d = {
+            k[len("align_") :]: v for k, v in dict(loss_cfg or {}).items() if k.startswith("align_")
+        }
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - fields)
         if unknown:
-            raise ConfigError(f"loss.align_{unknown[0]}: unknown key, expected one of "
-                              f"{sorted('align_' + f for f in fields)}")  # fmt: skip
+            raise ConfigError(
+                f"loss.align_{unknown[0]}: unknown key, expected one of "
+                f"{sorted('align_' + f for f in fields)}"
+            )
         for key in ("layers", "heads"):
             d[key] = tuple(int(i) for i in d.get(key, ()) or ())
             if len(set(d[key])) != len(d[key]):
@@ -112,11 +118,14 @@ class AlignConfig:
         for key, n in (("layers", num_layers), ("heads", num_heads)):
             bad = [i for i in getattr(cfg, key) if not 0 <= i < n]
             if bad:
-                raise ConfigError(f"loss.align_{key}={list(getattr(cfg, key))}: expected "
-                                  f"indices in [0, {n})")  # fmt: skip
+                raise ConfigError(
+                    f"loss.align_{key}={list(getattr(cfg, key))}: expected indices in [0, {n})"
+                )
         if cfg.prior_scaling > 0 and cfg.prior_end < cfg.prior_start:
-            raise ConfigError(f"loss.align_prior_end={cfg.prior_end}: expected >= "
-                              f"align_prior_start={cfg.prior_start}")  # fmt: skip
+            raise ConfigError(
+                f"loss.align_prior_end={cfg.prior_end}: expected >= "
+                f"align_prior_start={cfg.prior_start}"
+            )
         return cfg
 
     def head_mask(self, num_heads: int) -> jax.Array:
@@ -132,8 +141,16 @@ class AlignConfig:
         return prior_weight(step, self.prior_start, self.prior_end)
 
 
-def prior_bias(text_len: jax.Array, speech_len: jax.Array, x: int, t: int, head_mask: jax.Array,
-               scaling: float, weight: jax.Array, normalize: bool = True) -> jax.Array:  # fmt: skip
+def prior_bias(
+    text_len: jax.Array,
+    speech_len: jax.Array,
+    x: int,
+    t: int,
+    head_mask: jax.Array,
+    scaling: float,
+    weight: jax.Array,
+    normalize: bool = True,
+) -> jax.Array:
     """Additive attention bias [B, N, X+T, X+T] of a prefix-LM row [text X | speech T]:
     `weight * log prior` on the speech-query x text-key block of the heads in `head_mask` [N],
     0 elsewhere (text queries, speech keys, other heads, padding).
@@ -161,8 +178,9 @@ def speech_text_logits(logits: jax.Array, x: int, heads: tuple[int, ...]) -> jax
     return block if not heads else block[:, jnp.asarray(heads)]
 
 
-def diagonal_mass(log_attn: jax.Array, text_len: jax.Array, speech_len: jax.Array,
-                  band: float = 0.1) -> jax.Array:  # fmt: skip
+def diagonal_mass(
+    log_attn: jax.Array, text_len: jax.Array, speech_len: jax.Array, band: float = 0.1
+) -> jax.Array:
     """Alignment score in [0, 1]: the share of each valid frame's attention (renormalised over
     the valid text keys) within `band * N + 1` keys of the diagonal k = (t + 0.5) N / M,
     averaged over valid frames. log_attn [B, T, X]."""

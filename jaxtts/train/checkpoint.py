@@ -93,7 +93,12 @@ class Checkpointer:
 
     # -- save ------------------------------------------------------------------------------
     def save(
-        self, step: int, params: Any, opt_state: Any, meta: Mapping[str, Any], force: bool = False,
+        self,
+        step: int,
+        params: Any,
+        opt_state: Any,
+        meta: Mapping[str, Any],
+        force: bool = False,
         frozen: Any = None,
     ) -> bool:
         items = dict(
@@ -179,8 +184,9 @@ class Checkpointer:
         step = self._step_or_latest(step)
         target = _abstract(frozen_like)
         self._check_shapes(step, "frozen", target)
-        out = self.manager.restore(step, args=ocp.args.Composite(
-            frozen=ocp.args.StandardRestore(target)))  # fmt: skip
+        out = self.manager.restore(
+            step, args=ocp.args.Composite(frozen=ocp.args.StandardRestore(target))
+        )
         return out["frozen"]
 
     def restore_as_saved(self, item: str, step: int | None = None) -> Any:
@@ -192,10 +198,12 @@ class Checkpointer:
             raise CheckpointError(f"{self.directory}/{step}/{item}: unreadable ({e})") from None
         saved = getattr(saved, "tree", saved)
         dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype,
-                                                             sharding=dev), saved)  # fmt: skip
-        out = self.manager.restore(step, args=ocp.args.Composite(
-            **{item: ocp.args.StandardRestore(target)}))  # fmt: skip
+        target = jax.tree.map(
+            lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype, sharding=dev), saved
+        )
+        out = self.manager.restore(
+            step, args=ocp.args.Composite(**{item: ocp.args.StandardRestore(target)})
+        )
         return out[item]
 
     def restore_full_as_saved(self, step: int | None = None) -> Any:
@@ -243,12 +251,16 @@ def check_tree_matches(tree: Any, like: Any, where: str) -> None:
     want = {_path_name(p): v for p, v in jax.tree_util.tree_flatten_with_path(like)[0]}
     missing, extra = sorted(set(want) - set(have)), sorted(set(have) - set(want))
     if missing or extra:
-        raise CheckpointError(f"{where}: parameter tree differs from the config (missing: "
-                              f"{missing[:3]}, unexpected: {extra[:3]})")  # fmt: skip
+        raise CheckpointError(
+            f"{where}: parameter tree differs from the config (missing: "
+            f"{missing[:3]}, unexpected: {extra[:3]})"
+        )
     for key, w in want.items():
         if tuple(np.shape(have[key])) != tuple(w.shape):
-            raise CheckpointError(f"{where}: '{key}' has shape {tuple(np.shape(have[key]))} "
-                                  f"in the file but {tuple(w.shape)} in the config")  # fmt: skip
+            raise CheckpointError(
+                f"{where}: '{key}' has shape {tuple(np.shape(have[key]))} "
+                f"in the file but {tuple(w.shape)} in the config"
+            )
 
 
 def _place_like(tree: Any, like: Any) -> Any:
@@ -305,8 +317,10 @@ def write_params_file(path: str | os.PathLike, params: Any, dtype: str | None = 
     def host_as(x, dtype):
         y = x.astype(dtype)
         if not np.all(np.isfinite(y)[np.isfinite(x)]):
-            raise CheckpointError(f"{path}: a parameter overflows {dtype} (|x| up to "
-                                  f"{np.abs(x).max():.3g}); export with dtype float32")
+            raise CheckpointError(
+                f"{path}: a parameter overflows {dtype} (|x| up to "
+                f"{np.abs(x).max():.3g}); export with dtype float32"
+            )
         return y
 
     host = jax.tree.map(host, params)
@@ -336,8 +350,10 @@ def read_params_file(path: str | os.PathLike, like: Any) -> Any:
     except FileNotFoundError:
         raise CheckpointError(f"{path}: not found") from None
     except Exception as e:  # noqa: BLE001 - msgpack raises several types on truncation
-        raise CheckpointError(f"{path}: unreadable parameter file ({type(e).__name__}); "
-                              "truncated or not a jaxtts params.msgpack") from None
+        raise CheckpointError(
+            f"{path}: unreadable parameter file ({type(e).__name__}); "
+            "truncated or not a jaxtts params.msgpack"
+        ) from None
     tree = _dequantize(tree)
     check_tree_matches(tree, like, os.fspath(path))
     return _place_like(tree, like)
@@ -347,5 +363,6 @@ def tree_equal(a: Any, b: Any) -> bool:
     """Exact equality of two pytrees of arrays (host copies)."""
     la, ta = jax.tree.flatten(a)
     lb, tb = jax.tree.flatten(b)
-    return ta == tb and all(np.array_equal(np.asarray(x), np.asarray(y))
-                            for x, y in zip(la, lb, strict=True))
+    return ta == tb and all(
+        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb, strict=True)
+    )

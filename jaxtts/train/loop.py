@@ -52,8 +52,15 @@ class Task(Protocol):
     def init(self, rng: jax.Array, batch: Batch) -> Any:
         """Parameters (leaves may be `nn.LogicallyPartitioned` boxes carrying logical axes)."""
 
-    def loss(self, params: Any, batch: Batch, rng: jax.Array, *, train: bool,
-             step: jax.Array | None = None) -> tuple[jax.Array, Metrics]:  # fmt: skip
+    def loss(
+        self,
+        params: Any,
+        batch: Batch,
+        rng: jax.Array,
+        *,
+        train: bool,
+        step: jax.Array | None = None,
+    ) -> tuple[jax.Array, Metrics]:
         """Scalar loss and metrics. `step` (int32 scalar, the step being taken; None in
         evaluation) lets a loss follow a schedule (the LM's annealed alignment prior).
         `metrics['weight']` (e.g. the number of target tokens), if present, weights this batch
@@ -118,8 +125,9 @@ class Trainer:
                 raise ConfigError(f"train.init_from={self.init_from}: no such run folder")
             self._init_source = run.saved_params()
             # host copies: the init jit places them on the mesh itself
-            self._init_source = jax.tree.map(lambda x: np.asarray(jax.device_get(x)),
-                                             self._init_source)  # fmt: skip
+            self._init_source = jax.tree.map(
+                lambda x: np.asarray(jax.device_get(x)), self._init_source
+            )
         return self._init_source
 
     def _boxed_state(self, rng, batch, source=None):
@@ -127,16 +135,22 @@ class Trainer:
         if source is not None:
             params, n = overlay(params, source, self.init_from)
             if n == 0:
-                raise ConfigError(f"train.init_from={self.init_from}: no parameter path in "
-                                  "common with this model")  # fmt: skip
+                raise ConfigError(
+                    f"train.init_from={self.init_from}: no parameter path in common with this model"
+                )
         frozen = {}
         if self.trainable_spec != "all":
             params, frozen = split_tree(params, self.trainable)
             if not jax.tree.leaves(params):
-                raise ConfigError(f"train.trainable={self.trainable_spec!r}: selects no "
-                                  "parameter of this model")  # fmt: skip
-        return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                          opt_state=self.tx.init(params), frozen=frozen)
+                raise ConfigError(
+                    f"train.trainable={self.trainable_spec!r}: selects no parameter of this model"
+                )
+        return TrainState(
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            opt_state=self.tx.init(params),
+            frozen=frozen,
+        )
 
     def abstract_state(self, rng: jax.Array, batch: Batch) -> TrainState:
         """ShapeDtypeStructs of the (unboxed) state, carrying the mesh shardings."""
@@ -218,8 +232,9 @@ class Trainer:
         """(loss, grads) of one step as the train step computes them (for equivalence tests)."""
 
         def fn(params, frozen, b, r):
-            lw, w, g, _ = self._grads(params, frozen, b, jax.random.fold_in(r, state.step),
-                                      state.step)  # fmt: skip
+            lw, w, g, _ = self._grads(
+                params, frozen, b, jax.random.fold_in(r, state.step), state.step
+            )
             return lw / w, jax.tree.map(lambda x: x / w, g)
 
         sh = self.state_shardings
@@ -331,8 +346,11 @@ class MetricWriter:
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
         if not self.enabled:
             return
-        row = {"step": int(step), "elapsed_s": round(time.perf_counter() - self._t0, 2),
-               **{k: float(v) for k, v in scalars.items()}}
+        row = {
+            "step": int(step),
+            "elapsed_s": round(time.perf_counter() - self._t0, 2),
+            **{k: float(v) for k, v in scalars.items()},
+        }
         self._jsonl.write(json.dumps(row) + "\n")
         self._jsonl.flush()
         if self._tb is not None:
@@ -390,7 +408,12 @@ class LogHook:
 
     def __init__(self, writer: MetricWriter, history: list, every: int, steps: int, pbar=None):
         self.writer, self.history, self.every, self.steps, self.pbar = (
-            writer, history, max(1, every), steps, pbar)  # fmt: skip
+            writer,
+            history,
+            max(1, every),
+            steps,
+            pbar,
+        )
         self._t0, self._seen = time.perf_counter(), 0
 
     def after_step(self, done, state, metrics):
@@ -416,16 +439,26 @@ class EvalHook:
     """Dev metrics (+ the task's `on_eval` extras, e.g. samples and their WER) every `every`
     steps and at the last step."""
 
-    def __init__(self, trainer: Trainer, batches, every: int, steps: int, writer: MetricWriter,
-                 history: list, on_eval=None):  # fmt: skip
+    def __init__(
+        self,
+        trainer: Trainer,
+        batches,
+        every: int,
+        steps: int,
+        writer: MetricWriter,
+        history: list,
+        on_eval=None,
+    ):
         self.trainer, self.batches, self.every, self.steps = trainer, batches, every, steps
         self.writer, self.history, self.on_eval = writer, history, on_eval
 
     def after_step(self, done, state, metrics):
         if not self.every or (done % self.every and done != self.steps):
             return
-        dev = {f"dev/{k}": v for k, v in
-               self.trainer.evaluate(state.full_params, self.batches()).items()}  # fmt: skip
+        dev = {
+            f"dev/{k}": v
+            for k, v in self.trainer.evaluate(state.full_params, self.batches()).items()
+        }
         if self.on_eval is not None:
             dev.update(self.on_eval(done, state) or {})
         self.writer.write(done, dev)
@@ -447,8 +480,9 @@ class CheckpointHook:
     def save(self, done: int, state: TrainState, force: bool = False) -> None:
         if done == self.last_saved:  # e.g. a preemption right after a periodic save
             return
-        self.ckpt.save(done, state.params, state.opt_state, self.meta, force=force,
-                       frozen=state.frozen)  # fmt: skip
+        self.ckpt.save(
+            done, state.params, state.opt_state, self.meta, force=force, frozen=state.frozen
+        )
         self.last_saved = done
 
     def after_step(self, done, state, metrics):
@@ -514,22 +548,26 @@ def train_and_evaluate(
     rng = jax.random.key(int(tcfg.get("seed", 0)))
     init_rng, step_rng = jax.random.split(rng)
     feeder = _Feeder(trainer, train_source, int(tcfg.steps))
-    first = (train_source.get_batch(0, None) if feeder.on_policy
-             else train_source.get_batch(0))  # fmt: skip
+    first = train_source.get_batch(0, None) if feeder.on_policy else train_source.get_batch(0)
     state = trainer.init_state(init_rng, first)
-    n_train, n_frozen = (sum(int(np.prod(x.shape)) for x in jax.tree.leaves(t))
-                         for t in (state.params, state.frozen))  # fmt: skip
+    n_train, n_frozen = (
+        sum(int(np.prod(x.shape)) for x in jax.tree.leaves(t)) for t in (state.params, state.frozen)
+    )
     log.info("parameters: %s trained, %s frozen", f"{n_train:,}", f"{n_frozen:,}")
 
-    ckpt = run.checkpointer(read_only=False, max_to_keep=int(tcfg.get("keep_checkpoints", 3)),
-                            async_save=bool(tcfg.get("async_checkpoint", True)))  # fmt: skip
+    ckpt = run.checkpointer(
+        read_only=False,
+        max_to_keep=int(tcfg.get("keep_checkpoints", 3)),
+        async_save=bool(tcfg.get("async_checkpoint", True)),
+    )
     start = 0
     if ckpt.latest_step() is not None:
         params, opt_state, meta = ckpt.restore(state.params, state.opt_state)
         frozen = ckpt.restore_frozen(state.frozen) if jax.tree.leaves(state.frozen) else {}
         start = int(meta["step"])
-        state = TrainState(step=jnp.asarray(start, jnp.int32), params=params,
-                           opt_state=opt_state, frozen=frozen)  # fmt: skip
+        state = TrainState(
+            step=jnp.asarray(start, jnp.int32), params=params, opt_state=opt_state, frozen=frozen
+        )
         state = jax.device_put(state, trainer.state_shardings)
         log.info("resumed from %s at step %d", ckpt.directory, start)
 
@@ -541,12 +579,22 @@ def train_and_evaluate(
         from tqdm.auto import tqdm
 
         pbar = tqdm(total=steps, initial=start, desc="train", dynamic_ncols=True)
-    checkpoints = CheckpointHook(ckpt, int(tcfg.get("checkpoint_every", 0)),
-                                 {"config": _config_json(config)})  # fmt: skip
+    checkpoints = CheckpointHook(
+        ckpt, int(tcfg.get("checkpoint_every", 0)), {"config": _config_json(config)}
+    )
     hooks: list[Hook] = [LogHook(writer, history, int(tcfg.get("log_every", 10)), steps, pbar)]
     if eval_batches is not None:
-        hooks.append(EvalHook(trainer, eval_batches, int(tcfg.get("eval_every", 0)), steps,
-                              writer, history, on_eval))  # fmt: skip
+        hooks.append(
+            EvalHook(
+                trainer,
+                eval_batches,
+                int(tcfg.get("eval_every", 0)),
+                steps,
+                writer,
+                history,
+                on_eval,
+            )
+        )
     hooks.append(checkpoints)
 
     preempted = False

@@ -20,8 +20,9 @@ import jax.numpy as jnp
 import optax
 
 
-def mtp_targets(speech: jax.Array, speech_len: jax.Array, prompt_len: jax.Array, eos: int,
-                num_heads: int) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+def mtp_targets(
+    speech: jax.Array, speech_len: jax.Array, prompt_len: jax.Array, eos: int, num_heads: int
+) -> tuple[jax.Array, jax.Array]:
     """speech [B, T] raw tokens -> (targets int32 [B, T+1, K], valid bool [B, T+1, K]).
 
     Row t of the outputs belongs to input position t of `[BOS, speech...]` (length T+1).
@@ -33,15 +34,17 @@ def mtp_targets(speech: jax.Array, speech_len: jax.Array, prompt_len: jax.Array,
     tgts, valid = [], []
     for k in range(1, num_heads + 1):
         j = pos + (k - 1)  # [1, T+1] target index
-        tk = jnp.take_along_axis(jnp.pad(y_ext, ((0, 0), (0, k))),
-                                 jnp.broadcast_to(j, (b, t + 1)), axis=1)  # fmt: skip
+        tk = jnp.take_along_axis(
+            jnp.pad(y_ext, ((0, 0), (0, k))), jnp.broadcast_to(j, (b, t + 1)), axis=1
+        )
         tgts.append(tk)
         valid.append((j >= prompt_len[:, None]) & (j <= speech_len[:, None]))
     return jnp.stack(tgts, -1).astype(jnp.int32), jnp.stack(valid, -1)
 
 
-def mtp_loss(logits: jax.Array, targets: jax.Array, valid: jax.Array, alpha: float = 1.0
-             ) -> tuple[jax.Array, dict[str, jax.Array]]:  # fmt: skip
+def mtp_loss(
+    logits: jax.Array, targets: jax.Array, valid: jax.Array, alpha: float = 1.0
+) -> tuple[jax.Array, dict[str, jax.Array]]:
     """logits [B, T, K, V], targets/valid [B, T, K] -> (loss, metrics incl. 'weight' = N_1)."""
     k = logits.shape[2]
     ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)

@@ -50,8 +50,7 @@ def resolve_mesh_shape(shape: Mapping[str, int], num_devices: int) -> tuple[int,
         sizes[fills[0]] = num_devices // known
     if math.prod(sizes) != num_devices:
         raise ConfigError(
-            f"mesh.shape={shown} needs {math.prod(sizes)} devices, "
-            f"but {num_devices} are available"
+            f"mesh.shape={shown} needs {math.prod(sizes)} devices, but {num_devices} are available"
         )
     return tuple(sizes)  # type: ignore[return-value]
 

@@ -21,7 +21,10 @@ def maybe_initialize_distributed(flag: bool | None = None) -> None:
         jax.distributed.initialize()
         logging.info(
             "distributed: process %d of %d, %d local / %d global devices",
-            jax.process_index(), jax.process_count(), jax.local_device_count(), jax.device_count(),
+            jax.process_index(),
+            jax.process_count(),
+            jax.local_device_count(),
+            jax.device_count(),
         )
 
 

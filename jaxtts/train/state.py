@@ -98,11 +98,13 @@ def trainable_predicate(spec: str | None) -> Callable[[str], bool]:
         return lambda path: True
     if spec == "lora":
         return lambda path: path.rsplit("/", 1)[-1] in ("lora_a", "lora_b")
-    if spec.startswith("prefix:") and spec[len("prefix:"):].strip():
-        prefixes = tuple(p.strip().strip("/") for p in spec[len("prefix:"):].split(",") if p)
+    if spec.startswith("prefix:") and spec[len("prefix:") :].strip():
+        prefixes = tuple(p.strip().strip("/") for p in spec[len("prefix:") :].split(",") if p)
         return lambda path: any(path == p or path.startswith(p + "/") for p in prefixes)
-    raise ConfigError(f"train.trainable={spec!r}: expected 'all', 'lora' or "
-                      "'prefix:<path>,<path>,...' (or a union joined by '|')")  # fmt: skip
+    raise ConfigError(
+        f"train.trainable={spec!r}: expected 'all', 'lora' or "
+        "'prefix:<path>,<path>,...' (or a union joined by '|')"
+    )
 
 
 def overlay(tree: Tree, source: Tree, where: str) -> tuple[dict, int]:
@@ -117,8 +119,10 @@ def overlay(tree: Tree, source: Tree, where: str) -> tuple[dict, int]:
         cur = flat[k]
         value = cur.unbox() if hasattr(cur, "unbox") else cur
         if tuple(value.shape) != tuple(v.shape):
-            raise ConfigError(f"train.init_from={where}: '{k}' has shape {tuple(v.shape)}, the "
-                              f"model expects {tuple(value.shape)}")  # fmt: skip
+            raise ConfigError(
+                f"train.init_from={where}: '{k}' has shape {tuple(v.shape)}, the "
+                f"model expects {tuple(value.shape)}"
+            )
         v = v.astype(value.dtype)
         flat[k] = cur.replace_boxed(v) if hasattr(cur, "replace_boxed") else v
         n += 1

@@ -82,12 +82,14 @@ def out_of_range(actions: np.ndarray, mask: np.ndarray, guidance) -> np.ndarray:
 
 def rewards(wer_gen, wer_gt, dist, gamma: float) -> np.ndarray:
     """R = -(WER(gen) - WER(gt)) - gamma * dist, float32 [N] (WERs as fractions)."""
-    return (-(np.asarray(wer_gen) - np.asarray(wer_gt)) - gamma * np.asarray(dist)
-            ).astype(np.float32)  # fmt: skip
+    return (-(np.asarray(wer_gen) - np.asarray(wer_gt)) - gamma * np.asarray(dist)).astype(
+        np.float32
+    )
 
 
-def chase_groups(rng: np.random.Generator, prompts: int, group: int, guidance,
-                 chase: bool = True) -> np.ndarray:  # fmt: skip
+def chase_groups(
+    rng: np.random.Generator, prompts: int, group: int, guidance, chase: bool = True
+) -> np.ndarray:
     """Forced chunk per rollout int32 [P*G] (0 = the policy decides): with `chase`, the first
     G//2 of every group take a fixed size drawn uniformly from `guidance`."""
     forced = np.zeros((prompts, group), np.int32)
@@ -133,16 +135,25 @@ class DCPOTask:
         logp_ref = jax.lax.stop_gradient(action_logp(ref_logits, actions))
         mask = batch["mask"]
         beta = self.beta(step)
-        loss, m = grpo_loss(logp, batch["logp_old"], batch["advantages"], mask,
-                            clip_eps=self.clip_eps, kl_beta=beta, logp_ref=logp_ref)
+        loss, m = grpo_loss(
+            logp,
+            batch["logp_old"],
+            batch["advantages"],
+            mask,
+            clip_eps=self.clip_eps,
+            kl_beta=beta,
+            logp_ref=logp_ref,
+        )
         m = dict(m, kl_beta=beta)
         for k in ("reward", "wer", "mean_chunk", "out_of_range"):
             m[k] = jnp.mean(batch[k])
         fixed = batch["forced"] > 0
         m["reward_policy"] = jnp.sum(jnp.where(fixed, 0.0, batch["reward"])) / jnp.maximum(
-            jnp.sum(~fixed), 1)
+            jnp.sum(~fixed), 1
+        )
         m["mean_chunk_policy"] = jnp.sum(jnp.where(fixed, 0.0, batch["mean_chunk"])) / (
-            jnp.maximum(jnp.sum(~fixed), 1))
+            jnp.maximum(jnp.sum(~fixed), 1)
+        )
         return loss, m
 
 
@@ -187,11 +198,19 @@ class RolloutSource:
     def _empty(self) -> dict:
         n, s = self.n, self.max_new
         z = np.zeros((n,), np.float32)
-        return {"inputs": np.zeros((n, s, self.d_model), np.float32),
-                "steps": np.ones((n,), np.int32), "actions": np.ones((n, s), np.int32),
-                "logp_old": np.zeros((n, s), np.float32), "mask": np.zeros((n, s), bool),
-                "advantages": z, "reward": z, "wer": z, "mean_chunk": z, "out_of_range": z,
-                "forced": np.zeros((n,), np.int32)}  # fmt: skip
+        return {
+            "inputs": np.zeros((n, s, self.d_model), np.float32),
+            "steps": np.ones((n,), np.int32),
+            "actions": np.ones((n, s), np.int32),
+            "logp_old": np.zeros((n, s), np.float32),
+            "mask": np.zeros((n, s), bool),
+            "advantages": z,
+            "reward": z,
+            "wer": z,
+            "mean_chunk": z,
+            "out_of_range": z,
+            "forced": np.zeros((n,), np.int32),
+        }
 
     def rollout(self, policy_params, step: int) -> tuple[dict, dict]:
         """Decode P*G rows with the policy; -> (batch, host stats incl. texts)."""
@@ -203,18 +222,37 @@ class RolloutSource:
         prompt = np.zeros((n, self.p), np.int32)
         for i, r in enumerate(rows):
             text[i, : r.ids.size], prompt[i, : r.prompt.size] = r.ids, r.prompt
-        batch = PromptBatch(text, np.array([r.ids.size for r in rows], np.int32), prompt,
-                            np.array([r.prompt.size for r in rows], np.int32))  # fmt: skip
+        batch = PromptBatch(
+            text,
+            np.array([r.ids.size for r in rows], np.int32),
+            prompt,
+            np.array([r.prompt.size for r in rows], np.int32),
+        )
         forced = chase_groups(rng, self.prompts, self.group, self.guidance, self.chase)
         keys = row_keys(self.seed * 1_000_003 + step, range(n))
-        params = {"target": self.engine.params, "policy": policy_params,
-                  "forced_chunk": jnp.asarray(forced)}  # fmt: skip
-        out = jax.device_get(decode(self.strategy, self.models, params, batch, keys,
-                                    max_new_tokens=self.max_new, sampling=self.sampling))
+        params = {
+            "target": self.engine.params,
+            "policy": policy_params,
+            "forced_chunk": jnp.asarray(forced),
+        }
+        out = jax.device_get(
+            decode(
+                self.strategy,
+                self.models,
+                params,
+                batch,
+                keys,
+                max_new_tokens=self.max_new,
+                sampling=self.sampling,
+            )
+        )
         length, steps = np.asarray(out.length), np.maximum(np.asarray(out.steps), 1)
-        mels = [self.engine.units_to_mel(np.asarray(out.tokens[i, : length[i]]))
-                if length[i] else np.zeros((1, self.engine.mel_cfg.n_mels), np.float32)
-                for i in range(n)]  # fmt: skip
+        mels = [
+            self.engine.units_to_mel(np.asarray(out.tokens[i, : length[i]]))
+            if length[i]
+            else np.zeros((1, self.engine.mel_cfg.n_mels), np.float32)
+            for i in range(n)
+        ]
         hyps = self.asr.transcribe_mels(mels)
         from jaxtts.eval.metrics import wer_details
 
@@ -226,13 +264,24 @@ class RolloutSource:
         dist = out_of_range(actions, mask, self.guidance)
         reward = rewards(wer_gen, wer_gt, dist, self.gamma)
         adv = np.asarray(group_advantages(reward.reshape(self.prompts, self.group))).reshape(-1)
-        b = {"inputs": np.asarray(out.stats["policy_inputs"], np.float32), "steps": steps,
-             "actions": np.maximum(actions, 1), "logp_old": np.asarray(out.stats["logp"]),
-             "mask": mask, "advantages": adv, "reward": reward, "wer": wer_gen,
-             "mean_chunk": (length / steps).astype(np.float32), "out_of_range": dist,
-             "forced": forced}  # fmt: skip
-        return b, {"hyps": hyps, "texts": [r.text for r in rows],
-                   "hit_max": np.asarray(out.hit_max)}  # fmt: skip
+        b = {
+            "inputs": np.asarray(out.stats["policy_inputs"], np.float32),
+            "steps": steps,
+            "actions": np.maximum(actions, 1),
+            "logp_old": np.asarray(out.stats["logp"]),
+            "mask": mask,
+            "advantages": adv,
+            "reward": reward,
+            "wer": wer_gen,
+            "mean_chunk": (length / steps).astype(np.float32),
+            "out_of_range": dist,
+            "forced": forced,
+        }
+        return b, {
+            "hyps": hyps,
+            "texts": [r.text for r in rows],
+            "hit_max": np.asarray(out.hit_max),
+        }
 
     def get_batch(self, step: int, state) -> dict:
         if state is None:  # shapes for the trainer's init
@@ -261,8 +310,10 @@ def load_backbone(path: str):
 
     run = RunFolder(path)
     if not run.config_path.is_file():
-        raise ConfigError(f"dcpo.backbone={path}: no run folder there (config.json missing); "
-                          "expected e.g. pretrained/car_small")  # fmt: skip
+        raise ConfigError(
+            f"dcpo.backbone={path}: no run folder there (config.json missing); "
+            "expected e.g. pretrained/car_small"
+        )
     return LMEngine.from_run(run)
 
 
@@ -271,9 +322,11 @@ def load_reward_asr(path: str, batch_size: int = 64):
     from jaxtts.run_folder import RunFolder
 
     if not RunFolder(path).config_path.is_file():
-        raise ConfigError(f"dcpo.reward_asr={path}: no run folder there; train it with "
-                          "`python train.py --config configs/ctc_asr.py:small --workdir "
-                          "runs/ctc_asr` or use pretrained/ctc_asr")  # fmt: skip
+        raise ConfigError(
+            f"dcpo.reward_asr={path}: no run folder there; train it with "
+            "`python train.py --config configs/ctc_asr.py:small --workdir "
+            "runs/ctc_asr` or use pretrained/ctc_asr"
+        )
     return CTCASR.load(path, batch_size=batch_size)
 
 
@@ -291,9 +344,11 @@ def training_rows(config, engine, asr, progress: bool = True) -> list[_Row]:
     utts = [u for u in pool if u.duration >= float(d.min_seconds)]
     utts = utts[: int(d.num_utterances)] if int(d.num_utterances) > 0 else utts
     if len(utts) < int(d.prompts_per_step):
-        raise ConfigError(f"dcpo.min_seconds={d.min_seconds}: only {len(utts)} training "
-                          f"utterances in {corpus} are that long, expected >= "
-                          f"dcpo.prompts_per_step={d.prompts_per_step}")  # fmt: skip
+        raise ConfigError(
+            f"dcpo.min_seconds={d.min_seconds}: only {len(utts)} training "
+            f"utterances in {corpus} are that long, expected >= "
+            f"dcpo.prompts_per_step={d.prompts_per_step}"
+        )
     prompts = prompts_from_utterances(pool, utts)
     mels = utterance_mels(utts, progress=progress, desc="log-mel (ground truth)")
     gt = wer_details([u.text for u in utts], asr.transcribe_mels(mels))
@@ -301,8 +356,9 @@ def training_rows(config, engine, asr, progress: bool = True) -> list[_Row]:
     for u, p, g in zip(utts, prompts, gt, strict=True):
         p_ids, p_units = engine.encode_prompt(p)
         ids = np.concatenate([p_ids, engine.frontend.encode(u.text)]).astype(np.int32)
-        rows.append(_Row(u.text, ids, np.asarray(p_units, np.int32),
-                         g.errors / max(g.num_ref_words, 1)))  # fmt: skip
+        rows.append(
+            _Row(u.text, ids, np.asarray(p_units, np.int32), g.errors / max(g.num_ref_words, 1))
+        )
     return rows
 
 
@@ -316,29 +372,46 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     engine = load_backbone(str(config.dcpo.backbone))
     asr = load_reward_asr(str(config.dcpo.reward_asr))
     rows = training_rows(config, engine, asr, progress)
-    log.info("%d DCPO prompts (>= %.1f s), mean ground-truth reward-ASR WER %.1f %% (%.0fs)",
-             len(rows), float(config.dcpo.min_seconds),
-             100 * float(np.mean([r.wer_gt for r in rows])), time.perf_counter() - t0)
+    log.info(
+        "%d DCPO prompts (>= %.1f s), mean ground-truth reward-ASR WER %.1f %% (%.0fs)",
+        len(rows),
+        float(config.dcpo.min_seconds),
+        100 * float(np.mean([r.wer_gt for r in rows])),
+        time.perf_counter() - t0,
+    )
     source = RolloutSource(config, engine, asr, rows, progress)
     task = DCPOTask(config_policy(config, engine), config.dcpo)
     _write_backbone_info(workdir, config, engine)
-    return loop.train_and_evaluate(config, workdir, task, source, None, mesh=mesh,
-                                   progress=progress)  # fmt: skip
+    return loop.train_and_evaluate(
+        config, workdir, task, source, None, mesh=mesh, progress=progress
+    )
 
 
 def _write_backbone_info(workdir: str, config, engine) -> None:
     from jaxtts.run_folder import RunFolder
 
     Path(workdir).mkdir(parents=True, exist_ok=True)
-    RunFolder(workdir).write_data_info({
-        "backbone": str(config.dcpo.backbone),
-        "backbone_fingerprint": record_fingerprint(RunFolder(workdir), "backbone",
-                                                   config.dcpo.backbone, engine.params),
-        "d_model": engine.cfg.d_model,
-        "num_mtp_heads": engine.cfg.num_mtp_heads, "num_heads": engine.cfg.num_heads,
-        "tokenizer": engine.tokenizer.name, "reward_asr": str(config.dcpo.reward_asr),
-    })  # fmt: skip
+    RunFolder(workdir).write_data_info(
+        {
+            "backbone": str(config.dcpo.backbone),
+            "backbone_fingerprint": record_fingerprint(
+                RunFolder(workdir), "backbone", config.dcpo.backbone, engine.params
+            ),
+            "d_model": engine.cfg.d_model,
+            "num_mtp_heads": engine.cfg.num_mtp_heads,
+            "num_heads": engine.cfg.num_heads,
+            "tokenizer": engine.tokenizer.name,
+            "reward_asr": str(config.dcpo.reward_asr),
+        }
+    )
 
 
-__all__ = ["DCPOTask", "RolloutSource", "chase_groups", "decision_mask", "out_of_range",
-           "rewards", "train"]
+__all__ = [
+    "DCPOTask",
+    "RolloutSource",
+    "chase_groups",
+    "decision_mask",
+    "out_of_range",
+    "rewards",
+    "train",
+]

@@ -27,21 +27,43 @@ class DCAREngine(LMEngine):
         config = run.read_config("dcar")
         info = run.read_data_info()
         if "backbone" not in info:
-            raise CheckpointError(f"{run.data_path}: no 'backbone' entry; expected the data.json "
-                                  "a DCPO run writes")  # fmt: skip
+            raise CheckpointError(
+                f"{run.data_path}: no 'backbone' entry; expected the data.json a DCPO run writes"
+            )
         bpath = resolve_run(str(info["backbone"]), f"{run.data_path}: backbone", run.path).path
         base = LMEngine.from_run(RunFolder(bpath))
-        check_trained_on(run, "backbone", bpath, {
-            "d_model": base.cfg.d_model, "num_mtp_heads": base.cfg.num_mtp_heads,
-            "num_heads": base.cfg.num_heads, "tokenizer": base.tokenizer.name}, base.params)
+        check_trained_on(
+            run,
+            "backbone",
+            bpath,
+            {
+                "d_model": base.cfg.d_model,
+                "num_mtp_heads": base.cfg.num_mtp_heads,
+                "num_heads": base.cfg.num_heads,
+                "tokenizer": base.tokenizer.name,
+            },
+            base.params,
+        )
         pcfg = config_policy(config, base)
         policy = ChunkPolicy(pcfg)
-        like = abstract_params(lambda r, x, n: {"params": {"policy": policy.init(r, x, n)[
-            "params"], "ref": policy.init(r, x, n)["params"]}}, jnp.zeros((1, 2, pcfg.d_model)),
-            jnp.array([2]))  # fmt: skip
+        like = abstract_params(
+            lambda r, x, n: {
+                "params": {
+                    "policy": policy.init(r, x, n)["params"],
+                    "ref": policy.init(r, x, n)["params"],
+                }
+            },
+            jnp.zeros((1, 2, pcfg.d_model)),
+            jnp.array([2]),
+        )
         params, _ = run.load_params(like, step)
-        eng = cls(base.config, base.params, base.frontend, base.tokenizer,
-                  max_text_symbols=base.max_text_symbols)  # fmt: skip
+        eng = cls(
+            base.config,
+            base.params,
+            base.frontend,
+            base.tokenizer,
+            max_text_symbols=base.max_text_symbols,
+        )
         eng.policy, eng.policy_params = policy, params["policy"]
         eng.decode_config = {**base.decode_config, "strategy": "dcar"}
         eng.backbone_path = str(bpath)
@@ -54,8 +76,15 @@ class DCAREngine(LMEngine):
         return {"target": self.params, "policy": self.policy_params}
 
 
-def chunk_schedule(engine: DCAREngine, text: str, prompt=None, *, seed: int = 0,
-                   max_seconds: float = 10.0, sample: bool = False):
+def chunk_schedule(
+    engine: DCAREngine,
+    text: str,
+    prompt=None,
+    *,
+    seed: int = 0,
+    max_seconds: float = 10.0,
+    sample: bool = False,
+):
     """One sentence decoded with `dcar` keeping the policy's decisions: -> (tokens int32 [T],
     chunks int32 [S] (the size chosen at each step; their sum is T up to an EOS cut),
     probs float32 [S, K] (the policy's distribution at each step))."""
@@ -70,13 +99,20 @@ def chunk_schedule(engine: DCAREngine, text: str, prompt=None, *, seed: int = 0,
 
     batch = sentence_batch(engine, text, prompt)
     opts = engine.options(max_seconds=max_seconds)
-    out = jax.device_get(decode(DCAR(sample=sample, record=True), engine.decode_models(),
-                                engine.decode_params(), batch, row_keys(seed, [0]),
-                                max_new_tokens=engine.max_new_units(opts),
-                                sampling=opts.sampling))  # fmt: skip
+    out = jax.device_get(
+        decode(
+            DCAR(sample=sample, record=True),
+            engine.decode_models(),
+            engine.decode_params(),
+            batch,
+            row_keys(seed, [0]),
+            max_new_tokens=engine.max_new_units(opts),
+            sampling=opts.sampling,
+        )
+    )
     n, s = int(out.length[0]), int(out.steps[0])
-    logits = ChunkPolicy(engine.policy.cfg).apply({"params": engine.policy_params},
-                                                  out.stats["policy_inputs"][:, :s],
-                                                  out.steps)  # fmt: skip
+    logits = ChunkPolicy(engine.policy.cfg).apply(
+        {"params": engine.policy_params}, out.stats["policy_inputs"][:, :s], out.steps
+    )
     probs = np.asarray(jax.nn.softmax(logits[0], axis=-1))
     return np.asarray(out.tokens[0, :n]), np.asarray(out.stats["actions"][0, :s]), probs

@@ -44,8 +44,9 @@ class PolicyConfig:
 
     @property
     def stack(self) -> StackConfig:
-        return StackConfig(num_layers=1, num_heads=self.num_heads, head_dim=self.head_dim,
-                           d_ff=self.d_ff)  # fmt: skip
+        return StackConfig(
+            num_layers=1, num_heads=self.num_heads, head_dim=self.head_dim, d_ff=self.d_ff
+        )
 
 
 @flax.struct.dataclass
@@ -66,8 +67,12 @@ class ChunkPolicy(nn.Module):
 
     def setup(self):
         self.stack = TransformerStack(self.cfg.stack)
-        self.out = Dense(self.cfg.num_actions, (axes.EMBED, None), use_bias=True,
-                         kernel_init=nn.initializers.zeros)  # fmt: skip
+        self.out = Dense(
+            self.cfg.num_actions,
+            (axes.EMBED, None),
+            use_bias=True,
+            kernel_init=nn.initializers.zeros,
+        )
 
     def __call__(self, inputs: jax.Array, length: jax.Array) -> jax.Array:
         """inputs [B, S, D] (decision j's backbone hidden), length [B] -> logits [B, S, A]."""
@@ -86,9 +91,10 @@ class ChunkPolicy(nn.Module):
         """One decision per row: hidden [B, D] -> (logits [B, A], cache with it appended)."""
         slots = cache.layer.k.shape[2]
         pos = cache.length[:, None]  # [B, 1]
-        mask = (jnp.arange(slots)[None, None, :] <= cache.length[:, None, None])  # [B, 1, S]
-        h, (layer,) = self.stack(hidden[:, None].astype(jnp.float32), pos, mask, (cache.layer,),
-                                 cache.length)  # fmt: skip
+        mask = jnp.arange(slots)[None, None, :] <= cache.length[:, None, None]  # [B, 1, S]
+        h, (layer,) = self.stack(
+            hidden[:, None].astype(jnp.float32), pos, mask, (cache.layer,), cache.length
+        )
         logits = self.out(h[:, 0]).astype(jnp.float32)  # [B, A]
         return logits, PolicyCache(layer, jnp.minimum(cache.length + 1, slots))
 

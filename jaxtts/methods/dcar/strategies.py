@@ -65,8 +65,9 @@ class _SpeechSlots:
         return batch.prompt.shape[1] + 1 + max_new_tokens + self._k(models)
 
     def windows(self, models, batch, max_new_tokens):
-        return cache_windows(batch.prompt.shape[1] + 1,
-                             self._slots(models, batch, max_new_tokens), self._k(models))
+        return cache_windows(
+            batch.prompt.shape[1] + 1, self._slots(models, batch, max_new_tokens), self._k(models)
+        )
 
     def eos(self, models) -> int:
         return models["target"].cfg.eos
@@ -87,15 +88,20 @@ class DCAR(_SpeechSlots, Strategy):
 
     def check(self, models) -> None:
         if "policy" not in models:
-            raise ConfigError("strategy dcar needs a chunk-size policy: load a DCAR run "
-                              "(--workdir runs/dcar or pretrained/dcar)")  # fmt: skip
+            raise ConfigError(
+                "strategy dcar needs a chunk-size policy: load a DCAR run "
+                "(--workdir runs/dcar or pretrained/dcar)"
+            )
         k, a = models["target"].cfg.num_mtp_heads, models["policy"].cfg.num_actions
         if a != k:
-            raise ConfigError(f"strategy dcar: the policy chooses among {a} chunk sizes but the "
-                              f"backbone has {k} heads")  # fmt: skip
+            raise ConfigError(
+                f"strategy dcar: the policy chooses among {a} chunk sizes but the "
+                f"backbone has {k} heads"
+            )
         if self.max_chunk != k:
-            raise ConfigError(f"strategy dcar: max_chunk={self.max_chunk}, expected K={k} "
-                              "(use bind)")  # fmt: skip
+            raise ConfigError(
+                f"strategy dcar: max_chunk={self.max_chunk}, expected K={k} (use bind)"
+            )
 
     def bind(self, models) -> DCAR:
         return dataclasses.replace(self, max_chunk=models["target"].cfg.num_mtp_heads)
@@ -106,15 +112,16 @@ class DCAR(_SpeechSlots, Strategy):
         hidden, cache = prefill(target, params["target"], batch, first)
         b = batch.batch_size
         s = max_new_tokens if self.record else 1
-        pcache = policy.apply({"params": params["policy"]}, b, max_new_tokens,
-                              method="init_cache")  # fmt: skip
+        pcache = policy.apply({"params": params["policy"]}, b, max_new_tokens, method="init_cache")
         k = self._k(models)
         return DCARCarry(
-            chunk=ChunkCarry(cache=cache, hidden=hidden.astype(jnp.float32)), policy=pcache,
+            chunk=ChunkCarry(cache=cache, hidden=hidden.astype(jnp.float32)),
+            policy=pcache,
             inputs=jnp.zeros((b, s, target.cfg.d_model), jnp.float32),
-            actions=jnp.zeros((b, s), jnp.int32), logp=jnp.zeros((b, s), jnp.float32),
+            actions=jnp.zeros((b, s), jnp.int32),
+            logp=jnp.zeros((b, s), jnp.float32),
             hist=jnp.zeros((b, k), jnp.int32),
-        )  # fmt: skip
+        )
 
     def resize(self, models, carry, window):
         return carry.replace(chunk=carry.chunk.replace(cache=carry.chunk.cache.resize(window)))
@@ -127,11 +134,13 @@ class DCAR(_SpeechSlots, Strategy):
         c: DCARCarry = state.carry
         k = self._k(models)
         hidden = c.chunk.hidden  # [B, D]
-        logits, pcache = policy.apply({"params": params["policy"]}, hidden, c.policy,
-                                      method="step")  # [B, A]  # fmt: skip
+        logits, pcache = policy.apply(
+            {"params": params["policy"]}, hidden, c.policy, method="step"
+        )  # [B, A]
         if self.sample:
             pkeys = jax.vmap(lambda key: jax.random.fold_in(key, POLICY_KEY_SALT))(
-                step_keys(keys, state.step))  # fmt: skip
+                step_keys(keys, state.step)
+            )
             chosen = jax.vmap(jax.random.categorical)(pkeys, logits) + 1
         else:
             chosen = jnp.argmax(logits, axis=-1) + 1
@@ -143,8 +152,9 @@ class DCAR(_SpeechSlots, Strategy):
         if self.extend_all:
             prop = chunk_step(target, params["target"], c.chunk, state, keys, sampling, k, count)
         else:
-            prop = dynamic_chunk_step(target, params["target"], c.chunk, state, keys, sampling,
-                                      count, k)  # fmt: skip
+            prop = dynamic_chunk_step(
+                target, params["target"], c.chunk, state, keys, sampling, count, k
+            )
         active = ~state.done
         i = jnp.minimum(state.steps, c.actions.shape[1] - 1)  # this row's decision index
         if self.record:
@@ -155,8 +165,9 @@ class DCAR(_SpeechSlots, Strategy):
         else:
             inputs, actions, lp = c.inputs, c.actions, c.logp
         hist = c.hist + (active[:, None] & (jnp.arange(1, k + 1)[None] == count[:, None]))
-        carry = DCARCarry(chunk=prop.carry, policy=pcache, inputs=inputs, actions=actions,
-                          logp=lp, hist=hist)  # fmt: skip
+        carry = DCARCarry(
+            chunk=prop.carry, policy=pcache, inputs=inputs, actions=actions, logp=lp, hist=hist
+        )
         return Proposal(tokens=prop.tokens, count=count, carry=carry)
 
     def finish(self, models, state):
@@ -188,16 +199,19 @@ class VADUSA(_SpeechSlots, Strategy):
         if k < 2:
             raise ConfigError(f"strategy {self.name}: needs draft heads, the model has {k} head")
         if self.max_chunk != k:
-            raise ConfigError(f"strategy {self.name}: max_chunk={self.max_chunk}, expected K={k}"
-                              " (use bind)")  # fmt: skip
+            raise ConfigError(
+                f"strategy {self.name}: max_chunk={self.max_chunk}, expected K={k} (use bind)"
+            )
         if self.tau > models["target"].cfg.out_vocab:
             raise ConfigError(f"strategy {self.name}: tau above the vocabulary size")
 
     def init(self, models, params, batch, max_new_tokens):
         first = self.windows(models, batch, max_new_tokens)[0]
         hidden, cache = prefill(models["target"], params["target"], batch, first)
-        return {"chunk": ChunkCarry(cache=cache, hidden=hidden.astype(jnp.float32)),
-                "accepted": jnp.zeros(hidden.shape[:1], jnp.int32)}  # fmt: skip
+        return {
+            "chunk": ChunkCarry(cache=cache, hidden=hidden.astype(jnp.float32)),
+            "accepted": jnp.zeros(hidden.shape[:1], jnp.int32),
+        }
 
     def resize(self, models, carry, window):
         ch = carry["chunk"]
@@ -227,9 +241,11 @@ class VADUSA(_SpeechSlots, Strategy):
         hidden = jnp.take_along_axis(h, (count - 1)[:, None, None], axis=1)[:, 0]
         active = ~state.done
         acc = state.carry["accepted"] + jnp.where(active, n_acc, 0)
-        return Proposal(tokens=toks, count=count,
-                        carry={"chunk": ChunkCarry(cache, hidden.astype(jnp.float32)),
-                               "accepted": acc})  # fmt: skip
+        return Proposal(
+            tokens=toks,
+            count=count,
+            carry={"chunk": ChunkCarry(cache, hidden.astype(jnp.float32)), "accepted": acc},
+        )
 
     def finish(self, models, state):
         return {"accepted_drafts": state.carry["accepted"]}
@@ -245,6 +261,7 @@ def vadusa(arg: str | None) -> VADUSA:
     try:
         tau = int(arg)
     except (TypeError, ValueError):
-        raise ConfigError(f"--strategy vadusa:{arg}: expected vadusa:<tau>, e.g. vadusa:2"
-                          ) from None  # fmt: skip
+        raise ConfigError(
+            f"--strategy vadusa:{arg}: expected vadusa:<tau>, e.g. vadusa:2"
+        ) from None
     return VADUSA(tau)

@@ -38,8 +38,12 @@ def utterance_tokens(engine, utts: Sequence) -> dict[str, np.ndarray]:
     """Speech tokens of utterances from their audio with the engine's own tokenizer."""
     from jaxtts.data.audio import load_audio, log_mel
 
-    return {u.id: engine.mel_to_units(log_mel(load_audio(u.path, engine.mel_cfg.sample_rate),
-                                              engine.mel_cfg)) for u in utts}  # fmt: skip
+    return {
+        u.id: engine.mel_to_units(
+            log_mel(load_audio(u.path, engine.mel_cfg.sample_rate), engine.mel_cfg)
+        )
+        for u in utts
+    }
 
 
 def _loader(engine, utts: Sequence, tokens: dict[str, np.ndarray] | None, batch_size: int):
@@ -49,13 +53,25 @@ def _loader(engine, utts: Sequence, tokens: dict[str, np.ndarray] | None, batch_
     records = make_lm_records(utts, tokens, engine.frontend)
     data_cfg = mlc.ConfigDict(dict(engine.config.data))
     data_cfg.batch_size = batch_size
-    return LMLoader.from_config(records, data_cfg, frame_rate=engine.frame_rate, shuffle=False,
-                                drop_remainder=False, num_epochs=1,
-                                sort_window=1_000_000)  # fmt: skip
+    return LMLoader.from_config(
+        records,
+        data_cfg,
+        frame_rate=engine.frame_rate,
+        shuffle=False,
+        drop_remainder=False,
+        num_epochs=1,
+        sort_window=1_000_000,
+    )
 
 
-def text_information(engine, utts: Sequence, tokens: dict[str, np.ndarray] | None = None,
-                     batch_size: int = 16, score=None, params=None) -> TextInformation:
+def text_information(
+    engine,
+    utts: Sequence,
+    tokens: dict[str, np.ndarray] | None = None,
+    batch_size: int = 16,
+    score=None,
+    params=None,
+) -> TextInformation:
     """Per-head CE with the right vs a rolled transcript over `utts` (prompts: other utterances
     of the same speaker, as in training). `engine`: an `LMEngine`; tokens default to
     `utterance_tokens`. `score(params, batch) -> (nll sums [K], counts [K], scored tokens per
@@ -68,13 +84,17 @@ def text_information(engine, utts: Sequence, tokens: dict[str, np.ndarray] | Non
         k = cfg.num_mtp_heads
         x, x_len = with_bos(batch["speech"], batch["speech_len"], cfg)
         logits, _ = model.apply({"params": params}, batch["text"], batch["text_len"], x, x_len)
-        targets, valid = losses.mtp_targets(batch["speech"], batch["speech_len"],
-                                            batch["prompt_len"], cfg.eos, k)  # fmt: skip
+        targets, valid = losses.mtp_targets(
+            batch["speech"], batch["speech_len"], batch["prompt_len"], cfg.eos, k
+        )
         valid = valid & (batch["text_len"] > 0)[:, None, None]
         logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)  # [B, T, K, V]
         nll = -jnp.take_along_axis(logp, targets[..., None], -1)[..., 0]  # [B, T, K]
-        return (jnp.sum(nll * valid, (0, 1)), jnp.sum(valid, (0, 1)),
-                jnp.sum(valid[..., 0], 1))  # [K], [K], [B]
+        return (
+            jnp.sum(nll * valid, (0, 1)),
+            jnp.sum(valid, (0, 1)),
+            jnp.sum(valid[..., 0], 1),
+        )  # [K], [K], [B]
 
     if score is not None:
         head_ce = jax.jit(score)
@@ -89,16 +109,16 @@ def text_information(engine, utts: Sequence, tokens: dict[str, np.ndarray] | Non
         idx = np.arange(real.size)
         r = idx[real]
         idx[r] = np.roll(r, 1)  # padding rows keep their empty text
-        ce2, n2, _ = head_ce(params, dict(b, text=b["text"][idx],
-                                          text_len=b["text_len"][idx]))  # fmt: skip
+        ce2, n2, _ = head_ce(params, dict(b, text=b["text"][idx], text_len=b["text_len"][idx]))
         if not np.array_equal(np.asarray(n2), np.asarray(n)):
             raise RuntimeError("token counts changed under the text roll")
         right += np.asarray(ce)
         other += np.asarray(ce2)
         count += np.asarray(n)
     count = np.maximum(np.atleast_1d(count), 1)
-    return TextInformation(int(count[0]), np.atleast_1d(right) / count,
-                           np.atleast_1d(other) / count)  # fmt: skip
+    return TextInformation(
+        int(count[0]), np.atleast_1d(right) / count, np.atleast_1d(other) / count
+    )
 
 
 @dataclasses.dataclass
@@ -107,8 +127,13 @@ class AlignmentScores:
     ctc: np.ndarray  # [L, N] CTC alignment loss of each head (nats per text symbol)
 
 
-def alignment_scores(engine, utts: Sequence, tokens: dict[str, np.ndarray] | None = None,
-                     batch_size: int = 16, band: float = 0.1) -> AlignmentScores:
+def alignment_scores(
+    engine,
+    utts: Sequence,
+    tokens: dict[str, np.ndarray] | None = None,
+    batch_size: int = 16,
+    band: float = 0.1,
+) -> AlignmentScores:
     """The training-time alignment metrics (`jaxtts.train.align`: diagonal mass and CTC
     alignment loss of the speech->text attention, no prior) for EVERY layer and head of an LM,
     teacher-forced on `utts` (batch means weighted by their rows). Lets a run trained without
@@ -118,8 +143,10 @@ def alignment_scores(engine, utts: Sequence, tokens: dict[str, np.ndarray] | Non
     from jaxtts.train import align as align_lib
 
     cfg = engine.cfg
-    task = LMTask(cfg, align=align_lib.AlignConfig(layers=tuple(range(cfg.num_layers)),
-                                                   ctc_weight=1.0, band=band))  # fmt: skip
+    task = LMTask(
+        cfg,
+        align=align_lib.AlignConfig(layers=tuple(range(cfg.num_layers)), ctc_weight=1.0, band=band),
+    )
     groups = cfg.num_layers * cfg.num_heads
 
     @jax.jit
@@ -129,9 +156,15 @@ def alignment_scores(engine, utts: Sequence, tokens: dict[str, np.ndarray] | Non
         m = batch["speech_len"] + 1  # the BOS-prefixed speech input, as in `LMTask.forward`
         m = jnp.where(m >= n, m, 0)  # CTC needs frames >= text symbols
         rows = jnp.sum((n > 0) & (m > 0))  # padding rows have no text
-        out = [jnp.stack([align_lib.diagonal_mass(st[:, g], n, m, band),
-                          align_lib.ctc_alignment_loss(st[:, g], n, m)])
-               for g in range(groups)]  # fmt: skip
+        out = [
+            jnp.stack(
+                [
+                    align_lib.diagonal_mass(st[:, g], n, m, band),
+                    align_lib.ctc_alignment_loss(st[:, g], n, m),
+                ]
+            )
+            for g in range(groups)
+        ]
         return jnp.stack(out) * rows, rows  # [G, 2] batch means weighted by its rows
 
     loader = _loader(engine, utts, tokens, batch_size)

@@ -19,18 +19,27 @@ from jaxtts.run_folder import RunFolder, check_vocab_files
 class LMEngine(Engine):
     family = "lm"
 
-    def __init__(self, config, params, frontend: TextFrontend, tokenizer: SpeechTokenizer,
-                 max_text_symbols: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        config,
+        params,
+        frontend: TextFrontend,
+        tokenizer: SpeechTokenizer,
+        max_text_symbols: int | None = None,
+    ):
         self.config = config
         self.cfg = LMConfig.from_config(config.model, saved=True)
         if frontend.vocab_size != self.cfg.num_text_symbols:
             raise CheckpointError(
                 f"text front-end has {frontend.vocab_size} symbols but "
-                f"model.num_text_symbols={self.cfg.num_text_symbols}")
+                f"model.num_text_symbols={self.cfg.num_text_symbols}"
+            )
         if tokenizer.vocab_size != self.cfg.num_speech_tokens:
-            raise CheckpointError(f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} "
-                                  f"tokens but model.num_speech_tokens="
-                                  f"{self.cfg.num_speech_tokens}")  # fmt: skip
+            raise CheckpointError(
+                f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} "
+                f"tokens but model.num_speech_tokens="
+                f"{self.cfg.num_speech_tokens}"
+            )
         self.model = TTSLM(self.cfg)
         self.params = params
         self.frontend = frontend
@@ -53,9 +62,11 @@ class LMEngine(Engine):
         check_vocab_files(run, frontend, tokenizer, cfg.num_text_symbols, cfg.num_speech_tokens)
         rate = run.read_data_info().get("frame_rate")
         if rate is not None and abs(float(rate) - tokenizer.frame_rate) > 1e-6:
-            raise CheckpointError(f"{run.tokenizer_dir}: a {tokenizer.frame_rate:g} Hz tokenizer "
-                                  f"but the model was trained on {float(rate):g} Hz tokens "
-                                  f"({run.data_path})")  # fmt: skip
+            raise CheckpointError(
+                f"{run.tokenizer_dir}: a {tokenizer.frame_rate:g} Hz tokenizer "
+                f"but the model was trained on {float(rate):g} Hz tokens "
+                f"({run.data_path})"
+            )
         one = np.ones((1, 4), np.int32)
         like = abstract_params(TTSLM(cfg).init, one, np.array([4]), one, np.array([4]))
         params, _ = run.load_params(like, step)
@@ -82,19 +93,38 @@ class LMEngine(Engine):
         return strategy.name
 
     def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
-        return self._generate(registry.get(options.strategy), self.decode_models(),
-                              self.decode_params(), batch, keys, options)  # fmt: skip
+        return self._generate(
+            registry.get(options.strategy),
+            self.decode_models(),
+            self.decode_params(),
+            batch,
+            keys,
+            options,
+        )
 
     def _generate(self, strategy, models, params, batch, keys, options) -> Generated:
-        out = jax.device_get(decode(strategy, models, params, batch, keys,
-                                    max_new_tokens=self.max_new_units(options),
-                                    sampling=options.sampling))  # fmt: skip
-        return Generated(units=np.asarray(out.tokens), length=np.asarray(out.length),
-                         steps=np.asarray(out.steps), hit_max=np.asarray(out.hit_max),
-                         stats={k: np.asarray(v) for k, v in out.stats.items()})  # fmt: skip
+        out = jax.device_get(
+            decode(
+                strategy,
+                models,
+                params,
+                batch,
+                keys,
+                max_new_tokens=self.max_new_units(options),
+                sampling=options.sampling,
+            )
+        )
+        return Generated(
+            units=np.asarray(out.tokens),
+            length=np.asarray(out.length),
+            steps=np.asarray(out.steps),
+            hit_max=np.asarray(out.hit_max),
+            stats={k: np.asarray(v) for k, v in out.stats.items()},
+        )
 
-    def memory_bytes(self, text_len: int, prompt_len: int, length: int,
-                     strategy: str | None = None) -> int:  # fmt: skip
+    def memory_bytes(
+        self, text_len: int, prompt_len: int, length: int, strategy: str | None = None
+    ) -> int:
         return self.cfg.kv_bytes_per_token() * (text_len + 1 + prompt_len + length)
 
 
@@ -110,5 +140,6 @@ def sentence_batch(engine: LMEngine, text: str, prompt=None) -> PromptBatch:
         out[0, : a.size] = a
         return out
 
-    return PromptBatch(padded(ids), np.array([ids.size], np.int32), padded(units),
-                       np.array([units.size], np.int32))  # fmt: skip
+    return PromptBatch(
+        padded(ids), np.array([ids.size], np.int32), padded(units), np.array([units.size], np.int32)
+    )

@@ -65,8 +65,9 @@ def expand_run(
         if (run.path / name).is_dir():
             shutil.copytree(run.path / name, out.path / name, dirs_exist_ok=True)
     info = run.read_data_info()
-    info["expanded_from"] = dict(run=str(src), num_layers=old, layer_map=list(m),
-                                 fingerprint=fingerprint)  # fmt: skip
+    info["expanded_from"] = dict(
+        run=str(src), num_layers=old, layer_map=list(m), fingerprint=fingerprint
+    )
     out.write_data_info(info)
     cfg = json.loads(run.config_path.read_text())
     cfg["model"]["num_layers"] = num_layers
@@ -85,23 +86,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("src", help="LM run folder, e.g. pretrained/car_small")
     ap.add_argument("dest", help="output run folder, e.g. runs/car_deep_init")
     ap.add_argument("--num_layers", type=int, required=True, help="the new depth")
-    ap.add_argument("--layer_map", default="",
-                    help="new index of each old layer, comma-separated (default: 0 and the "
-                         "last L-1, e.g. 0,9,10,11 for 4 -> 12)")  # fmt: skip
+    ap.add_argument(
+        "--layer_map",
+        default="",
+        help="new index of each old layer, comma-separated (default: 0 and the "
+        "last L-1, e.g. 0,9,10,11 for 4 -> 12)",
+    )
     args = ap.parse_args(argv)
     try:
         layer_map = [int(x) for x in args.layer_map.split(",") if x.strip()]
     except ValueError:
-        print(f"error: --layer_map={args.layer_map!r}: expected comma-separated integers",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: --layer_map={args.layer_map!r}: expected comma-separated integers",
+            file=sys.stderr,
+        )
         return 2
     try:
         out = expand_run(args.src, args.dest, args.num_layers, layer_map or None)
     except JaxttsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"{out.path}: {args.num_layers} layers, {out.params_file.stat().st_size / 2**20:.1f} "
-          "MiB of parameters")  # fmt: skip
+    print(
+        f"{out.path}: {args.num_layers} layers, {out.params_file.stat().st_size / 2**20:.1f} "
+        "MiB of parameters"
+    )
     return 0
 
 

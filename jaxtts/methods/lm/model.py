@@ -99,10 +99,18 @@ class LMConfig:
 
     @property
     def stack(self) -> StackConfig:
-        return StackConfig(num_layers=self.num_layers, num_heads=self.num_heads,
-                           head_dim=self.head_dim, d_ff=self.d_ff, mlp=self.mlp,
-                           dropout=self.dropout, dtype=self.dtype, rope_theta=self.rope_theta,
-                           lora_rank=self.lora_rank, lora_alpha=self.lora_alpha)  # fmt: skip
+        return StackConfig(
+            num_layers=self.num_layers,
+            num_heads=self.num_heads,
+            head_dim=self.head_dim,
+            d_ff=self.d_ff,
+            mlp=self.mlp,
+            dropout=self.dropout,
+            dtype=self.dtype,
+            rope_theta=self.rope_theta,
+            lora_rank=self.lora_rank,
+            lora_alpha=self.lora_alpha,
+        )
 
     def padded(self, n: int) -> int:
         m = max(1, self.vocab_multiple)
@@ -121,13 +129,14 @@ class LMConfig:
         d = dict(model_cfg)
         unknown = sorted(set(d) - fields - (RETIRED_MODEL_KEYS if saved else set()))
         if unknown:
-            raise ConfigError(f"model.{unknown[0]}: unknown key, expected one of "
-                              f"{sorted(fields)}")  # fmt: skip
+            raise ConfigError(f"model.{unknown[0]}: unknown key, expected one of {sorted(fields)}")
         d = {k: v for k, v in d.items() if k in fields}
         for key in ("num_text_symbols", "num_speech_tokens"):
             if int(d.get(key, -1)) < 1:
-                raise ConfigError(f"model.{key}={d.get(key)}: expected a positive size (filled "
-                                  "from the data by the trainer)")  # fmt: skip
+                raise ConfigError(
+                    f"model.{key}={d.get(key)}: expected a positive size (filled "
+                    "from the data by the trainer)"
+                )
         if d.get("num_mtp_heads", 1) < 1:
             raise ConfigError(f"model.num_mtp_heads={d['num_mtp_heads']}: expected >= 1")
         return cls(**d)
@@ -169,8 +178,9 @@ class KVCache:
         if extra == 0:
             return self
         pad = ((0, 0), (0, 0), (0, extra), (0, 0))
-        return self.replace(layers=tuple(LayerCache(jnp.pad(c.k, pad), jnp.pad(c.v, pad))
-                                         for c in self.layers))  # fmt: skip
+        return self.replace(
+            layers=tuple(LayerCache(jnp.pad(c.k, pad), jnp.pad(c.v, pad)) for c in self.layers)
+        )
 
     def key_segments(self, speech_len: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """(is_speech, index in segment, valid) of every cache slot [B, S], with `speech_len`
@@ -184,8 +194,9 @@ class KVCache:
         return k_speech.repeat(b, 0), k_idx.repeat(b, 0), k_valid
 
 
-def with_bos(speech: jax.Array, speech_len: jax.Array, cfg: LMConfig) -> tuple[jax.Array,
-                                                                                jax.Array]:
+def with_bos(
+    speech: jax.Array, speech_len: jax.Array, cfg: LMConfig
+) -> tuple[jax.Array, jax.Array]:
     """The model's speech input `[BOS, tokens..., PAD...]` int32 [B, T + 1] and its length
     speech_len + 1 [B], from raw tokens speech [B, T] (a prompt or a training target)."""
     speech, speech_len = jnp.asarray(speech), jnp.asarray(speech_len)
@@ -206,8 +217,14 @@ class MTPHead(nn.Module):
     def __call__(self, h: jax.Array) -> jax.Array:  # [..., D] -> [..., V]
         d = h.shape[-1]
         for i in range(self.blocks):
-            z = Dense(d, (axes.EMBED, None), use_bias=True, dtype=self.dtype, name=f"res_{i}",
-                      kernel_init=nn.initializers.normal(0.02 / d**0.5))(h)  # fmt: skip
+            z = Dense(
+                d,
+                (axes.EMBED, None),
+                use_bias=True,
+                dtype=self.dtype,
+                name=f"res_{i}",
+                kernel_init=nn.initializers.normal(0.02 / d**0.5),
+            )(h)
             h = h + jax.nn.silu(z.astype(jnp.float32))
         return Dense(self.vocab, (axes.EMBED, axes.VOCAB), dtype=self.dtype, name="out")(h)
 
@@ -222,18 +239,27 @@ class TTSLM(nn.Module):
     def setup(self):
         c = self.cfg
         emb_init = nn.initializers.normal(1.0)
-        self.text_embed = param_with_axes(self, "text_embed", emb_init,
-                                          (c.padded(c.num_text_symbols), c.d_model),
-                                          (axes.VOCAB, axes.EMBED))  # fmt: skip
-        self.speech_embed = param_with_axes(self, "speech_embed", emb_init,
-                                            (c.padded(c.num_speech_tokens + 3), c.d_model),
-                                            (axes.VOCAB, axes.EMBED))  # fmt: skip
+        self.text_embed = param_with_axes(
+            self,
+            "text_embed",
+            emb_init,
+            (c.padded(c.num_text_symbols), c.d_model),
+            (axes.VOCAB, axes.EMBED),
+        )
+        self.speech_embed = param_with_axes(
+            self,
+            "speech_embed",
+            emb_init,
+            (c.padded(c.num_speech_tokens + 3), c.d_model),
+            (axes.VOCAB, axes.EMBED),
+        )
         self.stack = TransformerStack(c.stack)
         v = c.padded(c.out_vocab)
-        self.base_head = Dense(v, (axes.EMBED, axes.VOCAB), use_bias=True,
-                               dtype=jnp.dtype(c.dtype))  # fmt: skip
-        self.mtp_heads = [MTPHead(v, c.mtp_blocks, jnp.dtype(c.dtype), name=f"head_{k}")
-                          for k in range(2, c.num_mtp_heads + 1)]  # fmt: skip
+        self.base_head = Dense(v, (axes.EMBED, axes.VOCAB), use_bias=True, dtype=jnp.dtype(c.dtype))
+        self.mtp_heads = [
+            MTPHead(v, c.mtp_blocks, jnp.dtype(c.dtype), name=f"head_{k}")
+            for k in range(2, c.num_mtp_heads + 1)
+        ]
 
     # -- pieces
     def embed_text(self, text: jax.Array) -> jax.Array:
@@ -270,8 +296,14 @@ class TTSLM(nn.Module):
 
     # -- training forward
     def __call__(
-        self, text: jax.Array, text_len: jax.Array, speech: jax.Array, speech_len: jax.Array,
-        *, train: bool = False, attn_bias: jax.Array | None = None,
+        self,
+        text: jax.Array,
+        text_len: jax.Array,
+        speech: jax.Array,
+        speech_len: jax.Array,
+        *,
+        train: bool = False,
+        attn_bias: jax.Array | None = None,
         bias_layers: Sequence[int] = (),
     ) -> tuple[jax.Array, jax.Array]:
         """text [B, X], speech [B, T] ([BOS, tokens...]) -> (logits [B, T, K, V], hidden [B, T, D]).
@@ -280,15 +312,28 @@ class TTSLM(nn.Module):
         token k positions after it. attn_bias [B, N, X+T, X+T] / bias_layers: the training-only
         alignment prior and captured attention logits (`TransformerStack`, `LMTask`).
         """
-        hidden = self.hidden_embedded(text, text_len, self.embed_speech(speech), speech_len,
-                                      train=train, attn_bias=attn_bias,
-                                      bias_layers=bias_layers)  # [B, T, D]  # fmt: skip
+        hidden = self.hidden_embedded(
+            text,
+            text_len,
+            self.embed_speech(speech),
+            speech_len,
+            train=train,
+            attn_bias=attn_bias,
+            bias_layers=bias_layers,
+        )  # [B, T, D]
         return self.heads(hidden), hidden
 
     def hidden_embedded(
-        self, text: jax.Array, text_len: jax.Array, speech_emb: jax.Array, speech_len: jax.Array,
-        *, train: bool = False, attn_bias: jax.Array | None = None,
-        bias_layers: Sequence[int] = (), stride: int = 1,
+        self,
+        text: jax.Array,
+        text_len: jax.Array,
+        speech_emb: jax.Array,
+        speech_len: jax.Array,
+        *,
+        train: bool = False,
+        attn_bias: jax.Array | None = None,
+        bias_layers: Sequence[int] = (),
+        stride: int = 1,
     ) -> jax.Array:
         """The training forward over input vectors in the speech segment: text [B, X] +
         speech_emb [B, T, D] (token embeddings, or TLDR's patch vectors) -> hidden [B, T, D].
@@ -298,34 +343,58 @@ class TTSLM(nn.Module):
         is_speech, idx, valid, pos = self._segments(text_len, speech_len, x_len, t_len, stride)
         mask = prefix_lm_mask(is_speech, idx, is_speech, idx, valid)  # [B, X+T, X+T]
         emb = jnp.concatenate([self.embed_text(text), speech_emb.astype(jnp.float32)], axis=1)
-        h, _ = self.stack(emb, pos, mask, train=train, attn_bias=attn_bias,
-                          bias_layers=tuple(bias_layers))  # fmt: skip
+        h, _ = self.stack(
+            emb, pos, mask, train=train, attn_bias=attn_bias, bias_layers=tuple(bias_layers)
+        )
         return h[:, x_len:]  # [B, T, D]
 
     # -- decoding
-    def init_cache(self, batch: int, text_slots: int, speech_slots: int, dtype: Any = None,
-                   layers: Sequence[int] | None = None) -> KVCache:  # fmt: skip
+    def init_cache(
+        self,
+        batch: int,
+        text_slots: int,
+        speech_slots: int,
+        dtype: Any = None,
+        layers: Sequence[int] | None = None,
+    ) -> KVCache:
         """Zero buffers for every layer (or one per index of `layers`)."""
         c = self.cfg
         shape = (batch, c.num_heads, text_slots + speech_slots, c.head_dim)  # [B, N, S, H]
         dt = jnp.dtype(dtype or c.dtype)
         n = len(c.stack.check_layers(layers))
         zeros = jnp.zeros((batch,), jnp.int32)
-        return KVCache(tuple(LayerCache(jnp.zeros(shape, dt), jnp.zeros(shape, dt))
-                             for _ in range(n)), zeros, zeros, text_slots)  # fmt: skip
+        return KVCache(
+            tuple(LayerCache(jnp.zeros(shape, dt), jnp.zeros(shape, dt)) for _ in range(n)),
+            zeros,
+            zeros,
+            text_slots,
+        )
 
-    def prefill(self, text: jax.Array, text_len: jax.Array, speech: jax.Array,
-                speech_len: jax.Array, cache: KVCache, layers: Sequence[int] | None = None
-                ) -> tuple[jax.Array, KVCache]:  # fmt: skip
+    def prefill(
+        self,
+        text: jax.Array,
+        text_len: jax.Array,
+        speech: jax.Array,
+        speech_len: jax.Array,
+        cache: KVCache,
+        layers: Sequence[int] | None = None,
+    ) -> tuple[jax.Array, KVCache]:
         """One forward over text [B, X] + speech [B, P] ([BOS, prompt]); X must equal
         cache.text_slots. Returns (hidden [B, P, D], cache with text_len / speech_len set)."""
-        return self.prefill_embedded(text, text_len, self.embed_speech(speech), speech_len,
-                                     cache, layers)  # fmt: skip
+        return self.prefill_embedded(
+            text, text_len, self.embed_speech(speech), speech_len, cache, layers
+        )
 
-    def prefill_embedded(self, text: jax.Array, text_len: jax.Array, speech_emb: jax.Array,
-                         speech_len: jax.Array, cache: KVCache,
-                         layers: Sequence[int] | None = None, stride: int = 1
-                         ) -> tuple[jax.Array, KVCache]:  # fmt: skip
+    def prefill_embedded(
+        self,
+        text: jax.Array,
+        text_len: jax.Array,
+        speech_emb: jax.Array,
+        speech_len: jax.Array,
+        cache: KVCache,
+        layers: Sequence[int] | None = None,
+        stride: int = 1,
+    ) -> tuple[jax.Array, KVCache]:
         """`prefill` over input vectors speech_emb [B, P, D] in the speech segment (positions
         advancing `stride` per slot, as in `hidden_embedded`)."""
         x_len, p_len = text.shape[1], speech_emb.shape[1]
@@ -340,14 +409,15 @@ class TTSLM(nn.Module):
         cache = cache.replace(layers=caches, speech_len=speech_len.astype(jnp.int32))
         return h[:, x_len:], cache
 
-    def extend(self, tokens: jax.Array, cache: KVCache, layers: Sequence[int] | None = None
-               ) -> tuple[jax.Array, KVCache]:  # fmt: skip
+    def extend(
+        self, tokens: jax.Array, cache: KVCache, layers: Sequence[int] | None = None
+    ) -> tuple[jax.Array, KVCache]:
         """Append tokens [B, C] at each row's speech_len; -> (hidden [B, C, D], cache)."""
         return self.extend_embedded(self.embed_speech(tokens), cache, layers)
 
-    def extend_embedded(self, emb: jax.Array, cache: KVCache,
-                        layers: Sequence[int] | None = None, stride: int = 1
-                        ) -> tuple[jax.Array, KVCache]:  # fmt: skip
+    def extend_embedded(
+        self, emb: jax.Array, cache: KVCache, layers: Sequence[int] | None = None, stride: int = 1
+    ) -> tuple[jax.Array, KVCache]:
         """Append input vectors emb [B, C, D] at each row's speech_len (a token's embedding,
         or any other vector in its place); -> (hidden [B, C, D], cache). Every row's
         speech_len + C must fit the cache."""
@@ -355,8 +425,10 @@ class TTSLM(nn.Module):
         q_idx = cache.speech_len[:, None] + jnp.arange(c)[None]  # [B, C]
         pos = cache.text_len[:, None] + stride * q_idx
         new_len = cache.speech_len + c
-        mask = prefix_lm_mask(jnp.ones((b, c), bool), q_idx,
-                              *cache.key_segments(new_len))  # [B, C, S]  # fmt: skip
-        h, caches = self.stack(emb, pos, mask, cache.layers, cache.text_slots + cache.speech_len,
-                               layers=layers)  # fmt: skip
+        mask = prefix_lm_mask(
+            jnp.ones((b, c), bool), q_idx, *cache.key_segments(new_len)
+        )  # [B, C, S]
+        h, caches = self.stack(
+            emb, pos, mask, cache.layers, cache.text_slots + cache.speech_len, layers=layers
+        )
         return h, cache.replace(layers=caches, speech_len=new_len.astype(jnp.int32))

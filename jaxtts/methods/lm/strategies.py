@@ -51,26 +51,36 @@ def window_fits(cache: KVCache, done: jax.Array, chunk: int) -> jax.Array:
     return jnp.all(done | (cache.speech_len + chunk <= cache.speech_slots))
 
 
-def prefill(model: TTSLM, params, batch: PromptBatch, speech_slots: int, layers=None
-            ) -> tuple[jax.Array, KVCache]:  # fmt: skip
+def prefill(
+    model: TTSLM, params, batch: PromptBatch, speech_slots: int, layers=None
+) -> tuple[jax.Array, KVCache]:
     """Fills a cache with text + BOS + prompt; returns (last hidden [B, D], cache)."""
     b, x = batch.text.shape
-    cache = model.apply({"params": params}, b, x, speech_slots, layers=layers,
-                        method="init_cache")  # fmt: skip
+    cache = model.apply({"params": params}, b, x, speech_slots, layers=layers, method="init_cache")
     speech, speech_len = with_bos(batch.prompt, batch.prompt_len, model.cfg)
-    h, cache = model.apply({"params": params}, batch.text, batch.text_len, speech, speech_len,
-                           cache, layers=layers, method="prefill")  # fmt: skip
+    h, cache = model.apply(
+        {"params": params},
+        batch.text,
+        batch.text_len,
+        speech,
+        speech_len,
+        cache,
+        layers=layers,
+        method="prefill",
+    )
     last = jnp.take_along_axis(h, batch.prompt_len[:, None, None], axis=1)[:, 0]  # [B, D]
     return last, cache
 
 
-def extend_rows(model: TTSLM, params, tokens: jax.Array, count: jax.Array, cache: KVCache,
-                layers=None) -> tuple[jax.Array, KVCache]:  # fmt: skip
+def extend_rows(
+    model: TTSLM, params, tokens: jax.Array, count: jax.Array, cache: KVCache, layers=None
+) -> tuple[jax.Array, KVCache]:
     """Append tokens [B, C] with one forward, then keep only the first count[b] of row b
     (per-row rollback). Returns (hidden of each row's last kept token [B, D], cache)."""
     start = cache.speech_len
-    h, cache = model.apply({"params": params}, tokens, cache, layers=layers,
-                           method="extend")  # [B, C, D]  # fmt: skip
+    h, cache = model.apply(
+        {"params": params}, tokens, cache, layers=layers, method="extend"
+    )  # [B, C, D]
     cache = cache.rollback(start + count)
     last = jnp.take_along_axis(h, (count - 1)[:, None, None], axis=1)[:, 0]  # [B, D]
     return last, cache
@@ -82,8 +92,16 @@ class ChunkCarry:
     hidden: jax.Array  # float32 [B, D] last hidden state of each row
 
 
-def chunk_step(model: TTSLM, params, carry: ChunkCarry, state: DecodeState, keys: jax.Array,
-               sampling: SamplingConfig, heads: int, count: jax.Array) -> Proposal:  # fmt: skip
+def chunk_step(
+    model: TTSLM,
+    params,
+    carry: ChunkCarry,
+    state: DecodeState,
+    keys: jax.Array,
+    sampling: SamplingConfig,
+    heads: int,
+    count: jax.Array,
+) -> Proposal:
     """Sample `heads` tokens per row from heads 1..heads, keep count[b] of them (int32 [B])."""
     logits = model.apply({"params": params}, carry.hidden, heads, method="heads")  # [B, C, V]
     logits = suppress_early_eos(logits, state.length, sampling, model.cfg.eos)
@@ -92,9 +110,16 @@ def chunk_step(model: TTSLM, params, carry: ChunkCarry, state: DecodeState, keys
     return Proposal(tokens=toks, count=count, carry=ChunkCarry(cache, hidden))
 
 
-def dynamic_chunk_step(model: TTSLM, params, carry: ChunkCarry, state: DecodeState,
-                       keys: jax.Array, sampling: SamplingConfig, count: jax.Array,
-                       max_chunk: int) -> Proposal:  # fmt: skip
+def dynamic_chunk_step(
+    model: TTSLM,
+    params,
+    carry: ChunkCarry,
+    state: DecodeState,
+    keys: jax.Array,
+    sampling: SamplingConfig,
+    count: jax.Array,
+    max_chunk: int,
+) -> Proposal:
     """`chunk_step` whose cost follows the sizes chosen: count int32 [B] in 1..max_chunk; the
     step computes heads 1..c and extends by c, c = the largest count among active rows, one
     `lax.switch` branch per static c. Row b keeps count[b] tokens as in `chunk_step`, and its
@@ -105,15 +130,13 @@ def dynamic_chunk_step(model: TTSLM, params, carry: ChunkCarry, state: DecodeSta
 
     def branch(c: int):
         def run(_):
-            prop = chunk_step(model, params, carry, state, keys, sampling, c,
-                              jnp.minimum(count, c))  # fmt: skip
+            prop = chunk_step(model, params, carry, state, keys, sampling, c, jnp.minimum(count, c))
             pad = jnp.zeros((count.shape[0], max_chunk - c), jnp.int32)
             return jnp.concatenate([prop.tokens, pad], axis=1), prop.carry
 
         return run
 
-    toks, new_carry = jax.lax.switch(c_max - 1, [branch(c) for c in range(1, max_chunk + 1)],
-                                     None)  # fmt: skip
+    toks, new_carry = jax.lax.switch(c_max - 1, [branch(c) for c in range(1, max_chunk + 1)], None)
     return Proposal(tokens=toks, count=count, carry=new_carry)
 
 
@@ -138,8 +161,10 @@ class ChunkedAR(Strategy):
     def check(self, models) -> None:
         heads = models["target"].cfg.num_mtp_heads
         if self.chunk > heads:
-            raise ConfigError(f"strategy {self.name}: chunk {self.chunk} needs {self.chunk} "
-                              f"prediction heads, the model has {heads}")  # fmt: skip
+            raise ConfigError(
+                f"strategy {self.name}: chunk {self.chunk} needs {self.chunk} "
+                f"prediction heads, the model has {heads}"
+            )
 
     def max_steps(self, max_new_tokens: int) -> int:
         return -(-max_new_tokens // self.chunk)
@@ -157,8 +182,9 @@ class ChunkedAR(Strategy):
         return ChunkCarry(cache=cache, hidden=hidden.astype(jnp.float32))
 
     def windows(self, models, batch, max_new_tokens):
-        return cache_windows(batch.prompt.shape[1] + 1, self.speech_slots(batch, max_new_tokens),
-                             self.chunk)  # fmt: skip
+        return cache_windows(
+            batch.prompt.shape[1] + 1, self.speech_slots(batch, max_new_tokens), self.chunk
+        )
 
     def resize(self, models, carry, window):
         return carry.replace(cache=carry.cache.resize(window))
@@ -168,8 +194,16 @@ class ChunkedAR(Strategy):
 
     def step(self, models, params, state, keys, sampling):
         count = jnp.full(state.length.shape, self.chunk, jnp.int32)
-        return chunk_step(models["target"], params["target"], state.carry, state, keys, sampling,
-                          self.chunk, count)  # fmt: skip
+        return chunk_step(
+            models["target"],
+            params["target"],
+            state.carry,
+            state,
+            keys,
+            sampling,
+            self.chunk,
+            count,
+        )
 
 
 def far(arg: str | None) -> ChunkedAR:

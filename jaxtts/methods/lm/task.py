@@ -63,8 +63,12 @@ def ensure_builtin_corpus(data_cfg, progress: bool = True) -> Path:
     """The configured corpus folder; the built-in one is built on first use."""
     corpus = resolve_corpus_dir(data_cfg)
     if not data_cfg.get("corpus_dir"):
-        build_corpus(corpus, num_utterances=int(data_cfg.get("corpus_utterances", 2400)),
-                     seed=int(data_cfg.get("corpus_seed", 0)), progress=progress)  # fmt: skip
+        build_corpus(
+            corpus,
+            num_utterances=int(data_cfg.get("corpus_utterances", 2400)),
+            seed=int(data_cfg.get("corpus_seed", 0)),
+            progress=progress,
+        )
     return corpus
 
 
@@ -84,9 +88,11 @@ def tokenizer_for(data_cfg, corpus: Path, train_utts, progress: bool = True):
     if (folder / "tokenizer.json").is_file():
         tok = tok_lib.load_tokenizer(folder)
         if tok.vocab_size != k or getattr(tok, "frames", 1) != frames:
-            raise ConfigError(f"{folder}: holds a K={tok.vocab_size}, frames="
-                              f"{getattr(tok, 'frames', 1)} tokenizer but data.tokenizer_k={k}, "
-                              f"data.tokenizer_frames={frames}")  # fmt: skip
+            raise ConfigError(
+                f"{folder}: holds a K={tok.vocab_size}, frames="
+                f"{getattr(tok, 'frames', 1)} tokenizer but data.tokenizer_k={k}, "
+                f"data.tokenizer_frames={frames}"
+            )
         return tok
     from jaxtts.data.audio import utterance_mels
 
@@ -97,11 +103,13 @@ def tokenizer_for(data_cfg, corpus: Path, train_utts, progress: bool = True):
     need_s = 1.25 * tok.max_fit_frames / tok.frame_rate
     total_s = sum(float(u.duration or 0.0) for u in train_utts)
     stride = max(1, int(total_s // need_s))
-    mels = utterance_mels(list(train_utts)[::stride], tok.mel_cfg, progress=progress,
-                          desc="log-mel (fit)")  # fmt: skip
+    mels = utterance_mels(
+        list(train_utts)[::stride], tok.mel_cfg, progress=progress, desc="log-mel (fit)"
+    )
     tok.fit(mels, progress=progress)
-    tok.fit_context_decoder(mels, window=int(data_cfg.get("tokenizer_context", 1)),
-                            progress=progress)  # fmt: skip
+    tok.fit_context_decoder(
+        mels, window=int(data_cfg.get("tokenizer_context", 1)), progress=progress
+    )
     conv_steps = int(data_cfg.get("tokenizer_conv_steps", 0))
     if conv_steps > 0:
         from jaxtts.data.token_decoder import ConvDecoderConfig
@@ -116,8 +124,11 @@ def prepare_data(config, workdir: str | Path | None = None, progress: bool = Tru
     """Corpus -> tokenizer -> tokens -> text front-end -> loaders (see module docstring)."""
     d = config.data
     corpus = ensure_builtin_corpus(d, progress)
-    splits = {s: read_split(corpus, s) for s in ("train", "dev", "test")
-              if (corpus / f"{s}.jsonl").is_file()}  # fmt: skip
+    splits = {
+        s: read_split(corpus, s)
+        for s in ("train", "dev", "test")
+        if (corpus / f"{s}.jsonl").is_file()
+    }
     if "train" not in splits:
         raise DataError(f"{corpus}/train.jsonl: manifest not found")
     tok = tokenizer_for(d, corpus, splits["train"], progress)
@@ -130,8 +141,9 @@ def prepare_data(config, workdir: str | Path | None = None, progress: bool = Tru
     if fe_dir is not None and (fe_dir / "text_frontend.json").is_file():
         frontend = TextFrontend.load(fe_dir)  # a resumed run keeps its symbol table
     else:
-        frontend = TextFrontend.from_utterances(splits["train"], backend=d.get("text_backend",
-                                                                               "espeak"))
+        frontend = TextFrontend.from_utterances(
+            splits["train"], backend=d.get("text_backend", "espeak")
+        )
     if run is not None:
         frontend.save(fe_dir)
         if not (run.tokenizer_dir / "tokenizer.json").is_file():
@@ -141,9 +153,15 @@ def prepare_data(config, workdir: str | Path | None = None, progress: bool = Tru
         utts = splits[split]
         tokens = tok_lib.load_tokens(corpus, tok.name, [u.id for u in utts])
         records = make_lm_records(utts, tokens, frontend)
-        return LMLoader.from_config(records, d, frame_rate=tok.frame_rate, shuffle=train,
-                                    drop_remainder=train, num_epochs=None if train else 1,
-                                    sort_window=32 if train else 1_000_000)  # fmt: skip
+        return LMLoader.from_config(
+            records,
+            d,
+            frame_rate=tok.frame_rate,
+            shuffle=train,
+            drop_remainder=train,
+            num_epochs=None if train else 1,
+            sort_window=32 if train else 1_000_000,
+        )
 
     train_loader = loader("train", True)
     dev_loader = loader("dev", False) if "dev" in splits else None
@@ -167,8 +185,9 @@ class LMTask:
 
     def init(self, rng, batch):
         x, x_len = with_bos(batch["speech"], batch["speech_len"], self.cfg)
-        return self.model.init(rng, jnp.asarray(batch["text"]), jnp.asarray(batch["text_len"]),
-                               x, x_len)["params"]  # fmt: skip
+        return self.model.init(
+            rng, jnp.asarray(batch["text"]), jnp.asarray(batch["text_len"]), x, x_len
+        )["params"]
 
     def forward(self, params, batch, rng=None, *, train: bool = False, step=None):
         """(logits [B, T, K, V], align metrics + 'align/ctc' loss term, speech->text logits
@@ -178,38 +197,64 @@ class LMTask:
         x, x_len = with_bos(batch["speech"], batch["speech_len"], cfg)
         rngs = {"dropout": rng} if rng is not None else {}
         if not a.enabled:
-            logits, _ = self.model.apply({"params": params}, text, text_len, x, x_len,
-                                         train=train, rngs=rngs)  # fmt: skip
+            logits, _ = self.model.apply(
+                {"params": params}, text, text_len, x, x_len, train=train, rngs=rngs
+            )
             return logits, {}, None
         nx, nt = text.shape[1], x.shape[1]
         w = a.prior_weight(step)
         bias = None  # evaluation (step None) and prior-free configs build no bias at all
         if a.prior_scaling > 0 and step is not None:
-            bias = align_lib.prior_bias(text_len, x_len, nx, nt, a.head_mask(cfg.num_heads),
-                                        a.prior_scaling, w, a.prior_normalize)  # [B,N,X+T,X+T]
+            bias = align_lib.prior_bias(
+                text_len,
+                x_len,
+                nx,
+                nt,
+                a.head_mask(cfg.num_heads),
+                a.prior_scaling,
+                w,
+                a.prior_normalize,
+            )  # [B,N,X+T,X+T]
         (logits, _), inter = self.model.apply(
-            {"params": params}, text, text_len, x, x_len, train=train, rngs=rngs,
-            attn_bias=bias, bias_layers=a.layers, mutable=["intermediates"])  # fmt: skip
+            {"params": params},
+            text,
+            text_len,
+            x,
+            x_len,
+            train=train,
+            rngs=rngs,
+            attn_bias=bias,
+            bias_layers=a.layers,
+            mutable=["intermediates"],
+        )
         stack = inter["intermediates"]["stack"]
-        blocks = [align_lib.speech_text_logits(stack[f"layer_{i}"]["attn"]["attn_logits"][0],
-                                               nx, a.heads) for i in a.layers]  # fmt: skip
+        blocks = [
+            align_lib.speech_text_logits(stack[f"layer_{i}"]["attn"]["attn_logits"][0], nx, a.heads)
+            for i in a.layers
+        ]
         st = jnp.concatenate(blocks, axis=1)  # [B, L'N', T, X]
         b, g = st.shape[:2]
         flat = st.reshape((b * g,) + st.shape[2:])  # [B L'N', T, X]
         n_rep, m_rep = jnp.repeat(text_len, g), jnp.repeat(x_len, g)
         m_rep = jnp.where(m_rep >= n_rep, m_rep, 0)  # CTC needs frames >= text symbols
         ctc = align_lib.ctc_alignment_loss(flat, n_rep, m_rep, a.blank_logprob)
-        metrics = {"align/ctc": ctc, "align/prior_weight": w,
-                   "align/diag_mass": align_lib.diagonal_mass(flat, n_rep, m_rep, a.band)}
+        metrics = {
+            "align/ctc": ctc,
+            "align/prior_weight": w,
+            "align/diag_mass": align_lib.diagonal_mass(flat, n_rep, m_rep, a.band),
+        }
         return logits, metrics, st
 
     def loss(self, params, batch, rng, *, train: bool, step=None):
         cfg = self.cfg
         logits, align_metrics, _ = self.forward(params, batch, rng, train=train, step=step)
-        targets, valid = losses.mtp_targets(jnp.asarray(batch["speech"]),
-                                            jnp.asarray(batch["speech_len"]),
-                                            jnp.asarray(batch["prompt_len"]), cfg.eos,
-                                            cfg.num_mtp_heads)  # fmt: skip
+        targets, valid = losses.mtp_targets(
+            jnp.asarray(batch["speech"]),
+            jnp.asarray(batch["speech_len"]),
+            jnp.asarray(batch["prompt_len"]),
+            cfg.eos,
+            cfg.num_mtp_heads,
+        )
         valid = valid & (jnp.asarray(batch["text_len"]) > 0)[:, None, None]  # padding rows
         loss, metrics = losses.mtp_loss(logits, targets, valid, self.alpha)
         if align_metrics:
@@ -240,8 +285,10 @@ def fill_model_sizes(config, data: LMData) -> mlc.ConfigDict:
     """A private unlocked copy of `config` with the data-dependent sizes filled in."""
     config = mlc.ConfigDict(config.to_dict())
     m = config.model
-    for key, size in (("num_text_symbols", data.frontend.vocab_size),
-                      ("num_speech_tokens", data.tokenizer.vocab_size)):  # fmt: skip
+    for key, size in (
+        ("num_text_symbols", data.frontend.vocab_size),
+        ("num_speech_tokens", data.tokenizer.vocab_size),
+    ):
         if int(m.get(key, -1)) == -1:
             m[key] = int(size)
         elif int(m[key]) != int(size):
@@ -263,8 +310,15 @@ def _drop_retired_keys(run: RunFolder) -> None:
         log.info("%s: dropped retired keys %s", run.config_path, retired)
 
 
-def train(config, workdir: str, *, progress: bool = True, mesh=None, task_name: str = "lm",
-          data_info: dict | None = None):
+def train(
+    config,
+    workdir: str,
+    *,
+    progress: bool = True,
+    mesh=None,
+    task_name: str = "lm",
+    data_info: dict | None = None,
+):
     """Train the LM; returns the trainer's `TrainResult` (see `jaxtts.train.loop`).
     `task_name`: the family whose run this is ('ssd' trains a draft LM this way);
     `data_info`: more entries for data.json (SSD: its target and the target's fingerprint)."""
@@ -278,16 +332,23 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None, task_name: 
     config = fill_model_sizes(config, data)
     cfg = LMConfig.from_config(config.model)
     task = lm_task_from_config(config, cfg)
-    clash = sorted(set(data_info or {}) & {"corpus_dir", "tokenizer", "frame_rate",
-                                           "train_records", "dropped", "max_target_text"})
+    clash = sorted(
+        set(data_info or {})
+        & {"corpus_dir", "tokenizer", "frame_rate", "train_records", "dropped", "max_target_text"}
+    )
     if clash:
         raise ValueError(f"data_info may not replace data.json's {clash[0]!r}")
     RunFolder(workdir).write_data_info(
-        {"corpus_dir": str(data.corpus_dir), "tokenizer": data.tokenizer.name,
-         "frame_rate": data.tokenizer.frame_rate, "train_records": len(data.train.records),
-         "dropped": data.train.num_dropped,
-         "max_target_text": int(max(r.text_ids.size for r in data.train.records)),
-         **(data_info or {})})  # fmt: skip
+        {
+            "corpus_dir": str(data.corpus_dir),
+            "tokenizer": data.tokenizer.name,
+            "frame_rate": data.tokenizer.frame_rate,
+            "train_records": len(data.train.records),
+            "dropped": data.train.num_dropped,
+            "max_target_text": int(max(r.text_ids.size for r in data.train.records)),
+            **(data_info or {}),
+        }
+    )
 
     dev = data.dev
 
@@ -307,10 +368,16 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None, task_name: 
             out.update(hook(step, state) or {})
         return out
 
-    return loop.train_and_evaluate(config, workdir, task, data.train,
-                                   eval_batches if dev is not None else None, mesh=mesh,
-                                   progress=progress,
-                                   on_eval=on_eval if hooks else None)  # fmt: skip
+    return loop.train_and_evaluate(
+        config,
+        workdir,
+        task,
+        data.train,
+        eval_batches if dev is not None else None,
+        mesh=mesh,
+        progress=progress,
+        on_eval=on_eval if hooks else None,
+    )
 
 
 def _attention_image(task: LMTask, workdir: str, batch):
@@ -328,9 +395,12 @@ def _attention_image(task: LMTask, workdir: str, batch):
         z = st[:, :m, :n]
         p = np.exp(z - z.max(-1, keepdims=True))
         p = (p / p.sum(-1, keepdims=True)).mean(0)  # [M, N]
-        save_attention_png(p, RunFolder(workdir).samples_dir(step) / "attention.png",
-                           f"step {step}: aligned heads, speech -> text (prompt text + target; "
-                           f"prompt speech {int(row['prompt_len'][0])} tokens)")
+        save_attention_png(
+            p,
+            RunFolder(workdir).samples_dir(step) / "attention.png",
+            f"step {step}: aligned heads, speech -> text (prompt text + target; "
+            f"prompt speech {int(row['prompt_len'][0])} tokens)",
+        )
         return {}
 
     return on_eval
@@ -354,8 +424,7 @@ def save_attention_png(p: np.ndarray, path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def _sample_eval(config, workdir: str, data: LMData, n: int, progress: bool,
-                 make_engine=None):  # fmt: skip
+def _sample_eval(config, workdir: str, data: LMData, n: int, progress: bool, make_engine=None):
     """on_eval hook: synthesize `n` dev sentences with the current params, write the wavs to
     `samples/step_<k>/` and score them with the evaluation ASR (domain LM) when available.
     make_engine(params) -> Engine (default: an LMEngine of `config`; TLDR passes its own)."""
@@ -374,13 +443,20 @@ def _sample_eval(config, workdir: str, data: LMData, n: int, progress: bool,
             log.warning("sample WER disabled: %s", e)
 
     def on_eval(step, state) -> dict[str, float]:
-        engine = (make_engine(state.full_params) if make_engine is not None
-                  else LMEngine(config, state.full_params, data.frontend, data.tokenizer))
+        engine = (
+            make_engine(state.full_params)
+            if make_engine is not None
+            else LMEngine(config, state.full_params, data.frontend, data.tokenizer)
+        )
         synth = Synthesizer(engine, vocoder=config.eval.get("vocoder", "griffin_lim"))
         out_dir = RunFolder(workdir).samples_dir(step)
-        results = synth.synthesize([u.text for u in utts], prompts,
-                                   strategy=config.decode.strategy, batch_size=len(utts),
-                                   progress=False)  # fmt: skip
+        results = synth.synthesize(
+            [u.text for u in utts],
+            prompts,
+            strategy=config.decode.strategy,
+            batch_size=len(utts),
+            progress=False,
+        )
         out: dict[str, float] = {}
         if jax.process_index() == 0:
             synth.write(results, out_dir)
@@ -395,4 +471,3 @@ def _sample_eval(config, workdir: str, data: LMData, n: int, progress: bool,
         return out
 
     return on_eval
-

@@ -47,8 +47,9 @@ class MDMOutput:
     order_step: jax.Array  # int32 [B, T] the step that decoded each frame (-1: padding)
 
 
-def predicted_durations(logw: jax.Array, text_len: jax.Array, length_scale: float = 1.0
-                        ) -> jax.Array:  # fmt: skip
+def predicted_durations(
+    logw: jax.Array, text_len: jax.Array, length_scale: float = 1.0
+) -> jax.Array:
     """Frames per phone int32 [B, X]: ceil(exp(logw) * length_scale), >= 1 on valid phones."""
     valid = jnp.arange(logw.shape[1])[None] < text_len[:, None]
     d = jnp.ceil(jnp.exp(logw) * length_scale)
@@ -60,11 +61,24 @@ def num_steps(order: str, frames: int) -> int:
     return -(-frames // int(arg)) if name == "topk" else frames
 
 
-@functools.partial(jax.jit, static_argnames=("model", "order", "frames", "greedy", "tau1",
-                                             "tau2", "length_scale"))  # fmt: skip
-def mdm_decode(model, params, text, text_len, speaker, keys, *, order: str, frames: int,
-               greedy: bool = False, tau1: float = 1.0, tau2: float = 1.0,
-               length_scale: float = 1.0) -> MDMOutput:  # fmt: skip
+@functools.partial(
+    jax.jit, static_argnames=("model", "order", "frames", "greedy", "tau1", "tau2", "length_scale")
+)
+def mdm_decode(
+    model,
+    params,
+    text,
+    text_len,
+    speaker,
+    keys,
+    *,
+    order: str,
+    frames: int,
+    greedy: bool = False,
+    tau1: float = 1.0,
+    tau2: float = 1.0,
+    length_scale: float = 1.0,
+) -> MDMOutput:
     """text [B, X], text_len [B], speaker [B, E] or None, keys [B] per-row PRNG keys; `frames`
     the static buffer length (rows longer than it are cut: `frame_budget` picks it)."""
     cfg = model.cfg
@@ -81,15 +95,17 @@ def mdm_decode(model, params, text, text_len, speaker, keys, *, order: str, fram
     ranks = None
     if name in ("random", "l2r", "r2l", "swap"):
         ranks = jax.vmap(lambda k, n: static_ranks(name, arg, k, n[None], frames)[0])(
-            jax.vmap(lambda k: jax.random.fold_in(k, 7))(keys), t_len)  # [B, T]
+            jax.vmap(lambda k: jax.random.fold_in(k, 7))(keys), t_len
+        )  # [B, T]
     seg_of = duration_segments(dur, frames)  # [B, T]
     n_seg = dur.shape[1]
 
     def body(carry):
         s, (q, decoded, order_step, seg, row_steps) = carry
         k = jax.vmap(lambda kk: jax.random.fold_in(kk, s))(keys)  # [B]
-        out = model.apply(p, mu, cfg.level_value(q), decoded, t_len, speaker,
-                          method="decode_params")  # [B, T, M, 3K]
+        out = model.apply(
+            p, mu, cfg.level_value(q), decoded, t_len, speaker, method="decode_params"
+        )  # [B, T, M, 3K]
         undecoded = valid & ~decoded
         # confidence orders need every frame's mode; fixed orders at most the picked frame's
         top_lp, top_level = dmol.mode(out, cfg.levels) if ranks is None else (None, None)
@@ -103,25 +119,30 @@ def mdm_decode(model, params, text, text_len, speaker, keys, *, order: str, fram
             if name == "duration":
                 # the current segment, or (when it is full) the most confident one
                 in_seg = undecoded & (seg_of == seg[:, None])
-                seg_conf = jax.vmap(lambda c, u, g: jax.ops.segment_sum(
-                    jnp.where(u, c, 0.0), g, n_seg + 1) / jnp.maximum(jax.ops.segment_sum(
-                        u.astype(jnp.float32), g, n_seg + 1), 1.0))(conf, undecoded, seg_of)
-                has = jax.vmap(lambda u, g: jax.ops.segment_sum(u.astype(jnp.int32), g,
-                                                                n_seg + 1))(undecoded, seg_of)
-                best = jnp.argmax(jnp.where(has[:, :n_seg] > 0, seg_conf[:, :n_seg], -jnp.inf),
-                                  axis=1)  # fmt: skip
+                seg_conf = jax.vmap(
+                    lambda c, u, g: (
+                        jax.ops.segment_sum(jnp.where(u, c, 0.0), g, n_seg + 1)
+                        / jnp.maximum(jax.ops.segment_sum(u.astype(jnp.float32), g, n_seg + 1), 1.0)
+                    )
+                )(conf, undecoded, seg_of)
+                has = jax.vmap(lambda u, g: jax.ops.segment_sum(u.astype(jnp.int32), g, n_seg + 1))(
+                    undecoded, seg_of
+                )
+                best = jnp.argmax(
+                    jnp.where(has[:, :n_seg] > 0, seg_conf[:, :n_seg], -jnp.inf), axis=1
+                )
                 seg = jnp.where(in_seg.any(1), seg, best).astype(jnp.int32)
                 cand = undecoded & (seg_of == seg[:, None])
-                u = jax.vmap(lambda kk: jax.random.uniform(jax.random.fold_in(kk, 3),
-                                                           (frames,)))(k)  # fmt: skip
+                u = jax.vmap(lambda kk: jax.random.uniform(jax.random.fold_in(kk, 3), (frames,)))(k)
                 pick = select_confident(u, cand, jnp.ones((b,), jnp.int32))
             else:
                 pick = select_confident(conf, undecoded, jnp.full((b,), per_step, jnp.int32))
         if greedy or name == "top1":
             vals = top_level  # [B, T, M] ([B, 1, M] for fixed orders)
         else:
-            vals = jax.vmap(lambda kk, o: dmol.sample(jax.random.fold_in(kk, 5), o, cfg.levels,
-                                                      tau1, tau2))(k, out)  # fmt: skip
+            vals = jax.vmap(
+                lambda kk, o: dmol.sample(jax.random.fold_in(kk, 5), o, cfg.levels, tau1, tau2)
+            )(k, out)
         q = jnp.where(pick[..., None], vals, q)
         order_step = jnp.where(pick, s, order_step)
         row_steps = row_steps + undecoded.any(1).astype(jnp.int32)
@@ -131,9 +152,13 @@ def mdm_decode(model, params, text, text_len, speaker, keys, *, order: str, fram
         s, (_, decoded, *_) = carry
         return (s < steps) & jnp.any(valid & ~decoded)
 
-    init = (jnp.zeros((b, frames, cfg.n_mels), jnp.int32), jnp.zeros((b, frames), bool),
-            jnp.full((b, frames), -1, jnp.int32), jnp.zeros((b,), jnp.int32),
-            jnp.zeros((b,), jnp.int32))  # fmt: skip
+    init = (
+        jnp.zeros((b, frames, cfg.n_mels), jnp.int32),
+        jnp.zeros((b, frames), bool),
+        jnp.full((b, frames), -1, jnp.int32),
+        jnp.zeros((b,), jnp.int32),
+        jnp.zeros((b,), jnp.int32),
+    )
     _, (q, decoded, order_step, _, row_steps) = jax.lax.while_loop(cond, body, (0, init))
     levels = jnp.where(valid[..., None], q, -1)
     mel = jnp.where(valid[..., None], cfg.denormalize(cfg.level_value(q)), 0.0)

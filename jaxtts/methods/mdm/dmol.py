@@ -66,8 +66,9 @@ def nll(params: jax.Array, target: jax.Array, levels: int) -> jax.Array:
     return -jax.nn.logsumexp(jax.nn.log_softmax(logits, axis=-1) + comp, axis=-1)
 
 
-def sample(key: jax.Array, params: jax.Array, levels: int, tau1: float = 1.0,
-           tau2: float = 1.0) -> jax.Array:  # fmt: skip
+def sample(
+    key: jax.Array, params: jax.Array, levels: int, tau1: float = 1.0, tau2: float = 1.0
+) -> jax.Array:
     """One level per distribution: params [..., 3K] -> int32 [...]."""
     logits, means, log_s = split(params.astype(jnp.float32))
     k1, k2 = jax.random.split(key)

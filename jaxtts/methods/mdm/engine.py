@@ -61,8 +61,9 @@ class MDMEngine(Engine):
         self.decode_config = dict(config.decode)
         self.mdm = dict(config.get("mdm", {}))
         self.speaker = speaker  # JaxSpeakerEncoder or None
-        self._encode = jax.jit(lambda p, t, n, s: self.model.apply(
-            {"params": p}, t, n, s, method="encode")[2])  # fmt: skip
+        self._encode = jax.jit(
+            lambda p, t, n, s: self.model.apply({"params": p}, t, n, s, method="encode")[2]
+        )
 
     @classmethod
     def from_run(cls, run: RunFolder, step: int | None = None) -> MDMEngine:
@@ -72,8 +73,10 @@ class MDMEngine(Engine):
         frontend = TextFrontend.load(run.text_frontend_dir)
         cfg = MDMConfig(**dict(config.model))
         if frontend.vocab_size != cfg.num_text_symbols:
-            raise CheckpointError(f"{run.text_frontend_dir}: {frontend.vocab_size} symbols but "
-                                  f"model.num_text_symbols={cfg.num_text_symbols}")  # fmt: skip
+            raise CheckpointError(
+                f"{run.text_frontend_dir}: {frontend.vocab_size} symbols but "
+                f"model.num_text_symbols={cfg.num_text_symbols}"
+            )
         like = jax.eval_shape(lambda: init_params(cfg))
         params, _ = run.load_params(like, step)
         speaker = load_speaker_encoder(config, run.path) if cfg.speaker_dim else None
@@ -96,8 +99,10 @@ class MDMEngine(Engine):
         if str(spec).startswith("gradtts"):
             n = parse_steps(spec)
             if not self.cfg.score_layers:
-                raise ConfigError(f"strategy {spec!r}: this run has no Grad-TTS decoder "
-                                  "(trained with model.score_layers=0)")  # fmt: skip
+                raise ConfigError(
+                    f"strategy {spec!r}: this run has no Grad-TTS decoder "
+                    "(trained with model.score_layers=0)"
+                )
             return f"gradtts:{n or 'length'}"
         order = order_of(spec)
         return f"mdm:{order}"
@@ -117,9 +122,11 @@ class MDMEngine(Engine):
         spec = self.check_strategy(options.strategy)
         s = options.sampling
         if s.top_k or s.top_p < 1.0:
-            raise ConfigError(f"{spec}: top_k / top_p do not apply to MDM's mixture sampling or "
-                              "Grad-TTS (decode.temperature is MDM's tau_2; Grad-TTS's tau is "
-                              "mdm.gradtts_tau)")  # fmt: skip
+            raise ConfigError(
+                f"{spec}: top_k / top_p do not apply to MDM's mixture sampling or "
+                "Grad-TTS (decode.temperature is MDM's tau_2; Grad-TTS's tau is "
+                "mdm.gradtts_tau)"
+            )
         text, text_len = jnp.asarray(batch.text), jnp.asarray(batch.text_len)
         spk = self.speaker_embeddings(batch)
         scale = float(self.mdm.get("length_scale", 1.0))
@@ -128,29 +135,59 @@ class MDMEngine(Engine):
         frames = dur.sum(1)
         real = np.asarray(batch.text_len) > 0
         if (real & (frames == 0)).any():
-            raise DataError("mdm: the duration predictor gave zero frames for a text with "
-                            "phonemes; check the run (a trained model never does)")  # fmt: skip
+            raise DataError(
+                "mdm: the duration predictor gave zero frames for a text with "
+                "phonemes; check the run (a trained model never does)"
+            )
         cap = self.max_new_units(options)
         hit = frames > cap
         width = int(min(cap, max(int(frames.max()), 1)))
         width = -(-width // FRAME_BUCKET) * FRAME_BUCKET
         if spec.startswith("gradtts:"):
             n = parse_steps(spec)
-            out = jax.device_get(gradtts_decode(
-                self.model, self.params, text, text_len, spk, keys, steps=n, frames=width,
-                greedy=options.sampling.greedy, temperature=float(self.mdm.get("gradtts_tau", 1.5)),
-                length_scale=scale))  # fmt: skip
+            out = jax.device_get(
+                gradtts_decode(
+                    self.model,
+                    self.params,
+                    text,
+                    text_len,
+                    spk,
+                    keys,
+                    steps=n,
+                    frames=width,
+                    greedy=options.sampling.greedy,
+                    temperature=float(self.mdm.get("gradtts_tau", 1.5)),
+                    length_scale=scale,
+                )
+            )
             budget = n or width
         else:
             order = spec.split(":", 1)[1]
-            out = jax.device_get(mdm_decode(
-                self.model, self.params, text, text_len, spk, keys, order=order, frames=width,
-                greedy=options.sampling.greedy, tau1=float(self.mdm.get("tau1", 1.0)),
-                tau2=float(options.sampling.temperature), length_scale=scale))  # fmt: skip
+            out = jax.device_get(
+                mdm_decode(
+                    self.model,
+                    self.params,
+                    text,
+                    text_len,
+                    spk,
+                    keys,
+                    order=order,
+                    frames=width,
+                    greedy=options.sampling.greedy,
+                    tau1=float(self.mdm.get("tau1", 1.0)),
+                    tau2=float(options.sampling.temperature),
+                    length_scale=scale,
+                )
+            )
             budget = num_steps(order, width)
         length = np.minimum(np.asarray(out.frames), cap)
-        return Generated(units=np.asarray(out.mel), length=length, steps=np.asarray(out.steps),
-                         hit_max=hit, stats={"steps_budget": np.full(length.shape, budget)})
+        return Generated(
+            units=np.asarray(out.mel),
+            length=length,
+            steps=np.asarray(out.steps),
+            hit_max=hit,
+            stats={"steps_budget": np.full(length.shape, budget)},
+        )
 
     def memory_bytes(self, text_len, prompt_len, length, strategy=None) -> int:
         return 0

@@ -55,8 +55,7 @@ def parse_steps(spec: str) -> int:
     """'gradtts' -> 100, 'gradtts:<N>' -> N, 'gradtts:length' -> 0 (= the row's frame count)."""
     name, _, arg = str(spec).partition(":")
     if name != "gradtts":
-        raise ConfigError(f"strategy {spec!r}: expected gradtts, gradtts:<steps> or "
-                          "gradtts:length")  # fmt: skip
+        raise ConfigError(f"strategy {spec!r}: expected gradtts, gradtts:<steps> or gradtts:length")
     if not arg:
         return 100
     if arg == "length":
@@ -64,8 +63,9 @@ def parse_steps(spec: str) -> int:
     try:
         n = int(arg)
     except ValueError:
-        raise ConfigError(f"strategy {spec!r}: expected gradtts:<steps> (an integer >= 1) "
-                          "or gradtts:length") from None  # fmt: skip
+        raise ConfigError(
+            f"strategy {spec!r}: expected gradtts:<steps> (an integer >= 1) or gradtts:length"
+        ) from None
     if n < 1:
         raise ConfigError(f"strategy {spec!r}: steps must be >= 1")
     return n
@@ -103,11 +103,23 @@ class GradTTSOutput:
     steps: jax.Array  # int32 [B] score-network forwards of each row
 
 
-@functools.partial(jax.jit, static_argnames=("model", "steps", "frames", "greedy",
-                                             "temperature", "length_scale"))  # fmt: skip
-def gradtts_decode(model, params, text, text_len, speaker, keys, *, steps: int, frames: int,
-                   greedy: bool = False, temperature: float = 1.5,
-                   length_scale: float = 1.0) -> GradTTSOutput:  # fmt: skip
+@functools.partial(
+    jax.jit, static_argnames=("model", "steps", "frames", "greedy", "temperature", "length_scale")
+)
+def gradtts_decode(
+    model,
+    params,
+    text,
+    text_len,
+    speaker,
+    keys,
+    *,
+    steps: int,
+    frames: int,
+    greedy: bool = False,
+    temperature: float = 1.5,
+    length_scale: float = 1.0,
+) -> GradTTSOutput:
     """text [B, X], text_len [B], speaker [B, E] or None, keys [B] per-row PRNG keys; `steps`
     per row (0 = the row's frame count); `frames` the static buffer length."""
     cfg = model.cfg

@@ -22,8 +22,7 @@ NEG = -1e30
 
 
 @jax.jit
-def monotonic_alignment(logp: jax.Array, text_len: jax.Array, frame_len: jax.Array
-                        ) -> jax.Array:  # fmt: skip
+def monotonic_alignment(logp: jax.Array, text_len: jax.Array, frame_len: jax.Array) -> jax.Array:
     """logp float [B, N, T], text_len / frame_len int [B] -> path bool [B, N, T] (one token
     per valid frame); durations are `path.sum(-1)`."""
     b, n, t = logp.shape

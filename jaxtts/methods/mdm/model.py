@@ -73,12 +73,18 @@ class MDMConfig:
         if self.score_layers < 0:
             raise ConfigError(f"model.score_layers={self.score_layers}: expected >= 0")
         if not self.mel_hi > self.mel_lo:
-            raise ConfigError(f"model.mel_lo={self.mel_lo}, model.mel_hi={self.mel_hi}: "
-                              "expected hi > lo")  # fmt: skip
+            raise ConfigError(
+                f"model.mel_lo={self.mel_lo}, model.mel_hi={self.mel_hi}: expected hi > lo"
+            )
 
     def stack(self, layers: int, width: int, heads: int, ff: int) -> StackConfig:
-        return StackConfig(num_layers=layers, num_heads=heads, head_dim=width // heads,
-                           d_ff=ff, rope_theta=self.rope_theta)  # fmt: skip
+        return StackConfig(
+            num_layers=layers,
+            num_heads=heads,
+            head_dim=width // heads,
+            d_ff=ff,
+            rope_theta=self.rope_theta,
+        )
 
     # -- the mel grid
     def normalize(self, mel: jax.Array) -> jax.Array:
@@ -106,15 +112,21 @@ class TextEncoder(nn.Module):
         """text [B, X], text_len [B], speaker [B, E] or None -> (h [B, X, D], mu_x [B, X, M],
         logw [B, X])."""
         c = self.cfg
-        table = param_with_axes(self, "embed", nn.initializers.normal(1.0),
-                                (c.num_text_symbols, c.d_model), (axes.VOCAB, axes.EMBED))
+        table = param_with_axes(
+            self,
+            "embed",
+            nn.initializers.normal(1.0),
+            (c.num_text_symbols, c.d_model),
+            (axes.VOCAB, axes.EMBED),
+        )
         x = jnp.take(table, text, axis=0)  # [B, X, D]
         if c.speaker_dim and speaker is not None:
             x = x + Dense(c.d_model, (None, axes.EMBED), name="speaker")(speaker)[:, None]
         valid = length_mask(text_len, text.shape[1])  # [B, X]
         pos = jnp.broadcast_to(jnp.arange(text.shape[1]), text.shape)
-        h, _ = TransformerStack(c.stack(c.enc_layers, c.d_model, c.enc_heads, c.enc_ff),
-                                name="stack")(x, pos, padding_mask(valid))  # fmt: skip
+        h, _ = TransformerStack(
+            c.stack(c.enc_layers, c.d_model, c.enc_heads, c.enc_ff), name="stack"
+        )(x, pos, padding_mask(valid))
         h = h * valid[..., None]
         mu_x = Dense(c.n_mels, (axes.EMBED, None), use_bias=True, name="prior")(h)
         d = jax.lax.stop_gradient(h)
@@ -138,17 +150,20 @@ class MDMDecoder(nn.Module):
         x = jnp.where(visible[..., None], x, 0.0)
         h = Dense(w, (None, axes.EMBED), use_bias=True, name="in_mu")(mu)
         h = h + Dense(w, (None, axes.EMBED), name="in_x")(x)
-        masked_vec = param_with_axes(self, "mask_embed", nn.initializers.normal(1.0), (w,),
-                                     (axes.EMBED,))  # fmt: skip
+        masked_vec = param_with_axes(
+            self, "mask_embed", nn.initializers.normal(1.0), (w,), (axes.EMBED,)
+        )
         h = h + jnp.where(visible[..., None], 0.0, masked_vec)
         if c.speaker_dim and speaker is not None:
             h = h + Dense(w, (None, axes.EMBED), name="speaker")(speaker)[:, None]
         valid = length_mask(frame_len, mu.shape[1])
         pos = jnp.broadcast_to(jnp.arange(mu.shape[1]), valid.shape)
-        h, _ = TransformerStack(c.stack(c.dec_layers, w, c.dec_heads, c.dec_ff),
-                                name="stack")(h, pos, padding_mask(valid))  # fmt: skip
-        out = Dense((c.n_mels, 3 * c.mixtures), (axes.EMBED, None, None), use_bias=True,
-                    name="out")(h)  # [B, T, M, 3K]  # fmt: skip
+        h, _ = TransformerStack(c.stack(c.dec_layers, w, c.dec_heads, c.dec_ff), name="stack")(
+            h, pos, padding_mask(valid)
+        )
+        out = Dense(
+            (c.n_mels, 3 * c.mixtures), (axes.EMBED, None, None), use_bias=True, name="out"
+        )(h)  # [B, T, M, 3K]
         return out.astype(jnp.float32)
 
 
@@ -166,15 +181,15 @@ class ScoreDecoder(nn.Module):
         h = h + Dense(w, (None, axes.EMBED), name="in_x")(xt)
         temb = sinusoidal(1000.0 * t, w)  # [B, D]
         temb = Dense(4 * w, (None, axes.MLP), use_bias=True, name="time_in")(temb)
-        temb = Dense(w, (axes.MLP, axes.EMBED), use_bias=True, name="time_out")(
-            jax.nn.silu(temb))  # fmt: skip
+        temb = Dense(w, (axes.MLP, axes.EMBED), use_bias=True, name="time_out")(jax.nn.silu(temb))
         h = h + temb[:, None]
         if c.speaker_dim and speaker is not None:
             h = h + Dense(w, (None, axes.EMBED), name="speaker")(speaker)[:, None]
         valid = length_mask(frame_len, mu.shape[1])  # [B, T]
         pos = jnp.broadcast_to(jnp.arange(mu.shape[1]), valid.shape)
-        h, _ = TransformerStack(c.stack(c.score_layers, w, c.dec_heads, c.dec_ff),
-                                name="stack")(h, pos, padding_mask(valid))  # fmt: skip
+        h, _ = TransformerStack(c.stack(c.score_layers, w, c.dec_heads, c.dec_ff), name="stack")(
+            h, pos, padding_mask(valid)
+        )
         out = Dense(c.n_mels, (axes.EMBED, None), use_bias=True, name="out")(h)
         return out.astype(jnp.float32) * valid[..., None]
 

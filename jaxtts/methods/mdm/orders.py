@@ -33,8 +33,10 @@ def parse_order(spec: str) -> tuple[str, float]:
     """'swap:0.01' -> ('swap', 0.01); 'topk:4' -> ('topk', 4); one-line errors."""
     name, _, arg = str(spec).partition(":")
     if name not in STATIC_ORDERS + DYNAMIC_ORDERS:
-        raise ConfigError(f"decoding order {spec!r}: expected one of "
-                          f"{list(STATIC_ORDERS + DYNAMIC_ORDERS)} (swap:<lambda>, topk:<k>)")
+        raise ConfigError(
+            f"decoding order {spec!r}: expected one of "
+            f"{list(STATIC_ORDERS + DYNAMIC_ORDERS)} (swap:<lambda>, topk:<k>)"
+        )
     if name == "swap":
         try:
             lam = float(arg)
@@ -71,8 +73,7 @@ def swap_count(length: int, lam: float) -> int:
     return int(round(lam * n))
 
 
-def static_ranks(name: str, arg: float, key: jax.Array, lengths: jax.Array, t: int
-                 ) -> jax.Array:  # fmt: skip
+def static_ranks(name: str, arg: float, key: jax.Array, lengths: jax.Array, t: int) -> jax.Array:
     """int32 [B, T] decoding step of every frame for `random`, `l2r`, `r2l`, `swap`."""
     idx = jnp.broadcast_to(jnp.arange(t)[None], (lengths.shape[0], t))
     valid = idx < lengths[:, None]
@@ -105,8 +106,7 @@ def static_ranks(name: str, arg: float, key: jax.Array, lengths: jax.Array, t: i
     raise ConfigError(f"decoding order {name!r} is not a static order")
 
 
-def elbo_masks(key: jax.Array, lengths: jax.Array, t: int
-               ) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+def elbo_masks(key: jax.Array, lengths: jax.Array, t: int) -> tuple[jax.Array, jax.Array]:
     """(masked bool [B, T], weight float [B] = T_b / (T_b - t_b + 1)) for a step
     t_b ~ U{1..T_b} and a random order per row (0 weight, nothing masked for empty rows)."""
     k1, k2 = jax.random.split(key)

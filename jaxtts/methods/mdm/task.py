@@ -49,8 +49,9 @@ def mdm_loss(model: AcousticModel, params, batch, rng: jax.Array, crop: int = 0)
     y = cfg.normalize(mel)  # [B, T, M]
 
     _, mu_x, logw = model.apply(p, text, text_len, speaker, method="encode")
-    path = monotonic_alignment(jax.lax.stop_gradient(prior_logp(y, mu_x)), text_len,
-                               jnp.where(ok, mel_len, 0))  # [B, X, T]  # fmt: skip
+    path = monotonic_alignment(
+        jax.lax.stop_gradient(prior_logp(y, mu_x)), text_len, jnp.where(ok, mel_len, 0)
+    )  # [B, X, T]
     path = path.astype(jnp.float32)
     dur = path.sum(-1)  # [B, X]
     mu = jnp.einsum("BXT,BXM->BTM", path, mu_x)  # [B, T, M]
@@ -61,7 +62,8 @@ def mdm_loss(model: AcousticModel, params, batch, rng: jax.Array, crop: int = 0)
     prior = prior + 0.5 * math.log(2 * math.pi)
     tw = (tvalid & ok[:, None]).astype(jnp.float32)
     dur_loss = jnp.sum((logw - jnp.log(jnp.maximum(dur, 1.0))) ** 2 * tw) / jnp.maximum(
-        tw.sum(), 1.0)  # fmt: skip
+        tw.sum(), 1.0
+    )
 
     # the decoders see the whole utterance, or (crop > 0) a random window of `crop` frames per
     # row, as Grad-TTS trains its decoder on 2 s segments (the encoder losses above see it all)
@@ -79,21 +81,35 @@ def mdm_loss(model: AcousticModel, params, batch, rng: jax.Array, crop: int = 0)
 
     masked, weight = elbo_masks(rng, d_len, td)  # [B, Td], [B]
     visible = dvalid & ~masked
-    out = model.apply(p, mu, cfg.level_value(q), visible, d_len, speaker,
-                      method="decode_params")  # [B, Td, M, 3K]
+    out = model.apply(
+        p, mu, cfg.level_value(q), visible, d_len, speaker, method="decode_params"
+    )  # [B, Td, M, 3K]
     nll = jnp.sum(dmol.nll(out, q, cfg.levels), -1)  # [B, Td] nats per frame
     mw = masked.astype(jnp.float32)
     elbo = jnp.sum(weight[:, None] * nll * mw) / (d_frames * cfg.n_mels)
     nll_bin = jnp.sum(nll * mw) / jnp.maximum(mw.sum() * cfg.n_mels, 1.0)
     loss = elbo + prior + dur_loss
-    metrics = {"elbo": elbo, "prior": prior, "duration": dur_loss, "nll_per_bin": nll_bin,
-               "weight": n_frames,
-               "dropped_rows": jnp.sum((text_len > 0) & ~ok).astype(jnp.float32)}
+    metrics = {
+        "elbo": elbo,
+        "prior": prior,
+        "duration": dur_loss,
+        "nll_per_bin": nll_bin,
+        "weight": n_frames,
+        "dropped_rows": jnp.sum((text_len > 0) & ~ok).astype(jnp.float32),
+    }
     if cfg.score_layers:
         from jaxtts.methods.mdm.gradtts import score_loss
 
-        metrics["score"] = score_loss(model, params, y, mu, dvalid.astype(jnp.float32), d_len,
-                                      speaker, jax.random.fold_in(rng, 1))  # fmt: skip
+        metrics["score"] = score_loss(
+            model,
+            params,
+            y,
+            mu,
+            dvalid.astype(jnp.float32),
+            d_len,
+            speaker,
+            jax.random.fold_in(rng, 1),
+        )
         loss = loss + metrics["score"]
     return loss, {"loss": loss, **metrics}
 
@@ -107,9 +123,14 @@ class MDMTask:
 
     def init(self, rng, batch):
         spk = batch.get("speaker")
-        return self.model.init(rng, jnp.asarray(batch["text"]), jnp.asarray(batch["text_len"]),
-                               jnp.asarray(batch["mel"]), jnp.asarray(batch["mel_len"]),
-                               None if spk is None else jnp.asarray(spk))["params"]
+        return self.model.init(
+            rng,
+            jnp.asarray(batch["text"]),
+            jnp.asarray(batch["text_len"]),
+            jnp.asarray(batch["mel"]),
+            jnp.asarray(batch["mel_len"]),
+            None if spk is None else jnp.asarray(spk),
+        )["params"]
 
     def loss(self, params, batch, rng, *, train: bool, step=None):
         rng = rng if rng is not None else jax.random.key(0)
@@ -144,8 +165,9 @@ def init_params(cfg: MDMConfig):
     text = jnp.ones((1, 4), jnp.int32)
     mel = jnp.zeros((1, 8, cfg.n_mels))
     spk = jnp.zeros((1, cfg.speaker_dim)) if cfg.speaker_dim else None
-    return nn.unbox(model.init(jax.random.key(0), text, jnp.array([4]), mel, jnp.array([8]),
-                               spk)["params"])  # fmt: skip
+    return nn.unbox(
+        model.init(jax.random.key(0), text, jnp.array([4]), mel, jnp.array([8]), spk)["params"]
+    )
 
 
 def load_speaker_encoder(config, *bases):
@@ -157,8 +179,10 @@ def load_speaker_encoder(config, *bases):
     path = str(config.mdm.speaker_encoder)
     found = find_run(path, *bases)
     if found is None:
-        raise ConfigError(f"mdm.speaker_encoder={path!r}: no run folder there; expected e.g. "
-                          "pretrained/speaker_encoder (or '' for no speaker input)")  # fmt: skip
+        raise ConfigError(
+            f"mdm.speaker_encoder={path!r}: no run folder there; expected e.g. "
+            "pretrained/speaker_encoder (or '' for no speaker input)"
+        )
     return JaxSpeakerEncoder(found)
 
 
@@ -191,11 +215,11 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     if (run.text_frontend_dir / "text_frontend.json").is_file():
         frontend = TextFrontend.load(run.text_frontend_dir)
     else:
-        frontend = TextFrontend.from_utterances(splits["train"], backend=d.get("text_backend",
-                                                                               "espeak"))
+        frontend = TextFrontend.from_utterances(
+            splits["train"], backend=d.get("text_backend", "espeak")
+        )
         frontend.save(run.text_frontend_dir)
-    mels = {s: utterance_mels(u, progress=progress, desc=f"log-mel {s}")
-            for s, u in splits.items()}  # fmt: skip
+    mels = {s: utterance_mels(u, progress=progress, desc=f"log-mel {s}") for s, u in splits.items()}
     m = config.model
     m.num_text_symbols = int(frontend.vocab_size)
     if m.get("mel_lo") is None or m.get("mel_hi") is None:
@@ -204,7 +228,8 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     # the run's quantiser as its tokenizer folder (exported with it): `evaluate --rows
     # tokenizer:<run>/tokenizer` is the quantised-then-vocoded ground truth, every order's ceiling
     LinearMelQuantizer(int(m.levels), lo=float(m.mel_lo), hi=float(m.mel_hi)).save(
-        run.tokenizer_dir)  # fmt: skip
+        run.tokenizer_dir
+    )
     speaker = load_speaker_encoder(config) if config.mdm.get("speaker_encoder") else None
     m.speaker_dim = int(speaker.embed_dim) if speaker is not None else 0
     cfg = model_config(m)
@@ -215,28 +240,50 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
             emb.update({u.id: e[i] for i, u in enumerate(utts)})
 
     def loader(split, train):
-        recs = make_mel_records(splits[split], dict(zip([u.id for u in splits[split]],
-                                                        mels[split], strict=True)), frontend)
-        return MelLoader(recs, int(d.batch_size), make_buckets(int(d.max_mel_len),
-                                                               int(d.bucket_step)),
-                         make_buckets(int(d.max_text_len), int(d.text_bucket_step)),
-                         speaker_emb=emb or None, seed=int(d.seed), shuffle=train,
-                         drop_remainder=train, num_epochs=None if train else 1)  # fmt: skip
+        recs = make_mel_records(
+            splits[split],
+            dict(zip([u.id for u in splits[split]], mels[split], strict=True)),
+            frontend,
+        )
+        return MelLoader(
+            recs,
+            int(d.batch_size),
+            make_buckets(int(d.max_mel_len), int(d.bucket_step)),
+            make_buckets(int(d.max_text_len), int(d.text_bucket_step)),
+            speaker_emb=emb or None,
+            seed=int(d.seed),
+            shuffle=train,
+            drop_remainder=train,
+            num_epochs=None if train else 1,
+        )
 
     train_loader, dev_loader = loader("train", True), loader("dev", False)
-    run.write_data_info({"corpus_dir": str(corpus), "frame_rate": 50.0,
-                         "train_records": len(train_loader.records),
-                         "train_hours": float(sum(x.shape[0] for x in mels["train"]) / 50 / 3600),
-                         "levels": cfg.levels, "mel_lo": cfg.mel_lo, "mel_hi": cfg.mel_hi})
-    log.info("MDM: %d training utterances, Q=%d levels on [%.2f, %.2f]", len(train_loader.records),
-             cfg.levels, cfg.mel_lo, cfg.mel_hi)
+    run.write_data_info(
+        {
+            "corpus_dir": str(corpus),
+            "frame_rate": 50.0,
+            "train_records": len(train_loader.records),
+            "train_hours": float(sum(x.shape[0] for x in mels["train"]) / 50 / 3600),
+            "levels": cfg.levels,
+            "mel_lo": cfg.mel_lo,
+            "mel_hi": cfg.mel_hi,
+        }
+    )
+    log.info(
+        "MDM: %d training utterances, Q=%d levels on [%.2f, %.2f]",
+        len(train_loader.records),
+        cfg.levels,
+        cfg.mel_lo,
+        cfg.mel_hi,
+    )
     task = MDMTask(cfg, int(config.mdm.get("train_crop", 0)))
 
     def eval_batches():
         return (dev_loader.get_batch(s) for s in range(len(dev_loader)))
 
-    return loop.train_and_evaluate(config, workdir, task, train_loader, eval_batches, mesh=mesh,
-                                   progress=progress)  # fmt: skip
+    return loop.train_and_evaluate(
+        config, workdir, task, train_loader, eval_batches, mesh=mesh, progress=progress
+    )
 
 
 # ----------------------------------------------------------------------------- diagnostics
@@ -257,15 +304,24 @@ def text_information(engine, utts, batch_size: int = 8, seed: int = 0) -> dict:
     from jaxtts.data.pipeline import MelLoader, make_buckets, make_mel_records
 
     mels = utterance_mels(utts, progress=False)
-    recs = make_mel_records(utts, dict(zip([u.id for u in utts], mels, strict=True)),
-                            engine.frontend)  # fmt: skip
+    recs = make_mel_records(
+        utts, dict(zip([u.id for u in utts], mels, strict=True)), engine.frontend
+    )
     emb = None
     if engine.speaker is not None:
         e = engine.speaker.embed_mels(mels)
         emb = {u.id: e[i] for i, u in enumerate(utts)}
-    loader = MelLoader(recs, batch_size, make_buckets(1024, 128), make_buckets(256, 64),
-                       speaker_emb=emb, seed=seed, shuffle=False, drop_remainder=False,
-                       num_epochs=1)  # fmt: skip
+    loader = MelLoader(
+        recs,
+        batch_size,
+        make_buckets(1024, 128),
+        make_buckets(256, 64),
+        speaker_emb=emb,
+        seed=seed,
+        shuffle=False,
+        drop_remainder=False,
+        num_epochs=1,
+    )
     model = engine.model
     score = jax.jit(lambda p, b, k: mdm_loss(model, p, b, k)[1])
     sums = {k: 0.0 for k in ("prior_right", "prior_wrong", "nll_right", "nll_wrong")}
@@ -273,10 +329,14 @@ def text_information(engine, utts, batch_size: int = 8, seed: int = 0) -> dict:
     for s in range(len(loader)):
         batch = loader.get_batch(s)
         key = jax.random.fold_in(jax.random.key(seed), s)
-        wrong = dict(batch, text=np.roll(batch["text"], 1, axis=0),
-                     text_len=np.roll(batch["text_len"], 1, axis=0))  # fmt: skip
+        wrong = dict(
+            batch,
+            text=np.roll(batch["text"], 1, axis=0),
+            text_len=np.roll(batch["text_len"], 1, axis=0),
+        )
         ok = (np.asarray(batch["mel_len"]) >= np.asarray(wrong["text_len"])) & (
-            np.asarray(wrong["text_len"]) > 0)  # rows both passes score  # fmt: skip
+            np.asarray(wrong["text_len"]) > 0
+        )  # rows both passes score
         if not ok.any():
             continue
         keep = {k: np.asarray(v)[ok] for k, v in batch.items()}

@@ -37,8 +37,9 @@ from jaxtts.methods.palle.model import MaskedGenTransformer
 REFINE_KEY_OFFSET = 1_000_003  # refine steps draw with fold_in(row key, offset + step)
 
 
-def commit_sizes(total: jax.Array, gen: jax.Array, left: jax.Array, ratio: float, steps: int
-                 ) -> jax.Array:  # fmt: skip
+def commit_sizes(
+    total: jax.Array, gen: jax.Array, left: jax.Array, ratio: float, steps: int
+) -> jax.Array:
     """k' per row: min(max(floor(r' T), ceil(G / steps)), N_left) (see the module docstring)."""
     base = jnp.floor(ratio * total.astype(jnp.float32)).astype(jnp.int32)
     need = (gen + steps - 1) // steps
@@ -55,8 +56,20 @@ def _logits(model, params, text, text_len, speech, total):
 
 
 @functools.partial(jax.jit, static_argnames=("model", "steps", "ratio", "sampling"))
-def par_decode(model: MaskedGenTransformer, params, text, text_len, speech, prompt_len, total,
-               keys, *, steps: int, ratio: float, sampling: SamplingConfig):  # fmt: skip
+def par_decode(
+    model: MaskedGenTransformer,
+    params,
+    text,
+    text_len,
+    speech,
+    prompt_len,
+    total,
+    keys,
+    *,
+    steps: int,
+    ratio: float,
+    sampling: SamplingConfig,
+):
     """speech [B, T] (prompt tokens, anything after) -> (tokens [B, T], conf float [B, T],
     commits int [steps, B]: tokens committed by each step). Positions >= total are -1."""
     b, t = speech.shape
@@ -85,7 +98,8 @@ def par_decode(model: MaskedGenTransformer, params, text, text_len, speech, prom
         return speech, conf, done + k, commits.at[i].set(k)
 
     speech, conf, _, commits = jax.lax.fori_loop(
-        0, steps, body, (speech, conf, jnp.zeros((b,), jnp.int32), commits))
+        0, steps, body, (speech, conf, jnp.zeros((b,), jnp.int32), commits)
+    )
     valid = idx < total[:, None]
     return jnp.where(valid, speech, -1), jnp.where(valid, conf, 0.0), commits
 
@@ -98,8 +112,21 @@ def _lowest(conf: jax.Array, candidate: jax.Array, n: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("model", "steps", "gamma", "sampling"))
-def refine(model: MaskedGenTransformer, params, text, text_len, speech, conf, prompt_len, total,
-           keys, *, steps: int, gamma: float, sampling: SamplingConfig):  # fmt: skip
+def refine(
+    model: MaskedGenTransformer,
+    params,
+    text,
+    text_len,
+    speech,
+    conf,
+    prompt_len,
+    total,
+    keys,
+    *,
+    steps: int,
+    gamma: float,
+    sampling: SamplingConfig,
+):
     """Stage two on stage one's tokens and confidences -> (tokens [B, T], updated bool [B, T],
     remasked int [steps, B])."""
     b, t = speech.shape
@@ -120,13 +147,25 @@ def refine(model: MaskedGenTransformer, params, text, text_len, speech, conf, pr
         return tokens, conf, updated | sel, remasked.at[i].set(jnp.sum(sel, axis=1))
 
     tokens, _, updated, remasked = jax.lax.fori_loop(
-        0, steps, body, (tokens, conf, jnp.zeros((b, t), bool), jnp.zeros((steps, b), jnp.int32)))
+        0, steps, body, (tokens, conf, jnp.zeros((b, t), bool), jnp.zeros((steps, b), jnp.int32))
+    )
     return jnp.where(idx < total[:, None], tokens, -1), updated, remasked
 
 
 @functools.partial(jax.jit, static_argnames=("model", "steps", "sampling"))
-def nar_decode(model: MaskedGenTransformer, params, text, text_len, speech, prompt_len, total,
-               keys, *, steps: int, sampling: SamplingConfig):  # fmt: skip
+def nar_decode(
+    model: MaskedGenTransformer,
+    params,
+    text,
+    text_len,
+    speech,
+    prompt_len,
+    total,
+    keys,
+    *,
+    steps: int,
+    sampling: SamplingConfig,
+):
     """MaskGCT-style confidence-ordered parallel decoding -> (tokens [B, T], unmasked int
     [steps, B])."""
     b, t = speech.shape
@@ -148,6 +187,5 @@ def nar_decode(model: MaskedGenTransformer, params, text, text_len, speech, prom
         keep = _lowest(-lp, masked, n_now - jnp.minimum(remain, n_now))  # most confident
         return jnp.where(keep, toks, speech), unmasked.at[i].set(jnp.sum(keep, axis=1))
 
-    speech, unmasked = jax.lax.fori_loop(0, steps, body,
-                                         (speech, jnp.zeros((steps, b), jnp.int32)))
+    speech, unmasked = jax.lax.fori_loop(0, steps, body, (speech, jnp.zeros((steps, b), jnp.int32)))
     return jnp.where(idx < total[:, None], speech, -1), unmasked

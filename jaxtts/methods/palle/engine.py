@@ -58,8 +58,9 @@ def parse_spec(spec: str) -> tuple[str, dict]:
     for part in (p for p in rest.split(",") if p):
         k, eq, v = part.partition("=")
         if not eq or k not in out:
-            raise ConfigError(f"strategy {spec!r}: unknown setting {part!r}, expected k=v with k "
-                              f"in {list(out)}")  # fmt: skip
+            raise ConfigError(
+                f"strategy {spec!r}: unknown setting {part!r}, expected k=v with k in {list(out)}"
+            )
         try:
             out[k] = int(v) if k in _INT else float(v)
         except ValueError:
@@ -79,21 +80,31 @@ def _resolve(path: str, run: RunFolder) -> Path:
     found = find_run(path, run.path)
     if found is not None:
         return found
-    raise CheckpointError(f"{run.config_path}: palle.par_run {path!r} not found (looked in the "
-                          f"working directory and {REPO})")  # fmt: skip
+    raise CheckpointError(
+        f"{run.config_path}: palle.par_run {path!r} not found (looked in the "
+        f"working directory and {REPO})"
+    )
 
 
 class PALLEEngine(Engine):
     family = "palle"
 
-    def __init__(self, config, params, frontend: TextFrontend, tokenizer, info: dict,
-                 par: tuple[MaskedGenTransformer, dict] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        config,
+        params,
+        frontend: TextFrontend,
+        tokenizer,
+        info: dict,
+        par: tuple[MaskedGenTransformer, dict] | None = None,
+    ):
         self.config = config
         self.cfg = PALLEConfig.from_config(config.model)
         self.stage = str(config.palle.stage)
         self.model, self.params = MaskedGenTransformer(self.cfg), params
-        self.par = par if par is not None else (
-            (self.model, params) if self.stage == "par" else None)
+        self.par = (
+            par if par is not None else ((self.model, params) if self.stage == "par" else None)
+        )
         self.frontend, self.tokenizer = frontend, tokenizer
         self.mel_cfg = tokenizer.mel_cfg
         self.frame_rate = float(tokenizer.frame_rate)
@@ -124,13 +135,20 @@ class PALLEEngine(Engine):
             ppath = _resolve(str(config.palle.par_run), run)
             pconf, pparams, pfront, ptok = cls.load_params(RunFolder(ppath))
             if str(pconf.palle.stage) != "par":
-                raise CheckpointError(f"{run.config_path}: palle.par_run={ppath} is a "
-                                      f"{pconf.palle.stage!r} run, expected stage one ('par')")
-            if pfront.symbols != frontend.symbols or ptok.name != tokenizer.name or \
-                    ptok.vocab_size != tokenizer.vocab_size:  # fmt: skip
-                raise CheckpointError(f"stage two {run.path} and stage one {ppath} use different "
-                                      "text symbols or speech tokens; train stage two from that "
-                                      "stage-one run (train.init_from)")  # fmt: skip
+                raise CheckpointError(
+                    f"{run.config_path}: palle.par_run={ppath} is a "
+                    f"{pconf.palle.stage!r} run, expected stage one ('par')"
+                )
+            if (
+                pfront.symbols != frontend.symbols
+                or ptok.name != tokenizer.name
+                or ptok.vocab_size != tokenizer.vocab_size
+            ):
+                raise CheckpointError(
+                    f"stage two {run.path} and stage one {ppath} use different "
+                    "text symbols or speech tokens; train stage two from that "
+                    "stage-one run (train.init_from)"
+                )
             par = (MaskedGenTransformer(PALLEConfig.from_config(pconf.model)), pparams)
         return cls(config, params, frontend, tokenizer, run.read_data_info(), par)
 
@@ -145,19 +163,24 @@ class PALLEEngine(Engine):
     def check_strategy(self, spec: str) -> str:
         name, settings = parse_spec(spec)
         if name in ("par", "palle") and self.par is None:
-            raise ConfigError(f"strategy {name!r}: this {self.stage!r} run has no stage-one model "
-                              "(a refine run names it in palle.par_run)")  # fmt: skip
+            raise ConfigError(
+                f"strategy {name!r}: this {self.stage!r} run has no stage-one model "
+                "(a refine run names it in palle.par_run)"
+            )
         if name == "palle" and self.stage != "refine":
-            raise ConfigError(f"strategy 'palle' needs a stage-two run (palle.stage='refine'); "
-                              f"this is a {self.stage!r} run: use 'par' or 'nar'")  # fmt: skip
+            raise ConfigError(
+                f"strategy 'palle' needs a stage-two run (palle.stage='refine'); "
+                f"this is a {self.stage!r} run: use 'par' or 'nar'"
+            )
         return canonical(name, settings)
 
     def lengths(self, batch: PromptBatch, scale: float, cap: int) -> tuple[np.ndarray, np.ndarray]:
         """(generated lengths G [B], capped [B]) estimated from the prompts' speaking rate."""
         text_len = np.asarray(batch.text_len)
         p = np.asarray(batch.prompt_len)
-        l_ref = (np.zeros_like(p) if batch.prompt_text_len is None
-                 else np.asarray(batch.prompt_text_len))  # fmt: skip
+        l_ref = (
+            np.zeros_like(p) if batch.prompt_text_len is None else np.asarray(batch.prompt_text_len)
+        )
         l_gen = text_len - l_ref
         rate = np.where((l_ref > 0) & (p > 0), p / np.maximum(l_ref, 1), self.tokens_per_symbol)
         g = np.rint(scale * rate * l_gen).astype(np.int64)
@@ -165,8 +188,13 @@ class PALLEEngine(Engine):
         limit = np.minimum(cap, np.maximum(self.max_positions - p, 1))
         return np.minimum(g, limit).astype(np.int32), g > limit
 
-    def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions,
-                 total_len: np.ndarray | None = None) -> Generated:  # fmt: skip
+    def generate(
+        self,
+        batch: PromptBatch,
+        keys: jax.Array,
+        options: DecodeOptions,
+        total_len: np.ndarray | None = None,
+    ) -> Generated:
         name, s = parse_spec(options.strategy)
         self.check_strategy(options.strategy)
         p = np.asarray(batch.prompt_len).astype(np.int32)
@@ -177,12 +205,16 @@ class PALLEEngine(Engine):
             total = np.asarray(total_len).astype(np.int64)
             for b in range(total.shape[0]):
                 if total[b] <= p[b] or total[b] > self.max_positions:
-                    raise DataError(f"row {b}: total length {total[b]} must exceed its prompt "
-                                    f"({p[b]} tokens) and be <= {self.max_positions} (the "
-                                    "model's longest training row)")  # fmt: skip
+                    raise DataError(
+                        f"row {b}: total length {total[b]} must exceed its prompt "
+                        f"({p[b]} tokens) and be <= {self.max_positions} (the "
+                        "model's longest training row)"
+                    )
                 if total[b] < text_len[b]:
-                    raise DataError(f"row {b}: total length {total[b]} is shorter than its text "
-                                    f"({text_len[b]} symbols)")  # fmt: skip
+                    raise DataError(
+                        f"row {b}: total length {total[b]} is shorter than its text "
+                        f"({text_len[b]} symbols)"
+                    )
             gen, capped = (total - p).astype(np.int32), np.zeros(total.shape, bool)
         total = (p + gen).astype(np.int32)
         width = int(math.ceil(int(total.max()) / WIDTH_STEP) * WIDTH_STEP)
@@ -194,21 +226,33 @@ class PALLEEngine(Engine):
         stats = {}
         sampling = options.sampling
         if name == "nar":
-            tokens, unmasked = dec.nar_decode(self.model, self.params, *args, p, total, keys,
-                                              steps=s["steps"], sampling=sampling)  # fmt: skip
+            tokens, unmasked = dec.nar_decode(
+                self.model, self.params, *args, p, total, keys, steps=s["steps"], sampling=sampling
+            )
             steps = s["steps"]
             stats["unmasked"] = np.asarray(unmasked)
         else:
             pm, pp = self.par
-            tokens, conf, commits = dec.par_decode(pm, pp, *args, p, total, keys,
-                                                   steps=s["steps"], ratio=s["ratio"],
-                                                   sampling=sampling)  # fmt: skip
+            tokens, conf, commits = dec.par_decode(
+                pm, pp, *args, p, total, keys, steps=s["steps"], ratio=s["ratio"], sampling=sampling
+            )
             steps = s["steps"]
             stats["commits"] = np.asarray(commits)
             if name == "palle" and s["refine"] > 0:
                 tokens, updated, remasked = dec.refine(
-                    self.model, self.params, args[0], args[1], tokens, conf, p, total, keys,
-                    steps=s["refine"], gamma=s["gamma"], sampling=sampling)  # fmt: skip
+                    self.model,
+                    self.params,
+                    args[0],
+                    args[1],
+                    tokens,
+                    conf,
+                    p,
+                    total,
+                    keys,
+                    steps=s["refine"],
+                    gamma=s["gamma"],
+                    sampling=sampling,
+                )
                 steps += s["refine"]
                 stats["remasked"] = np.asarray(remasked)
                 stats["updated"] = np.asarray(updated)
@@ -217,5 +261,10 @@ class PALLEEngine(Engine):
         units = np.full((p.shape[0], gmax), -1, np.int32)
         for b in range(p.shape[0]):
             units[b, : gen[b]] = tokens[b, p[b] : p[b] + gen[b]]
-        return Generated(units=units, length=gen.astype(np.int32),
-                         steps=np.full(p.shape, steps, np.int32), hit_max=capped, stats=stats)
+        return Generated(
+            units=units,
+            length=gen.astype(np.int32),
+            steps=np.full(p.shape, steps, np.int32),
+            hit_max=capped,
+            stats=stats,
+        )

@@ -53,12 +53,14 @@ def sample_par_start(rng: jax.Array, length: jax.Array) -> jax.Array:
     """s ~ U[floor(0.3T), T - floor(0.1T) - 1] per row (int32 [B])."""
     lo, hi = par_start_bounds(length)
     u = jax.random.uniform(rng, length.shape)
-    return jnp.minimum(lo + jnp.floor(u * jnp.maximum(hi - lo + 1, 1)).astype(jnp.int32),
-                       jnp.maximum(hi, lo))  # fmt: skip
+    return jnp.minimum(
+        lo + jnp.floor(u * jnp.maximum(hi - lo + 1, 1)).astype(jnp.int32), jnp.maximum(hi, lo)
+    )
 
 
-def refine_masks(rng: jax.Array, length: jax.Array, t: int, p: float
-                 ) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+def refine_masks(
+    rng: jax.Array, length: jax.Array, t: int, p: float
+) -> tuple[jax.Array, jax.Array]:
     """Stage two: i.i.d. masks with probability p beyond the visible 30 %."""
     idx = jnp.arange(t)[None]
     region = (idx < length[:, None]) & (idx >= visible_len(length)[:, None])
@@ -77,8 +79,9 @@ def nar_masks(rng: jax.Array, length: jax.Array, t: int) -> tuple[jax.Array, jax
     return masked, masked
 
 
-def stage_masks(stage: str, rng: jax.Array, length: jax.Array, t: int, refine_p: float = 0.1
-                ) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+def stage_masks(
+    stage: str, rng: jax.Array, length: jax.Array, t: int, refine_p: float = 0.1
+) -> tuple[jax.Array, jax.Array]:
     if stage == "par":
         return par_masks(sample_par_start(rng, length), length, t)
     if stage == "refine":

@@ -38,9 +38,23 @@ from jaxtts.nn.layers import Dense, param_with_axes, sinusoidal
 from jaxtts.nn.masks import length_mask, padding_mask
 from jaxtts.nn.transformer import StackConfig, TransformerStack
 
-_KEYS = ("num_text_symbols", "num_speech_tokens", "d_model", "num_layers", "num_heads",
-         "head_dim", "d_ff", "convnext_ff", "conv_pos_kernel", "conv_pos_groups", "mlp",
-         "dropout", "dtype", "rope_theta", "text_layout")  # fmt: skip
+_KEYS = (
+    "num_text_symbols",
+    "num_speech_tokens",
+    "d_model",
+    "num_layers",
+    "num_heads",
+    "head_dim",
+    "d_ff",
+    "convnext_ff",
+    "conv_pos_kernel",
+    "conv_pos_groups",
+    "mlp",
+    "dropout",
+    "dtype",
+    "rope_theta",
+    "text_layout",
+)
 TEXT_LAYOUTS = ("pad", "stretch")
 
 
@@ -72,9 +86,16 @@ class PALLEConfig:
 
     @property
     def stack(self) -> StackConfig:
-        return StackConfig(self.num_layers, self.num_heads, self.head_dim, self.d_ff,
-                           mlp=self.mlp, dropout=self.dropout, dtype=self.dtype,
-                           rope_theta=self.rope_theta)  # fmt: skip
+        return StackConfig(
+            self.num_layers,
+            self.num_heads,
+            self.head_dim,
+            self.d_ff,
+            mlp=self.mlp,
+            dropout=self.dropout,
+            dtype=self.dtype,
+            rope_theta=self.rope_theta,
+        )
 
     @classmethod
     def from_config(cls, model_cfg) -> PALLEConfig:
@@ -83,11 +104,14 @@ class PALLEConfig:
         if unknown:
             raise ConfigError(f"model.{unknown[0]}: unknown key, expected one of {list(_KEYS)}")
         if d.get("text_layout", "pad") not in TEXT_LAYOUTS:
-            raise ConfigError(f"model.text_layout={d['text_layout']!r}: expected one of "
-                              f"{list(TEXT_LAYOUTS)}")  # fmt: skip
+            raise ConfigError(
+                f"model.text_layout={d['text_layout']!r}: expected one of {list(TEXT_LAYOUTS)}"
+            )
         if d.get("d_model", 256) % d.get("conv_pos_groups", 16):
-            raise ConfigError(f"model.conv_pos_groups={d.get('conv_pos_groups')}: must divide "
-                              f"model.d_model={d.get('d_model')}")  # fmt: skip
+            raise ConfigError(
+                f"model.conv_pos_groups={d.get('conv_pos_groups')}: must divide "
+                f"model.d_model={d.get('d_model')}"
+            )
         return cls(**d)
 
 
@@ -117,8 +141,9 @@ class ConvNeXtV2Block(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:  # [B, T, D] -> [B, T, D]
         d = x.shape[-1]
-        h = masked_conv1d(x, mask, d, self.kernel, groups=d, names=(None, None, axes.EMBED),
-                          name="dwconv")  # fmt: skip
+        h = masked_conv1d(
+            x, mask, d, self.kernel, groups=d, names=(None, None, axes.EMBED), name="dwconv"
+        )
         h = layer_norm("norm")(h)
         h = jax.nn.gelu(Dense(self.d_ff, (axes.EMBED, axes.MLP), use_bias=True, name="pw1")(h))
         h = GRN(name="grn")(h, mask)
@@ -131,18 +156,27 @@ class MaskedGenTransformer(nn.Module):
     cfg: PALLEConfig
 
     @nn.compact
-    def __call__(self, text: jax.Array, text_len: jax.Array, speech: jax.Array,
-                 speech_len: jax.Array, *, train: bool = False) -> jax.Array:  # fmt: skip
+    def __call__(
+        self,
+        text: jax.Array,
+        text_len: jax.Array,
+        speech: jax.Array,
+        speech_len: jax.Array,
+        *,
+        train: bool = False,
+    ) -> jax.Array:
         c = self.cfg
         b, t = speech.shape
         d = c.d_model
         valid = length_mask(speech_len, t)  # [B, T]
         text_t = text_positions(c, text, text_len, speech_len, t)  # [B, T]
         emb_init = nn.initializers.normal(1.0)  # unit-scale, like the sinusoid it is added to
-        text_table = param_with_axes(self, "text_embed", emb_init, (c.num_text_symbols + 1, d),
-                                     (axes.VOCAB, axes.EMBED))  # fmt: skip
-        speech_table = param_with_axes(self, "speech_embed", emb_init,
-                                       (c.num_speech_tokens + 1, d), (axes.VOCAB, axes.EMBED))
+        text_table = param_with_axes(
+            self, "text_embed", emb_init, (c.num_text_symbols + 1, d), (axes.VOCAB, axes.EMBED)
+        )
+        speech_table = param_with_axes(
+            self, "speech_embed", emb_init, (c.num_speech_tokens + 1, d), (axes.VOCAB, axes.EMBED)
+        )
         te = jnp.take(text_table, text_t, axis=0)  # [B, T, D]
         te = ConvNeXtV2Block(c.convnext_ff, name="text_convnext")(te, valid)
         se = jnp.take(speech_table, speech, axis=0)  # [B, T, D]
@@ -153,19 +187,34 @@ class MaskedGenTransformer(nn.Module):
         te = drop(te + t_scale * pos)
         se = drop(se + s_scale * pos)
         h = Dense(d, (None, axes.EMBED), use_bias=True, name="in_proj")(
-            jnp.concatenate([te, se], axis=-1))  # [B, T, D]
-        conv = masked_conv1d(h, valid, d, c.conv_pos_kernel, groups=c.conv_pos_groups,
-                             names=(None, None, axes.EMBED), name="conv_pos")  # fmt: skip
+            jnp.concatenate([te, se], axis=-1)
+        )  # [B, T, D]
+        conv = masked_conv1d(
+            h,
+            valid,
+            d,
+            c.conv_pos_kernel,
+            groups=c.conv_pos_groups,
+            names=(None, None, axes.EMBED),
+            name="conv_pos",
+        )
         h = h + jax.nn.gelu(conv)
         positions = jnp.broadcast_to(jnp.arange(t)[None], (b, t))
-        h, _ = TransformerStack(c.stack, name="stack")(h, positions, padding_mask(valid),
-                                                       train=train)  # fmt: skip
-        return Dense(c.num_speech_tokens, (axes.EMBED, axes.VOCAB), use_bias=True,
-                     dtype=jnp.dtype(c.dtype), name="out")(h).astype(jnp.float32)
+        h, _ = TransformerStack(c.stack, name="stack")(
+            h, positions, padding_mask(valid), train=train
+        )
+        return Dense(
+            c.num_speech_tokens,
+            (axes.EMBED, axes.VOCAB),
+            use_bias=True,
+            dtype=jnp.dtype(c.dtype),
+            name="out",
+        )(h).astype(jnp.float32)
 
 
-def text_positions(cfg: PALLEConfig, text: jax.Array, text_len: jax.Array,
-                   speech_len: jax.Array, t: int) -> jax.Array:
+def text_positions(
+    cfg: PALLEConfig, text: jax.Array, text_len: jax.Array, speech_len: jax.Array, t: int
+) -> jax.Array:
     """The text symbol shown at each of the T speech positions [B, T] ([PAD] = cfg.pad_id).
 
     'pad': symbol t for t < L (cut at T), [PAD] after; 'stretch': symbol floor(t * L / S) for

@@ -44,26 +44,36 @@ class PALLETask:
         self.model = MaskedGenTransformer(cfg)
 
     def init(self, rng, batch):
-        return self.model.init(rng, jnp.asarray(batch["text"]), jnp.asarray(batch["text_len"]),
-                               jnp.asarray(batch["speech"]),
-                               jnp.asarray(batch["speech_len"]))["params"]  # fmt: skip
+        return self.model.init(
+            rng,
+            jnp.asarray(batch["text"]),
+            jnp.asarray(batch["text_len"]),
+            jnp.asarray(batch["speech"]),
+            jnp.asarray(batch["speech_len"]),
+        )["params"]
 
     def masked_inputs(self, batch, rng):
         """(speech input with [MASK] [B, T], loss mask bool [B, T], row ok [B])."""
         speech = jnp.asarray(batch["speech"])
         length = jnp.asarray(batch["speech_len"])
-        masked, loss_mask = masking.stage_masks(self.stage, rng, length, speech.shape[1],
-                                                self.refine_p)  # fmt: skip
+        masked, loss_mask = masking.stage_masks(
+            self.stage, rng, length, speech.shape[1], self.refine_p
+        )
         ok = (jnp.asarray(batch["text_len"]) <= length) & (length > 0)  # [B]
         return (jnp.where(masked, self.cfg.mask_id, speech), loss_mask & ok[:, None], ok)
 
     def loss(self, params, batch, rng, *, train: bool, step=None):
         mask_rng, drop_rng = jax.random.split(rng if rng is not None else jax.random.key(0))
         x, loss_mask, ok = self.masked_inputs(batch, mask_rng)
-        logits = self.model.apply({"params": params}, jnp.asarray(batch["text"]),
-                                  jnp.asarray(batch["text_len"]), x,
-                                  jnp.asarray(batch["speech_len"]), train=train,
-                                  rngs={"dropout": drop_rng} if train else {})  # [B, T, V]
+        logits = self.model.apply(
+            {"params": params},
+            jnp.asarray(batch["text"]),
+            jnp.asarray(batch["text_len"]),
+            x,
+            jnp.asarray(batch["speech_len"]),
+            train=train,
+            rngs={"dropout": drop_rng} if train else {},
+        )  # [B, T, V]
         target = jnp.asarray(batch["speech"])
         lp = jax.nn.log_softmax(logits, axis=-1)
         nll = -jnp.take_along_axis(lp, target[..., None], axis=-1)[..., 0]  # [B, T]
@@ -72,8 +82,12 @@ class PALLETask:
         loss = jnp.sum(nll * w) / jnp.maximum(n, 1.0)
         acc = jnp.sum((jnp.argmax(logits, -1) == target) * w) / jnp.maximum(n, 1.0)
         real = jnp.asarray(batch["speech_len"]) > 0
-        return loss, {"loss": loss, "accuracy": acc, "weight": n,
-                      "dropped_rows": jnp.sum(real & ~ok).astype(jnp.float32)}  # fmt: skip
+        return loss, {
+            "loss": loss,
+            "accuracy": acc,
+            "weight": n,
+            "dropped_rows": jnp.sum(real & ~ok).astype(jnp.float32),
+        }
 
 
 def text_information(engine, utts, batch_size: int = 16, seeds: int = 4):
@@ -90,12 +104,14 @@ def text_information(engine, utts, batch_size: int = 16, seeds: int = 4):
         total = count = 0.0
         per_row = 0
         for i in range(seeds):
-            masked, loss_mask = masking.stage_masks(task.stage, jax.random.key(i), length,
-                                                    speech.shape[1], task.refine_p)
+            masked, loss_mask = masking.stage_masks(
+                task.stage, jax.random.key(i), length, speech.shape[1], task.refine_p
+            )
             loss_mask = loss_mask & (batch["text_len"] > 0)[:, None]
             x = jnp.where(masked, task.cfg.mask_id, speech)
-            logits = task.model.apply({"params": params}, batch["text"], batch["text_len"], x,
-                                      length)  # [B, T, V]
+            logits = task.model.apply(
+                {"params": params}, batch["text"], batch["text_len"], x, length
+            )  # [B, T, V]
             lp = jax.nn.log_softmax(logits, axis=-1)
             nll = -jnp.take_along_axis(lp, speech[..., None], axis=-1)[..., 0]  # [B, T]
             total = total + jnp.sum(nll * loss_mask)
@@ -103,15 +119,18 @@ def text_information(engine, utts, batch_size: int = 16, seeds: int = 4):
             per_row = per_row + jnp.sum(loss_mask, axis=1)
         return total[None], count[None], per_row  # [1], [1], [B]
 
-    return lm_text_information(engine, utts, batch_size=batch_size, score=score,
-                               params=engine.params)  # fmt: skip
+    return lm_text_information(
+        engine, utts, batch_size=batch_size, score=score, params=engine.params
+    )
 
 
 def model_config(config, data) -> PALLEConfig:
     """config.model with the data's vocabulary sizes filled in (-1) or checked."""
     m = dict(config.model)
-    for key, size in (("num_text_symbols", data.frontend.vocab_size),
-                      ("num_speech_tokens", data.tokenizer.vocab_size)):  # fmt: skip
+    for key, size in (
+        ("num_text_symbols", data.frontend.vocab_size),
+        ("num_speech_tokens", data.tokenizer.vocab_size),
+    ):
         if int(m.get(key, -1)) == -1:
             m[key] = int(size)
         elif int(m[key]) != int(size):
@@ -131,18 +150,30 @@ def _check_init_from(config, cfg: PALLEConfig) -> None:
         raise ConfigError(f"train.init_from={src}: no run folder there (config.json missing)")
     other = run.read_config()
     if other.get("task") != "palle":
-        raise ConfigError(f"train.init_from={src}: a {other.get('task')!r} run, expected a "
-                          "PALLE stage-one run")  # fmt: skip
+        raise ConfigError(
+            f"train.init_from={src}: a {other.get('task')!r} run, expected a PALLE stage-one run"
+        )
     theirs = dict(other.model)
-    for key in ("num_text_symbols", "num_speech_tokens", "d_model", "num_layers", "num_heads",
-                "head_dim", "d_ff"):  # fmt: skip
+    for key in (
+        "num_text_symbols",
+        "num_speech_tokens",
+        "d_model",
+        "num_layers",
+        "num_heads",
+        "head_dim",
+        "d_ff",
+    ):
         if int(theirs.get(key, -1)) != int(getattr(cfg, key)):
-            raise ConfigError(f"train.init_from={src}: model.{key}={theirs.get(key)} there but "
-                              f"{getattr(cfg, key)} here (stage two must match stage one)")
+            raise ConfigError(
+                f"train.init_from={src}: model.{key}={theirs.get(key)} there but "
+                f"{getattr(cfg, key)} here (stage two must match stage one)"
+            )
     layout = str(theirs.get("text_layout", "pad"))
     if layout != cfg.text_layout:
-        raise ConfigError(f"train.init_from={src}: model.text_layout={layout!r} there but "
-                          f"{cfg.text_layout!r} here (set --config.model.text_layout={layout})")
+        raise ConfigError(
+            f"train.init_from={src}: model.text_layout={layout!r} there but "
+            f"{cfg.text_layout!r} here (set --config.model.text_layout={layout})"
+        )
 
 
 def train(config, workdir: str, *, progress: bool = True, mesh=None):
@@ -155,23 +186,37 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     data = prepare_data(config, workdir, progress)
     cfg = model_config(config, data)
     config = mlc.ConfigDict(config.to_dict())
-    config.model.update(num_text_symbols=cfg.num_text_symbols,
-                        num_speech_tokens=cfg.num_speech_tokens)  # fmt: skip
+    config.model.update(
+        num_text_symbols=cfg.num_text_symbols, num_speech_tokens=cfg.num_speech_tokens
+    )
     _check_init_from(config, cfg)
     task = PALLETask(cfg, str(config.palle.stage), float(config.palle.refine_p))
     RunFolder(workdir).write_data_info(
-        {"corpus_dir": str(data.corpus_dir), "tokenizer": data.tokenizer.name,
-         "frame_rate": data.tokenizer.frame_rate, "train_records": len(data.train.records),
-         "stage": task.stage,
-         # the length estimate without a prompt (jaxtts/methods/palle/engine.py)
-         "tokens_per_symbol": float(sum(r.speech.size for r in data.train.records)
-                                    / max(sum(r.text_ids.size for r in data.train.records), 1)),
-         "max_target_text": int(max(r.text_ids.size for r in data.train.records))})  # fmt: skip
+        {
+            "corpus_dir": str(data.corpus_dir),
+            "tokenizer": data.tokenizer.name,
+            "frame_rate": data.tokenizer.frame_rate,
+            "train_records": len(data.train.records),
+            "stage": task.stage,
+            # the length estimate without a prompt (jaxtts/methods/palle/engine.py)
+            "tokens_per_symbol": float(
+                sum(r.speech.size for r in data.train.records)
+                / max(sum(r.text_ids.size for r in data.train.records), 1)
+            ),
+            "max_target_text": int(max(r.text_ids.size for r in data.train.records)),
+        }
+    )
     dev = data.dev
 
     def eval_batches():
         return (dev.get_batch(s) for s in range(len(dev)))
 
-    return loop.train_and_evaluate(config, workdir, task, data.train,
-                                   eval_batches if dev is not None else None, mesh=mesh,
-                                   progress=progress)  # fmt: skip
+    return loop.train_and_evaluate(
+        config,
+        workdir,
+        task,
+        data.train,
+        eval_batches if dev is not None else None,
+        mesh=mesh,
+        progress=progress,
+    )

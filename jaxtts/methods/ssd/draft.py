@@ -25,8 +25,10 @@ from jaxtts.methods.lm.model import LMConfig
 def draft_layers(num_layers: int, first: int, last: int) -> tuple[int, ...]:
     """Target layer indices of the draft: the first `first` and the last `last`."""
     if first < 1 or last < 0 or first + last > num_layers:
-        raise ConfigError(f"ssd.first={first}, ssd.last={last}: expected first >= 1, last >= 0 "
-                          f"and first + last <= the target's {num_layers} layers")  # fmt: skip
+        raise ConfigError(
+            f"ssd.first={first}, ssd.last={last}: expected first >= 1, last >= 0 "
+            f"and first + last <= the target's {num_layers} layers"
+        )
     return tuple(range(first)) + tuple(range(num_layers - last, num_layers))
 
 

@@ -35,15 +35,22 @@ class SSDEngine(LMEngine):
             ("num_text_symbols", dcfg.num_text_symbols, base.cfg.num_text_symbols),
             ("d_model", dcfg.d_model, base.cfg.d_model),
             ("tokenizer", dtok.name, base.tokenizer.name),
-        ):  # fmt: skip
+        ):
             if mine != theirs:
-                raise CheckpointError(f"draft {run.path} has {key}={mine!r} but its target "
-                                      f"{target_run.path} has {theirs!r}")  # fmt: skip
+                raise CheckpointError(
+                    f"draft {run.path} has {key}={mine!r} but its target "
+                    f"{target_run.path} has {theirs!r}"
+                )
         one = np.ones((1, 4), np.int32)
         like = abstract_params(TTSLM(dcfg).init, one, np.array([4]), one, np.array([4]))
         dparams, _ = run.load_params(like, step)
-        eng = cls(base.config, base.params, base.frontend, base.tokenizer,
-                  max_text_symbols=base.max_text_symbols)  # fmt: skip
+        eng = cls(
+            base.config,
+            base.params,
+            base.frontend,
+            base.tokenizer,
+            max_text_symbols=base.max_text_symbols,
+        )
         eng.draft, eng.draft_params = TTSLM(dcfg), dparams
         eng.decode_config = {**base.decode_config, "strategy": "ssd:L=3,beta=0.4"}
         eng.target_path = str(target_run.path)
@@ -65,13 +72,27 @@ class SSDEngine(LMEngine):
             return super().generate(batch, keys, options)
         from jaxtts.decode import registry
 
-        return self._generate(registry.get("far"), {"target": self.draft},
-                              {"target": self.draft_params}, batch, keys, options)  # fmt: skip
+        return self._generate(
+            registry.get("far"),
+            {"target": self.draft},
+            {"target": self.draft_params},
+            batch,
+            keys,
+            options,
+        )
 
 
-def acceptance_schedule(engine: SSDEngine, text: str, prompt=None, *, draft_len: int = 3,
-                        beta: float = 0.4, seed: int = 0, max_seconds: float = 10.0,
-                        greedy: bool = False):  # fmt: skip
+def acceptance_schedule(
+    engine: SSDEngine,
+    text: str,
+    prompt=None,
+    *,
+    draft_len: int = 3,
+    beta: float = 0.4,
+    seed: int = 0,
+    max_seconds: float = 10.0,
+    greedy: bool = False,
+):
     """One sentence decoded with `ssd:L=<draft_len>,beta=<beta>` keeping each step's outcome:
     -> (tokens int32 [T], accepted int32 [S]: draft tokens accepted at each step; the step
     took accepted + 1 tokens, the last one drawn by the target)."""
@@ -84,9 +105,16 @@ def acceptance_schedule(engine: SSDEngine, text: str, prompt=None, *, draft_len:
 
     batch = sentence_batch(engine, text, prompt)
     opts = engine.options(max_seconds=max_seconds, greedy=greedy)
-    out = jax.device_get(decode(SSD(draft_len, beta, record=True), engine.decode_models(),
-                                engine.decode_params(), batch, row_keys(seed, [0]),
-                                max_new_tokens=engine.max_new_units(opts),
-                                sampling=opts.sampling))  # fmt: skip
+    out = jax.device_get(
+        decode(
+            SSD(draft_len, beta, record=True),
+            engine.decode_models(),
+            engine.decode_params(),
+            batch,
+            row_keys(seed, [0]),
+            max_new_tokens=engine.max_new_units(opts),
+            sampling=opts.sampling,
+        )
+    )
     n, s = int(out.length[0]), int(out.steps[0])
     return np.asarray(out.tokens[0, :n]), np.asarray(out.stats["accepted_per_step"][0, :s])

@@ -63,8 +63,15 @@ def residual(q: jax.Array, p: jax.Array) -> jax.Array:
     return jnp.where(z > 0, r / jnp.where(z > 0, z, 1.0), q)
 
 
-def verify(x: jax.Array, p: jax.Array, q: jax.Array, u: jax.Array, beta: float,
-           key: jax.Array, greedy: bool = False) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+def verify(
+    x: jax.Array,
+    p: jax.Array,
+    q: jax.Array,
+    u: jax.Array,
+    beta: float,
+    key: jax.Array,
+    greedy: bool = False,
+) -> tuple[jax.Array, jax.Array]:
     """One row's acceptance (vmap it for a batch).
 
     x int [L] drafted tokens, p [L, V] their draft distributions, q [L + 1, V] the target's,
@@ -110,13 +117,17 @@ class SSD(Strategy):
 
     def check(self, models) -> None:
         if "draft" not in models:
-            raise ConfigError("strategy ssd needs a draft model: load an SSD run "
-                              "(--workdir runs/ssd or pretrained/ssd)")  # fmt: skip
+            raise ConfigError(
+                "strategy ssd needs a draft model: load an SSD run "
+                "(--workdir runs/ssd or pretrained/ssd)"
+            )
         t, d = models["target"].cfg, models["draft"].cfg
         for key in ("num_speech_tokens", "num_text_symbols", "d_model"):
             if getattr(t, key) != getattr(d, key):
-                raise ConfigError(f"strategy ssd: draft {key}={getattr(d, key)} but target "
-                                  f"{key}={getattr(t, key)}")  # fmt: skip
+                raise ConfigError(
+                    f"strategy ssd: draft {key}={getattr(d, key)} but target "
+                    f"{key}={getattr(t, key)}"
+                )
 
     def eos(self, models) -> int:
         return models["target"].cfg.eos
@@ -133,8 +144,9 @@ class SSD(Strategy):
             m, p = models[name], {"params": params[name]}
             cache = m.apply(p, b, x, slots, method="init_cache")
             # everything but the last speech input: it is the first pending token
-            _, cache = m.apply(p, batch.text, batch.text_len, speech, speech_len - 1, cache,
-                               method="prefill")  # fmt: skip
+            _, cache = m.apply(
+                p, batch.text, batch.text_len, speech, speech_len - 1, cache, method="prefill"
+            )
             caches[name] = cache
         last = jnp.take_along_axis(speech, (speech_len - 1)[:, None], 1)[:, 0]  # [B]
         pending = jnp.stack([last, last], 1).astype(jnp.int32)
@@ -164,8 +176,7 @@ class SSD(Strategy):
             if sampling.greedy:
                 x_i = jnp.argmax(p_i, -1)
             else:
-                x_i = jax.vmap(jax.random.categorical)(fold(k, i),
-                                                       jnp.log(jnp.maximum(p_i, 1e-38)))
+                x_i = jax.vmap(jax.random.categorical)(fold(k, i), jnp.log(jnp.maximum(p_i, 1e-38)))
             x_i = x_i.astype(jnp.int32)
             xs.append(x_i)
             ps.append(p_i)
@@ -185,9 +196,9 @@ class SSD(Strategy):
 
         # 3. accept / resample / bonus, per row
         u = jax.vmap(lambda kk: jax.random.uniform(kk, (L,)))(fold(k, 1000))  # [B, L]
-        n, z = jax.vmap(lambda x_, p_, q_, u_, k_: verify(x_, p_, q_, u_, self.beta, k_,
-                                                          sampling.greedy))(
-            x, p, q, u, fold(k, 2000))  # fmt: skip
+        n, z = jax.vmap(
+            lambda x_, p_, q_, u_, k_: verify(x_, p_, q_, u_, self.beta, k_, sampling.greedy)
+        )(x, p, q, u, fold(k, 2000))
         j = jnp.arange(L + 1)[None]
         xpad = jnp.concatenate([x, x[:, -1:]], 1)
         tokens = jnp.where(j < n[:, None], xpad, z[:, None]).astype(jnp.int32)  # [B, L + 1]
@@ -196,15 +207,20 @@ class SSD(Strategy):
         tcache = tcache.rollback(t_start + 1 + n)
         all_acc = n == L
         dcache = dcache.rollback(d_start + c.n_pending + jnp.minimum(n, L - 1))
-        pending = jnp.where(all_acc[:, None], jnp.stack([x[:, -1], z], 1),
-                            jnp.stack([z, z], 1)).astype(jnp.int32)  # fmt: skip
+        pending = jnp.where(
+            all_acc[:, None], jnp.stack([x[:, -1], z], 1), jnp.stack([z, z], 1)
+        ).astype(jnp.int32)
         n_pending = jnp.where(all_acc, 2, 1).astype(jnp.int32)
         active = ~state.done
-        carry = SSDCarry(tcache, dcache, pending, n_pending,
-                         c.accepted + jnp.where(active, n, 0),
-                         c.proposed + jnp.where(active, L, 0),
-                         c.history.at[:, state.step].set(jnp.where(active, n, -1))
-                         if self.record else c.history)  # fmt: skip
+        carry = SSDCarry(
+            tcache,
+            dcache,
+            pending,
+            n_pending,
+            c.accepted + jnp.where(active, n, 0),
+            c.proposed + jnp.where(active, L, 0),
+            c.history.at[:, state.step].set(jnp.where(active, n, -1)) if self.record else c.history,
+        )
         return Proposal(tokens=tokens, count=(n + 1).astype(jnp.int32), carry=carry)
 
     def finish(self, models, state):

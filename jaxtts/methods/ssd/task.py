@@ -22,7 +22,6 @@ from jaxtts.run_folder import RunFolder, record_fingerprint, resolve_run
 log = logging.getLogger("jaxtts.ssd")
 
 
-
 def draft_run_config(config, target: RunFolder) -> mlc.ConfigDict:
     """The LM config the draft trains with (see the module docstring)."""
     from jaxtts.methods.lm.model import LMConfig
@@ -34,8 +33,12 @@ def draft_run_config(config, target: RunFolder) -> mlc.ConfigDict:
     layers = draft_layers(tm.num_layers, int(s.first), int(s.last))
     dm = draft_config(tm, layers)
     out = dict(tcfg)
-    out["model"] = {**tcfg["model"], "num_layers": dm.num_layers, "num_mtp_heads": 1,
-                    "dropout": 0.0}  # fmt: skip
+    out["model"] = {
+        **tcfg["model"],
+        "num_layers": dm.num_layers,
+        "num_mtp_heads": 1,
+        "dropout": 0.0,
+    }
     out["loss"] = {**tcfg.get("loss", {}), "align_layers": []}  # the draft reads the text anew
     out["data"] = dict(tcfg["data"], tokenizer_dir=str(target.tokenizer_dir.resolve()))
     if int(s.corpus_utterances) > 0:
@@ -48,7 +51,8 @@ def draft_run_config(config, target: RunFolder) -> mlc.ConfigDict:
     out["ssd"] = dict(s.to_dict(), target=str(target.path), layers=list(layers))
     first = int(s.first)
     out["train"]["trainable"] = "prefix:" + ",".join(
-        [f"stack/layer_{j}" for j in range(first)] + ["base_head"])
+        [f"stack/layer_{j}" for j in range(first)] + ["base_head"]
+    )
     return mlc.ConfigDict(out)
 
 
@@ -72,16 +76,26 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     fingerprint = record_fingerprint(run, "target", target.path, eng.params)
     if not (init_dir / "params.msgpack").is_file():
         init_dir.mkdir(exist_ok=True)
-        write_params_file(init_dir / "params.msgpack",
-                          draft_params(eng.params, dconf.ssd.layers), None)  # fmt: skip
+        write_params_file(
+            init_dir / "params.msgpack", draft_params(eng.params, dconf.ssd.layers), None
+        )
     del eng  # the target's parameters are not needed while the draft trains
     dconf.train.init_from = str(init_dir)
     from jaxtts.methods.lm.model import LMConfig
 
     tm = LMConfig.from_config(target.read_config("lm").model, saved=True)
     dm = LMConfig.from_config(dconf.model)
-    log.info("draft layers %s of %d: %.2f of a target forward (stack + base head)",
-             list(dconf.ssd.layers), tm.num_layers, forward_cost(dm) / forward_cost(tm))
-    return lm_train(dconf, workdir, progress=progress, mesh=mesh, task_name="ssd",
-                    data_info={"target": str(config.ssd.target),
-                               "target_fingerprint": fingerprint})
+    log.info(
+        "draft layers %s of %d: %.2f of a target forward (stack + base head)",
+        list(dconf.ssd.layers),
+        tm.num_layers,
+        forward_cost(dm) / forward_cost(tm),
+    )
+    return lm_train(
+        dconf,
+        workdir,
+        progress=progress,
+        mesh=mesh,
+        task_name="ssd",
+        data_info={"target": str(config.ssd.target), "target_fingerprint": fingerprint},
+    )

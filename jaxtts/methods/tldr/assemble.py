@@ -15,18 +15,37 @@ from jaxtts.run_folder import resolve_run
 
 TRAINABLE = "lora|prefix:compressor,extractor"
 # config.tldr keys that are not TLDRConfig fields
-RUN_KEYS = ("backbone", "speaker_encoder", "lora_rank", "lora_alpha", "corpus_utterances",
-            "min_reference_seconds")  # fmt: skip
-MODEL_KEYS = ("patch", "compressor", "window", "comp_heads", "comp_ff", "ext_layers",
-              "ext_width", "ext_heads", "ext_ff", "slots", "speaker", "speaker_proj",
-              "token_rate_positions")  # fmt: skip
+RUN_KEYS = (
+    "backbone",
+    "speaker_encoder",
+    "lora_rank",
+    "lora_alpha",
+    "corpus_utterances",
+    "min_reference_seconds",
+)
+MODEL_KEYS = (
+    "patch",
+    "compressor",
+    "window",
+    "comp_heads",
+    "comp_ff",
+    "ext_layers",
+    "ext_width",
+    "ext_heads",
+    "ext_ff",
+    "slots",
+    "speaker",
+    "speaker_proj",
+    "token_rate_positions",
+)
 
 
 def check_keys(section) -> None:
     unknown = sorted(set(dict(section)) - set(RUN_KEYS) - set(MODEL_KEYS))
     if unknown:
-        raise ConfigError(f"tldr.{unknown[0]}: unknown key, expected one of "
-                          f"{sorted(RUN_KEYS + MODEL_KEYS)}")  # fmt: skip
+        raise ConfigError(
+            f"tldr.{unknown[0]}: unknown key, expected one of {sorted(RUN_KEYS + MODEL_KEYS)}"
+        )
 
 
 def tldr_config(section, backbone_cfg, tokenizer, speaker_model=None) -> TLDRConfig:
@@ -40,14 +59,17 @@ def tldr_config(section, backbone_cfg, tokenizer, speaker_model=None) -> TLDRCon
     bb = dataclasses.replace(backbone_cfg, lora_rank=rank, lora_alpha=alpha, dropout=0.0)
     kw = {k: s[k] for k in MODEL_KEYS if k in s}
     mel_rate = tokenizer.mel_cfg.frame_rate
-    extra = dict(token_frames=int(round(mel_rate / tokenizer.frame_rate)),
-                 n_mels=int(tokenizer.mel_cfg.n_mels),
-                 min_reference_frames=int(round(float(s.get("min_reference_seconds", 0.5))
-                                                * mel_rate)))  # fmt: skip
+    extra = dict(
+        token_frames=int(round(mel_rate / tokenizer.frame_rate)),
+        n_mels=int(tokenizer.mel_cfg.n_mels),
+        min_reference_frames=int(round(float(s.get("min_reference_seconds", 0.5)) * mel_rate)),
+    )
     if speaker_model is not None:
         if speaker_model.n_mels != extra["n_mels"]:
-            raise ConfigError(f"tldr.speaker_encoder: reads {speaker_model.n_mels} mel bins, the "
-                              f"tokenizer decodes {extra['n_mels']}")  # fmt: skip
+            raise ConfigError(
+                f"tldr.speaker_encoder: reads {speaker_model.n_mels} mel bins, the "
+                f"tokenizer decodes {extra['n_mels']}"
+            )
         extra["speaker_dim"] = int(speaker_model.embed_dim)
     return TLDRConfig(backbone=bb, **kw, **extra)
 

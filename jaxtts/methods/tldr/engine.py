@@ -31,8 +31,13 @@ class TLDREngine(LMEngine):
     @classmethod
     def build(cls, config, base: LMEngine, cfg, speaker_model, params) -> TLDREngine:
         """An engine from a backbone engine and full TLDR parameters (training samples)."""
-        eng = cls(base.config, base.params, base.frontend, base.tokenizer,
-                  max_text_symbols=base.max_text_symbols)  # fmt: skip
+        eng = cls(
+            base.config,
+            base.params,
+            base.frontend,
+            base.tokenizer,
+            max_text_symbols=base.max_text_symbols,
+        )
         eng.tldr, eng.tldr_params = TLDRModel(cfg, speaker_model), params
         eng.decode_config = {**base.decode_config, **dict(config.decode), "strategy": "tldr"}
         return eng
@@ -49,12 +54,22 @@ class TLDREngine(LMEngine):
         from jaxtts.train.checkpoint import abstract_params, check_tree_matches
 
         config = run.read_config("tldr")
-        backbone = resolve_run(str(config.tldr.backbone), f"{run.config_path}: tldr.backbone",
-                               run.path)  # fmt: skip
+        backbone = resolve_run(
+            str(config.tldr.backbone), f"{run.config_path}: tldr.backbone", run.path
+        )
         base = LMEngine.from_run(backbone)
-        check_trained_on(run, "backbone", backbone.path, {
-            "d_model": base.cfg.d_model, "num_layers": base.cfg.num_layers,
-            "num_heads": base.cfg.num_heads, "tokenizer": base.tokenizer.name}, base.params)
+        check_trained_on(
+            run,
+            "backbone",
+            backbone.path,
+            {
+                "d_model": base.cfg.d_model,
+                "num_layers": base.cfg.num_layers,
+                "num_heads": base.cfg.num_heads,
+                "tokenizer": base.tokenizer.name,
+            },
+            base.params,
+        )
         _, spk_model, spk_params = load_speaker(config.tldr, run.path)
         cfg = tldr_config(config.tldr, base.cfg, base.tokenizer, spk_model)
         model = TLDRModel(cfg, spk_model)
@@ -65,8 +80,9 @@ class TLDREngine(LMEngine):
         flat = tree_to_flat(frozen_params(base.params, spk_params, table))
         flat.update({k: v for k, v in tree_to_flat(trained).items()})
         like_flat = tree_to_flat(like)
-        params = tree_from_flat({k: jnp.asarray(flat[k], jnp.float32) for k in like_flat
-                                 if k in flat})  # fmt: skip
+        params = tree_from_flat(
+            {k: jnp.asarray(flat[k], jnp.float32) for k in like_flat if k in flat}
+        )
         check_tree_matches(params, like, str(run.path))
         return cls.build(config, base, cfg, spk_model, params)
 
@@ -86,21 +102,25 @@ class TLDREngine(LMEngine):
         frames = frames[frames > 0]
         if frames.size and frames.min() < c.min_reference_frames:
             rate = self.mel_cfg.frame_rate
-            raise DataError(f"tldr: a speaker reference of {frames.min() / rate:.2f} s; the "
-                            f"speaker encoder needs >= {c.min_reference_frames / rate:.2f} s of "
-                            "prompt speech (pass a longer --prompt)")  # fmt: skip
+            raise DataError(
+                f"tldr: a speaker reference of {frames.min() / rate:.2f} s; the "
+                f"speaker encoder needs >= {c.min_reference_frames / rate:.2f} s of "
+                "prompt speech (pass a longer --prompt)"
+            )
 
     def generate(self, batch, keys, options):
         if options.strategy == "tldr":
             self.check_reference(jax.device_get(batch.prompt_len))
         return super().generate(batch, keys, options)
 
-    def memory_bytes(self, text_len: int, prompt_len: int, length: int,
-                     strategy: str | None = None) -> int:  # fmt: skip
+    def memory_bytes(
+        self, text_len: int, prompt_len: int, length: int, strategy: str | None = None
+    ) -> int:
         if strategy != "tldr":
             return super().memory_bytes(text_len, prompt_len, length, strategy)
-        return self.cfg.kv_bytes_per_token() * global_kv_slots(text_len, prompt_len, length,
-                                                               self.tldr.cfg.patch)
+        return self.cfg.kv_bytes_per_token() * global_kv_slots(
+            text_len, prompt_len, length, self.tldr.cfg.patch
+        )
 
 
 def global_kv_slots(text_len: int, prompt_len: int, length: int, patch: int = 1) -> int:

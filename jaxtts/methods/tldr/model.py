@@ -86,8 +86,9 @@ class TLDRConfig:
         if self.patch < 1:
             raise ConfigError(f"tldr.patch={self.patch}: expected P >= 1 tokens per patch")
         if self.compressor not in ("attention", "mean"):
-            raise ConfigError(f"tldr.compressor={self.compressor!r}: expected 'attention' or "
-                              "'mean'")  # fmt: skip
+            raise ConfigError(
+                f"tldr.compressor={self.compressor!r}: expected 'attention' or 'mean'"
+            )
         if self.window < 1 or self.slots < 1 or self.ext_layers < 1:
             raise ConfigError("tldr.window, tldr.slots, tldr.ext_layers: expected >= 1")
 
@@ -118,9 +119,13 @@ class TLDRConfig:
         return -(-(speech_width + 1) // self.patch) + 1
 
 
-def patch_grid(speech: jax.Array, speech_len: jax.Array, prompt_len: jax.Array,
-               cfg: TLDRConfig, num_patches: int
-               ) -> tuple[jax.Array, jax.Array, jax.Array]:  # fmt: skip
+def patch_grid(
+    speech: jax.Array,
+    speech_len: jax.Array,
+    prompt_len: jax.Array,
+    cfg: TLDRConfig,
+    num_patches: int,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """speech int [B, T] = prompt tokens then target tokens (valid < speech_len), prompt_len
     [B] -> (tokens int32 [B, J, P], valid bool [B, J, P], target bool [B, J, P]: the cells the
     loss scores, i.e. target tokens and the EOS after them). Invalid cells hold PAD."""
@@ -160,17 +165,21 @@ class Compressor(nn.Module):
         pos = jnp.arange(n)
         dist = pos[:, None] - pos[None, :]  # [T, T] query - key
         mask = ((dist >= 0) & (dist < c.window))[None] & kv[:, None, :]  # [B, T, T]
-        stack = StackConfig(num_layers=1, num_heads=c.comp_heads,
-                            head_dim=d // c.comp_heads, d_ff=c.comp_ff,
-                            rope_theta=c.backbone.rope_theta)  # fmt: skip
+        stack = StackConfig(
+            num_layers=1,
+            num_heads=c.comp_heads,
+            head_dim=d // c.comp_heads,
+            d_ff=c.comp_ff,
+            rope_theta=c.backbone.rope_theta,
+        )
         h, _ = Block(stack, name="local")(x, jnp.broadcast_to(pos, (b, n)), mask)
         h = RMSNorm(name="token_norm")(h).reshape(b * nj, p, d)  # [BJ, P, D]
         # masked patch -> token cross-attention: each patch sees only its own valid tokens
         q = query.reshape(b * nj, 1, d)
         cmask = valid.reshape(b * nj, 1, p)  # [BJ, 1, P]
         att, _ = Attention(c.comp_heads, d // c.comp_heads, rope_theta=0.0, name="cross")(
-            RMSNorm(name="cross_norm")(q), jnp.zeros((b * nj, 1), jnp.int32), cmask,
-            context=h)  # fmt: skip
+            RMSNorm(name="cross_norm")(q), jnp.zeros((b * nj, 1), jnp.int32), cmask, context=h
+        )
         z = q + att
         z = z + MLP(c.comp_ff, name="mlp")(RMSNorm(name="mlp_norm")(z))
         return RMSNorm(name="out_norm")(z).reshape(b, nj, d)
@@ -180,8 +189,9 @@ class ExtractorLayer(nn.Module):
     cfg: TLDRConfig
 
     @nn.compact
-    def __call__(self, x: jax.Array | None, cond: jax.Array | None = None,
-                 slots: jax.Array | None = None) -> jax.Array:
+    def __call__(
+        self, x: jax.Array | None, cond: jax.Array | None = None, slots: jax.Array | None = None
+    ) -> jax.Array:
         """x [N, P, E] token states, cond [N, C] conditioning vectors (or their `slots` [N, S,
         E], computed once per patch in decoding) -> [N, P, E]. x None: the slots only."""
         c = self.cfg
@@ -194,13 +204,14 @@ class ExtractorLayer(nn.Module):
         hd = e // c.ext_heads
         zeros = jnp.zeros((n, p), jnp.int32)
         att, _ = Attention(c.ext_heads, hd, rope_theta=0.0, name="cross")(
-            RMSNorm(name="cross_norm")(x), zeros, jnp.ones((n, p, c.slots), bool),
-            context=slots)  # fmt: skip
+            RMSNorm(name="cross_norm")(x), zeros, jnp.ones((n, p, c.slots), bool), context=slots
+        )
         x = x + att
         causal = jnp.broadcast_to(jnp.tril(jnp.ones((p, p), bool)), (n, p, p))
         pos = jnp.broadcast_to(jnp.arange(p), (n, p))
         att, _ = Attention(c.ext_heads, hd, rope_theta=c.backbone.rope_theta, name="self")(
-            RMSNorm(name="self_norm")(x), pos, causal)  # fmt: skip
+            RMSNorm(name="self_norm")(x), pos, causal
+        )
         x = x + att
         return x + MLP(c.ext_ff, name="mlp")(RMSNorm(name="mlp_norm")(x))
 
@@ -216,8 +227,13 @@ class Extractor(nn.Module):
     cfg: TLDRConfig
 
     @nn.compact
-    def __call__(self, g: jax.Array | None, s: jax.Array | None, inputs: jax.Array | None,
-                 slots: jax.Array | None = None) -> jax.Array:
+    def __call__(
+        self,
+        g: jax.Array | None,
+        s: jax.Array | None,
+        inputs: jax.Array | None,
+        slots: jax.Array | None = None,
+    ) -> jax.Array:
         c = self.cfg
         bb = c.backbone
         layers = [ExtractorLayer(c, name=f"layer_{i}") for i in range(c.ext_layers)]
@@ -229,12 +245,21 @@ class Extractor(nn.Module):
             slots = jnp.stack([layer(None, cond) for layer in layers], axis=1)  # [N, L, S, E]
         if inputs is None:
             return slots
-        table = param_with_axes(self, "embed", nn.initializers.normal(1.0),
-                                (bb.padded(bb.num_speech_tokens + 2), c.ext_width),
-                                (axes.VOCAB, axes.EMBED))  # fmt: skip
+        table = param_with_axes(
+            self,
+            "embed",
+            nn.initializers.normal(1.0),
+            (bb.padded(bb.num_speech_tokens + 2), c.ext_width),
+            (axes.VOCAB, axes.EMBED),
+        )
         x = jnp.take(table, inputs, axis=0)  # [N, P, E]
-        pos = param_with_axes(self, "pos_embed", nn.initializers.normal(0.02),
-                              (c.patch, c.ext_width), (None, axes.EMBED))  # fmt: skip
+        pos = param_with_axes(
+            self,
+            "pos_embed",
+            nn.initializers.normal(0.02),
+            (c.patch, c.ext_width),
+            (None, axes.EMBED),
+        )
         x = x + pos[None, : inputs.shape[1]]
         for i, layer in enumerate(layers):
             x = layer(x, slots=slots[:, i])
@@ -258,9 +283,11 @@ class TLDRModel(nn.Module):
         self.compressor = Compressor(c)
         self.extractor = Extractor(c)
         if c.speaker:
-            self.mel_table = self.param("mel_table", nn.initializers.zeros,
-                                        (c.backbone.num_speech_tokens, c.token_frames,
-                                         c.n_mels))  # fmt: skip
+            self.mel_table = self.param(
+                "mel_table",
+                nn.initializers.zeros,
+                (c.backbone.num_speech_tokens, c.token_frames, c.n_mels),
+            )
 
     # -- pieces
     def speaker_embedding(self, prompt: jax.Array, prompt_len: jax.Array) -> jax.Array | None:
@@ -318,8 +345,9 @@ class TLDRModel(nn.Module):
         z = self.compress(tokens, valid)  # [B, J, D]
         n_patches = valid.any(-1).sum(-1).astype(jnp.int32)  # [B] prompt + target patches
         emb = jnp.concatenate([self.bos_vector(b), z[:, :-1]], axis=1)  # [B, J, D]: shift
-        g = self.backbone.hidden_embedded(text, text_len, emb, n_patches,
-                                          stride=c.stride)  # [B, J, D]
+        g = self.backbone.hidden_embedded(
+            text, text_len, emb, n_patches, stride=c.stride
+        )  # [B, J, D]
         s = self.speaker_embedding(speech, prompt_len)
         logits = self.extract(g, s, self.shifted_inputs(tokens))
         return logits, tokens, target
@@ -342,8 +370,9 @@ class TLDRModel(nn.Module):
         z = self.compress(tokens, valid) if nj else jnp.zeros((b, 0, c.backbone.d_model))
         jp = (-(-prompt_len // c.patch)).astype(jnp.int32)  # [B]
         emb = jnp.concatenate([self.bos_vector(b), z], axis=1)  # [B, 1 + Jp, D]
-        h, cache = self.backbone.prefill_embedded(text, text_len, emb, jp + 1, cache,
-                                                  stride=c.stride)  # fmt: skip
+        h, cache = self.backbone.prefill_embedded(
+            text, text_len, emb, jp + 1, cache, stride=c.stride
+        )
         g = jnp.take_along_axis(h, jp[:, None, None], axis=1)[:, 0]  # [B, D]
         nw = c.window_patches
         pad_t = jnp.full((b, nw, c.patch), c.pad, jnp.int32)

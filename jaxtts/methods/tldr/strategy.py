@@ -57,8 +57,9 @@ class TLDR(Strategy):
 
     def check(self, models) -> None:
         if "tldr" not in models:
-            raise ConfigError("strategy tldr needs a TLDR run (--workdir runs/tldr or "
-                              "pretrained/tldr)")  # fmt: skip
+            raise ConfigError(
+                "strategy tldr needs a TLDR run (--workdir runs/tldr or pretrained/tldr)"
+            )
 
     def eos(self, models) -> int:
         return models["tldr"].cfg.eos
@@ -82,10 +83,12 @@ class TLDR(Strategy):
     def init(self, models, params, batch, max_new_tokens):
         m, p = models["tldr"], {"params": params["tldr"]}
         b, x = batch.text.shape
-        cache = m.apply(p, b, x, self.windows(models, batch, max_new_tokens)[0],
-                        method="init_cache")  # fmt: skip
-        g, cache, s, win_t, win_v = m.apply(p, batch.text, batch.text_len, batch.prompt,
-                                            batch.prompt_len, cache, method="prefill")
+        cache = m.apply(
+            p, b, x, self.windows(models, batch, max_new_tokens)[0], method="init_cache"
+        )
+        g, cache, s, win_t, win_v = m.apply(
+            p, batch.text, batch.text_len, batch.prompt, batch.prompt_len, cache, method="prefill"
+        )
         return TLDRCarry(cache, g.astype(jnp.float32), s, win_t, win_v)
 
     def step(self, models, params, state, keys, sampling):
@@ -114,6 +117,7 @@ class TLDR(Strategy):
 
 def tldr(arg: str | None) -> TLDR:
     if arg is not None:
-        raise ConfigError(f"--strategy tldr:{arg}: 'tldr' takes no argument (the patch size "
-                          "is the model's)")  # fmt: skip
+        raise ConfigError(
+            f"--strategy tldr:{arg}: 'tldr' takes no argument (the patch size is the model's)"
+        )
     return TLDR()

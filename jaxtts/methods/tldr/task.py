@@ -40,6 +40,7 @@ from jaxtts.run_folder import RunFolder, record_fingerprint
 
 log = logging.getLogger("jaxtts.tldr")
 
+
 class TLDRTask:
     """`jaxtts.train.loop.Task`: the extractor's token cross-entropy on target cells."""
 
@@ -48,8 +49,10 @@ class TLDRTask:
         self.model = TLDRModel(cfg, speaker_model)
 
     def _args(self, batch):
-        return tuple(jnp.asarray(batch[k]) for k in ("text", "text_len", "speech", "speech_len",
-                                                     "prompt_len"))  # fmt: skip
+        return tuple(
+            jnp.asarray(batch[k])
+            for k in ("text", "text_len", "speech", "speech_len", "prompt_len")
+        )
 
     def init(self, rng, batch):
         return self.model.init(rng, *self._args(batch))["params"]
@@ -84,8 +87,9 @@ def text_information(engine, utts, batch_size: int = 16):
         ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
         return (jnp.sum(ce * mask)[None], jnp.sum(mask)[None], jnp.sum(mask, (1, 2)))
 
-    return lm_text_information(engine, utts, batch_size=batch_size, score=score,
-                               params=engine.tldr_params)  # fmt: skip
+    return lm_text_information(
+        engine, utts, batch_size=batch_size, score=score, params=engine.tldr_params
+    )
 
 
 def run_config(config, backbone: RunFolder) -> mlc.ConfigDict:
@@ -132,20 +136,28 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     if not (init_dir / "params.msgpack").is_file():
         init_dir.mkdir(exist_ok=True)
         table = mel_table(base.tokenizer) if spk_model is not None else None
-        write_params_file(init_dir / "params.msgpack",
-                          frozen_params(jax.device_get(base.params), spk_params, table), None)
+        write_params_file(
+            init_dir / "params.msgpack",
+            frozen_params(jax.device_get(base.params), spk_params, table),
+            None,
+        )
     rconf.train.init_from = str(init_dir)
     data = prepare_data(rconf, workdir, progress)
-    run.write_data_info({
-        "corpus_dir": str(data.corpus_dir), "tokenizer": data.tokenizer.name,
-        "frame_rate": data.tokenizer.frame_rate, "train_records": len(data.train.records),
-        "max_target_text": int(max(r.text_ids.size for r in data.train.records)),
-        "backbone": str(config.tldr.backbone),
-        "backbone_fingerprint": record_fingerprint(run, "backbone", backbone.path, base.params),
-        "speaker_encoder": str(config.tldr.speaker_encoder) if spk_run else None,
-        "d_model": base.cfg.d_model, "num_layers": base.cfg.num_layers,
-        "num_heads": base.cfg.num_heads,
-    })  # fmt: skip
+    run.write_data_info(
+        {
+            "corpus_dir": str(data.corpus_dir),
+            "tokenizer": data.tokenizer.name,
+            "frame_rate": data.tokenizer.frame_rate,
+            "train_records": len(data.train.records),
+            "max_target_text": int(max(r.text_ids.size for r in data.train.records)),
+            "backbone": str(config.tldr.backbone),
+            "backbone_fingerprint": record_fingerprint(run, "backbone", backbone.path, base.params),
+            "speaker_encoder": str(config.tldr.speaker_encoder) if spk_run else None,
+            "d_model": base.cfg.d_model,
+            "num_layers": base.cfg.num_layers,
+            "num_heads": base.cfg.num_heads,
+        }
+    )
     task = TLDRTask(cfg, spk_model)
     dev = data.dev
 
@@ -160,8 +172,14 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         def make_engine(params):
             return TLDREngine.build(rconf, base, cfg, spk_model, params)
 
-        on_eval = _sample_eval(rconf, workdir, data, n_samples, progress,
-                               make_engine=make_engine)  # fmt: skip
-    return loop.train_and_evaluate(rconf, workdir, task, data.train,
-                                   eval_batches if dev is not None else None, mesh=mesh,
-                                   progress=progress, on_eval=on_eval)  # fmt: skip
+        on_eval = _sample_eval(rconf, workdir, data, n_samples, progress, make_engine=make_engine)
+    return loop.train_and_evaluate(
+        rconf,
+        workdir,
+        task,
+        data.train,
+        eval_batches if dev is not None else None,
+        mesh=mesh,
+        progress=progress,
+        on_eval=on_eval,
+    )

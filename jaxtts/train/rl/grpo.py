@@ -46,8 +46,9 @@ import optax
 from jaxtts.errors import ConfigError
 
 
-def group_advantages(rewards: jax.Array, eps: float = 1e-6,
-                     std_normalize: bool = True) -> jax.Array:  # fmt: skip
+def group_advantages(
+    rewards: jax.Array, eps: float = 1e-6, std_normalize: bool = True
+) -> jax.Array:
     """rewards [P, G] -> advantages float32 [P, G], normalised within each group of G rollouts.
 
     `(r - mean) / (std + eps)` (population std), or `r - mean` with `std_normalize=False`.
@@ -66,9 +67,17 @@ def group_advantages(rewards: jax.Array, eps: float = 1e-6,
     return jnp.where(flat, 0.0, centered)  # [P, G]
 
 
-def grpo_loss(logp: jax.Array, logp_old: jax.Array, advantages: jax.Array, mask: jax.Array, *,
-              clip_eps: float = 0.2, kl_beta: float = 0.0, logp_ref: jax.Array | None = None,
-              token_level: bool = True) -> tuple[jax.Array, dict[str, jax.Array]]:  # fmt: skip
+def grpo_loss(
+    logp: jax.Array,
+    logp_old: jax.Array,
+    advantages: jax.Array,
+    mask: jax.Array,
+    *,
+    clip_eps: float = 0.2,
+    kl_beta: float = 0.0,
+    logp_ref: jax.Array | None = None,
+    token_level: bool = True,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Clipped GRPO surrogate loss (see the module docstring for the equations).
 
     logp, logp_old, logp_ref: float [N, T] per-action log-probs (current, behaviour, reference);
@@ -93,8 +102,10 @@ def grpo_loss(logp: jax.Array, logp_old: jax.Array, advantages: jax.Array, mask:
     adv = jnp.asarray(advantages, jnp.float32)  # [N]
     valid = jnp.asarray(mask).astype(bool)  # [N, T]
     if logp.ndim != 2 or logp_old.shape != logp.shape or valid.shape != logp.shape:
-        raise ConfigError(f"grpo_loss: logp {logp.shape}, logp_old {logp_old.shape}, mask "
-                          f"{valid.shape}: expected the same [N, T]")  # fmt: skip
+        raise ConfigError(
+            f"grpo_loss: logp {logp.shape}, logp_old {logp_old.shape}, mask "
+            f"{valid.shape}: expected the same [N, T]"
+        )
     if adv.shape != logp.shape[:1]:
         raise ConfigError(f"grpo_loss: advantages {adv.shape}, expected [N]={logp.shape[:1]}")
     m = valid.astype(jnp.float32)  # [N, T]
@@ -141,10 +152,14 @@ def grpo_loss(logp: jax.Array, logp_old: jax.Array, advantages: jax.Array, mask:
     return loss, metrics
 
 
-def grpo_update_fn(optimizer: optax.GradientTransformation,
-                   logp_fn: Callable[[Any, dict[str, jax.Array]], jax.Array], *,
-                   clip_eps: float = 0.2, kl_beta: float = 0.0,
-                   token_level: bool = True) -> Callable:  # fmt: skip
+def grpo_update_fn(
+    optimizer: optax.GradientTransformation,
+    logp_fn: Callable[[Any, dict[str, jax.Array]], jax.Array],
+    *,
+    clip_eps: float = 0.2,
+    kl_beta: float = 0.0,
+    token_level: bool = True,
+) -> Callable:
     """Build a pure GRPO update `step(params, opt_state, batch) -> (params, opt_state, loss,
     metrics)` (wrap it in `jax.jit` yourself).
 
@@ -155,9 +170,16 @@ def grpo_update_fn(optimizer: optax.GradientTransformation,
 
     def loss_fn(params, batch):
         logp = logp_fn(params, batch)  # [N, T]
-        return grpo_loss(logp, batch["logp_old"], batch["advantages"], batch["mask"],
-                         clip_eps=clip_eps, kl_beta=kl_beta, logp_ref=batch.get("logp_ref"),
-                         token_level=token_level)  # fmt: skip
+        return grpo_loss(
+            logp,
+            batch["logp_old"],
+            batch["advantages"],
+            batch["mask"],
+            clip_eps=clip_eps,
+            kl_beta=kl_beta,
+            logp_ref=batch.get("logp_ref"),
+            token_level=token_level,
+        )
 
     def step(params, opt_state, batch):
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch)
