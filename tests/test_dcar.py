@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+from engine_checks import check_synthesizes  # noqa: E402
 from lm_reference import TINY, batch_of, init_params, random_rows, run  # noqa: E402
 
 from jaxtts.decode import registry  # noqa: E402
@@ -338,6 +339,25 @@ def test_dcpo_loss_masks_inner_positions_and_moves_toward_reward():
     changed = dict(batch, actions=batch["actions"].at[3, 2].set(2))  # a masked position
     assert float(task.loss(params, changed, None, train=True)[0]) == pytest.approx(float(loss))
 
+    # one plain gradient step, exactly: at the start (uniform policy, ratio 1, KL gradient 0)
+    # d loss / d out.bias = -(1/#valid) sum_valid A (onehot(a) - 1/4); with the output kernel at
+    # zero the logits are the bias, so one SGD step of rate 1 on it sets the policy to
+    # softmax(-grad) at every position: pi(3) from 0.25 to the value computed here
+    def f_all(p):
+        return task.loss(
+            {"policy": p, "ref": params["ref"]}, batch, None, train=True, step=jnp.asarray(0)
+        )[0]
+
+    g = jax.grad(f_all)(params["policy"])["out"]["bias"]
+    sum_a = np.array([-0.5, -0.5, 3 * 1.5 + 2 * 0.5, -1.5])  # sum of A per chosen size
+    want_g = -(sum_a - 0.25 * (3 * 1.5 + 2 * -0.5 + 2 * 0.5 - 1.5)) / 8
+    np.testing.assert_allclose(g, want_g, atol=1e-6)  # [0.15625, 0.15625, -0.59375, 0.28125]
+    stepped = dict(params["policy"], out=dict(params["policy"]["out"], bias=-g))
+    pi = jax.nn.softmax(ChunkPolicy(PCFG).apply({"params": stepped}, inputs, steps), axis=-1)
+    want_pi = np.exp(-want_g) / np.exp(-want_g).sum()
+    np.testing.assert_allclose(pi[mask], np.broadcast_to(want_pi, (8, 4)), atol=1e-6)
+    assert want_pi[2] == pytest.approx(0.4234, abs=1e-4)  # the rewarded size 3: 0.25 -> 0.42
+
     opt = optax.adam(1e-2)
     pol = params["policy"]
     state = opt.init(pol)
@@ -405,14 +425,12 @@ def test_dcar_engine_synthesizes_and_checks_its_backbone(tiny_run, tmp_path):
 
     from jaxtts.engine import load_engine
     from jaxtts.errors import CheckpointError
-    from jaxtts.synthesize import Synthesizer
 
     wd, _ = tiny_run
     eng = load_engine(wd)
     assert eng.decode_config["strategy"] == "dcar"
-    synth = Synthesizer(eng)
-    res = synth.synthesize(["the cat sat."], None, max_seconds=1.0, progress=False)
-    assert res[0].info["strategy"] == "dcar" and res[0].info["num_tokens"] > 0
+    check_synthesizes(eng, "dcar")
+    check_synthesizes(eng, "vadusa:2")
     assert eng.check_strategy("vadusa:2") == "vadusa:2"
     bad = tmp_path / "bad"
     shutil.copytree(wd, bad)
