@@ -1,0 +1,183 @@
+"""One command, one table: every method's speed against FAR on the same backbone, with its WER.
+
+    python benchmarks/methods_speed.py \
+        --rows far@pretrained/car_deep,car:2@pretrained/car_deep,car:3@pretrained/car_deep \
+        --eval out/eval_deep/results.json --num 40 --rounds 3 --batch 1,8
+
+Rows are `<strategy>@<run folder>` (the evaluate command's row syntax). Speed: LM time of the
+first `--num` test sentences with their zero-shot prompts (the evaluation's; vocoder and ASR
+excluded, compilation excluded), at each batch size, in `--rounds` interleaved rounds (every row
+once per round, so slow drift of the machine hits every row alike); LM-RTF is the median over the
+rounds. `speed vs FAR` divides by the FAR row on the same backbone (a DCAR, SSD or TLDR folder
+names its backbone in its config; an LM folder is its own backbone). Steps and KV bytes are per
+second of generated audio. WER: the domain-LM WER of the row with the same strategy and folder in
+an evaluate `results.json` (`--eval`, any number, comma-separated): the full test split as the
+README's table. The paper's figure and this project's target are printed beside each row.
+
+Run it on a quiet machine: every number is wall time. Writes `--out` (JSON) and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# (strategy prefix, the paper's speed-up over its AR baseline, this project's target at batch
+# 1, the WER allowance over FAR in points); first match wins
+PAPER = [
+    ("car:3", "2.64x (DCAR paper, CAR c=3)", 2.2, 1.0),
+    ("car:", "", None, None),
+    ("dcar", "2.61x (DCAR [2,3,4])", 2.2, 1.0),
+    ("vadusa", "", None, None),
+    ("ssd:L=3,beta=0.4", "1.4x (SSD, beta 0.4)", 1.3, 3.0),
+    ("ssd", "1.0x (SSD, beta 0)", 1.0, 1.0),
+    ("tldr", "1.8x (TLDR)", 1.6, 1.0),
+    ("palle", "3.5x over AR (PALLE)", None, None),
+    ("far", "", None, None),
+]
+
+
+def paper_row(strategy: str):
+    for prefix, paper, target, allowance in PAPER:
+        if strategy.startswith(prefix):
+            return paper, target, allowance
+    return "", None, None
+
+
+def backbone_of(folder: str) -> str:
+    """The LM run a row's folder decodes with: its own for an LM run, else the one its config
+    names (DCAR `dcpo.backbone`, SSD `ssd.target`, TLDR `tldr.backbone`)."""
+    cfg = json.loads((Path(folder) / "config.json").read_text())
+    for section, key in (("dcpo", "backbone"), ("ssd", "target"), ("tldr", "backbone")):
+        if cfg.get(section, {}).get(key):
+            return os.path.normpath(cfg[section][key])
+    return os.path.normpath(folder)
+
+
+def wer_lookup(paths: list[str]) -> dict:
+    """(strategy, run folder basename or None) -> domain-LM WER % from evaluate results.json
+    files; a row named '<strategy> @<folder> ...' has its folder, a plain '<strategy>' row was
+    decoded with that evaluation's --workdir (None: matched by strategy alone)."""
+    out = {}
+    for p in paths:
+        for r in json.loads(Path(p).read_text())["rows"]:
+            if r.get("kind") != "model" or r.get("wer_domain") is None:
+                continue
+            words = r["name"].split()
+            folder = next((w[1:] for w in words[1:] if w.startswith("@")), None)
+            out[(words[0], folder)] = 100.0 * r["wer_domain"]
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", required=True, help="<strategy>@<run folder>, comma-separated")
+    ap.add_argument("--eval", default="", help="evaluate results.json files (WER column)")
+    ap.add_argument("--corpus", default="data/builtin")
+    ap.add_argument("--num", type=int, default=40)
+    ap.add_argument("--batch", default="1,8")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default="out/methods_speed.json")
+    args = ap.parse_args(argv)
+
+    import jax
+
+    from jaxtts.data.manifest import read_split
+    from jaxtts.evaluate import split_specs
+    from jaxtts.synthesize import Synthesizer, prompts_from_utterances
+
+    rows = []
+    for spec in split_specs(args.rows):
+        strategy, _, folder = spec.partition("@")
+        if not folder:
+            print(f"error: --rows: {spec!r}: expected <strategy>@<run folder>", file=sys.stderr)
+            return 2
+        rows.append((strategy, os.path.normpath(folder)))
+    batches = [int(x) for x in args.batch.split(",")]
+    synths = {f: Synthesizer.from_workdir(f) for f in sorted({f for _, f in rows})}
+    pool = read_split(args.corpus, "test")
+    utts = pool[: args.num]
+    prompts = prompts_from_utterances(pool, utts)
+    texts = [u.text for u in utts]
+    print(f"{jax.devices()[0].device_kind}: {len(utts)} test sentences, batches {batches}, "
+          f"{args.rounds} interleaved rounds", flush=True)  # fmt: skip
+
+    def run(strategy, folder, b):
+        res = synths[folder].synthesize(texts, prompts, strategy=strategy, batch_size=b,
+                                        progress=False)  # fmt: skip
+        audio = sum(r.info["duration"] for r in res)
+        return {
+            "lm_rtf": sum(r.info["lm_s"] for r in res) / audio,
+            "steps_per_audio_s": sum(r.info["steps"] for r in res) / audio,
+            "tokens_per_step": sum(r.info["num_tokens"] for r in res)
+            / max(1, sum(r.info["steps"] for r in res)),
+            "kv_mb_per_audio_s": sum(r.info["kv_cache_bytes"] for r in res) / audio / 2**20,
+            "audio_s": audio,
+        }
+
+    for strategy, folder in rows:  # compile every shape before any timing
+        for b in batches:
+            synths[folder].synthesize(texts, prompts, strategy=strategy, batch_size=b,
+                                      progress=False)  # fmt: skip
+    meas: dict = {}
+    for r in range(args.rounds):
+        for b in batches:
+            for strategy, folder in rows:
+                meas.setdefault((strategy, folder, b), []).append(run(strategy, folder, b))
+        print(f"round {r + 1}/{args.rounds} done", flush=True)
+
+    wers = wer_lookup([p for p in args.eval.split(",") if p])
+    table = []
+    for strategy, folder in rows:
+        entry = {"strategy": strategy, "folder": folder, "backbone": backbone_of(folder)}
+        entry["wer"] = wers.get((strategy, os.path.basename(folder)), wers.get((strategy, None)))
+        for b in batches:
+            ms = meas[(strategy, folder, b)]
+            entry[f"b{b}"] = {k: statistics.median(m[k] for m in ms) for k in ms[0]}
+        table.append(entry)
+    far = {e["backbone"]: e for e in table if e["strategy"] == "far"}
+    b0 = batches[0]
+    print("\n| method | run | backbone | WER % | " + " | ".join(
+        f"LM-RTF b{b} | vs FAR b{b}" for b in batches) + " | steps / audio s | KV MB / audio s "
+        "| the paper | target | holds |")  # fmt: skip
+    print("|---|---|---|--:|" + "--:|--:|" * len(batches) + "--:|--:|---|--:|---|")
+    for e in table:
+        ref = far.get(e["backbone"])
+        paper, target, allowance = paper_row(e["strategy"])
+        cells = []
+        for b in batches:
+            up = ref[f"b{b}"]["lm_rtf"] / e[f"b{b}"]["lm_rtf"] if ref else None
+            e[f"b{b}"]["speed_vs_far"] = up
+            cells += [f"{e[f'b{b}']['lm_rtf']:.4f}", f"{up:.2f}x" if up else "—"]
+        up0 = e[f"b{b0}"].get("speed_vs_far")
+        holds = "—"
+        if target is not None and up0 is not None:
+            wer_ok = (
+                e["wer"] is not None
+                and ref is not None
+                and ref["wer"] is not None
+                and e["wer"] <= ref["wer"] + allowance
+            )
+            holds = "yes" if up0 >= target and wer_ok else "no"
+            holds += "" if e["wer"] is not None and ref and ref["wer"] is not None else " (no WER)"
+        e["holds"] = holds
+        wer = f"{e['wer']:.1f}" if e["wer"] is not None else "—"
+        print(
+            f"| {e['strategy']} | {e['folder']} | {e['backbone']} | {wer} | "
+            + " | ".join(cells)
+            + f" | {e[f'b{b0}']['steps_per_audio_s']:.1f} | {e[f'b{b0}']['kv_mb_per_audio_s']:.2f}"
+            f" | {paper} | {f'{target:.1f}x' if target else '—'} | {holds} |"
+        )
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    Path(args.out).write_text(json.dumps(table, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
