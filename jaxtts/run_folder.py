@@ -309,8 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument(
         "--dtype",
         default="float16",
-        choices=["float16", "float32", "int8"],
-        help="storage type of the parameters (loaded back as float32; int8: "
+        choices=["float16", "float16z", "float32", "int8"],
+        help="storage type of the parameters (loaded back as float32; float16z: the "
+        "float16 values, losslessly compressed; int8: "
         "matrices with a scale per output channel, the rest float16)",
     )
     ex.add_argument(

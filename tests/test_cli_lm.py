@@ -181,6 +181,13 @@ def test_export_to_one_params_file_synthesizes_the_same(trained, tiny_corpus, tm
         step = np.abs(y).max(axis=tuple(range(y.ndim - 1))) / 127 if y.ndim >= 2 else 1e-3
         assert np.all(np.abs(x.astype(np.float32) - y) <= 0.5 * step + 1e-3 * np.abs(y) + 1e-6)
     Synthesizer.from_workdir(q8.path)  # the engine loads it
+    # float16z: the float16 values exactly, losslessly compressed (smaller than float16)
+    z = RunFolder(wd).export(tmp_path / "f16z", dtype="float16z")
+    assert z.params_file.stat().st_size < half.params_file.stat().st_size
+    for x, y in zip(jax.tree.leaves(z.saved_params()), jax.tree.leaves(full16), strict=True):
+        assert x.dtype == np.float16 and x.shape == y.shape
+        np.testing.assert_array_equal(x, y)
+    Synthesizer.from_workdir(z.path)
     assert not ship.checkpoints_dir.exists() and ship.params_file.is_file()
     prompt = Prompt.from_utterance(read_split(tiny_corpus, "dev")[0])
     kw = dict(strategy="car:2", max_seconds=0.4, progress=False, seed=1)

@@ -287,12 +287,41 @@ def _int8(x: np.ndarray) -> dict:
     return {"int8": np.round(x / scale).astype(np.int8), "scale": scale}
 
 
+# a byte-planed float16 leaf (the 'float16z' export): {"f16_planes": uint8 [2, N] (high bytes,
+# then low bytes), "shape": int64 [ndim]}; the high bytes (sign, exponent) compress well
+PLANES_KEYS = ("f16_planes", "shape")
+ZLIB_MAGIC = b"JXTZ1"  # a zlib-compressed params file starts with this
+
+
+def _planes(x: np.ndarray) -> dict:
+    b = np.ascontiguousarray(x.astype("<f2")).view(np.uint8).reshape(-1, 2)  # [N, (lo, hi)]
+    return {"f16_planes": np.ascontiguousarray(b[:, ::-1].T), "shape": np.asarray(x.shape)}
+
+
+def _unplane(tree: dict) -> np.ndarray:
+    b = np.ascontiguousarray(np.asarray(tree["f16_planes"], np.uint8)[::-1].T)  # [N, (lo, hi)]
+    return b.reshape(-1).view("<f2").reshape(tuple(int(d) for d in tree["shape"]))
+
+
 def _dequantize(tree: Any) -> Any:
     if isinstance(tree, dict):
         if set(tree) == set(INT8_KEYS):
             return np.asarray(tree["int8"], np.float32) * np.asarray(tree["scale"], np.float32)
+        if set(tree) == set(PLANES_KEYS):
+            return _unplane(tree)
         return {k: _dequantize(v) for k, v in tree.items()}
     return tree
+
+
+def _restore_bytes(data: bytes) -> Any:
+    """msgpack_restore of a params file's bytes (zlib-compressed ones included)."""
+    import zlib
+
+    from flax import serialization
+
+    if data.startswith(ZLIB_MAGIC):
+        data = zlib.decompress(data[len(ZLIB_MAGIC) :])
+    return serialization.msgpack_restore(data)
 
 
 def write_params_file(path: str | os.PathLike, params: Any, dtype: str | None = None) -> int:
@@ -301,7 +330,10 @@ def write_params_file(path: str | os.PathLike, params: Any, dtype: str | None = 
     `read_params_file` casts back to the model's dtype); 'int8' stores every floating matrix
     (ndim >= 2) as int8 with a float32 scale per output channel and the rest as float16 (a
     quarter of float32's bytes, for shipped models over the size limit in float16; measure
-    the exported file); None keeps the leaves' own."""
+    the exported file); 'float16z' stores exactly the float16 values, byte-planed and zlib-
+    compressed (lossless against 'float16', ~15 % smaller); None keeps the leaves' own."""
+    import zlib
+
     from flax import serialization
 
     def host(x):
@@ -312,6 +344,8 @@ def write_params_file(path: str | os.PathLike, params: Any, dtype: str | None = 
             if x.ndim >= 2:
                 return _int8(x.astype(np.float32))
             return host_as(x, "float16")
+        if dtype == "float16z":
+            return _planes(host_as(x, "float16"))
         return host_as(x, dtype)
 
     def host_as(x, dtype):
@@ -325,6 +359,8 @@ def write_params_file(path: str | os.PathLike, params: Any, dtype: str | None = 
 
     host = jax.tree.map(host, params)
     data = serialization.msgpack_serialize(host)
+    if dtype == "float16z":
+        data = ZLIB_MAGIC + zlib.compress(data, 9)
     tmp = os.fspath(path) + ".tmp"
     with open(tmp, "wb") as f:
         f.write(data)
@@ -334,19 +370,15 @@ def write_params_file(path: str | os.PathLike, params: Any, dtype: str | None = 
 
 def read_params_tree(path: str | os.PathLike) -> Any:
     """A `write_params_file` file as saved (int8 leaves dequantised to float32), no layout."""
-    from flax import serialization
-
-    return _dequantize(serialization.msgpack_restore(Path(path).read_bytes()))
+    return _dequantize(_restore_bytes(Path(path).read_bytes()))
 
 
 def read_params_file(path: str | os.PathLike, like: Any) -> Any:
     """A `write_params_file` file restored into the layout of `like` (names and shapes checked:
     a truncated or mismatched file is a one-line CheckpointError naming it)."""
-    from flax import serialization
-
     try:
         with open(path, "rb") as f:
-            tree = serialization.msgpack_restore(f.read())
+            tree = _restore_bytes(f.read())
     except FileNotFoundError:
         raise CheckpointError(f"{path}: not found") from None
     except Exception as e:  # noqa: BLE001 - msgpack raises several types on truncation
