@@ -10,6 +10,8 @@ with --config.<section>.<key>=<value>; an unknown key fails with its name. Multi
 JAXTTS_DISTRIBUTED=1 (or pass --distributed) on every host; see README "Multi-host".
 """
 
+import os
+
 from absl import flags
 from ml_collections import config_flags
 
@@ -44,6 +46,13 @@ def main(argv):
     if _LIST_CONFIGS.value:
         print(config_help.list_configs())
         return
+    flag = flags.FLAGS["config"]
+    path = (flag.config_filename or "").split(":")[0] if flag.present else ""
+    if path and not os.path.isfile(path):
+        raise ConfigError(
+            f"--config {path}: no such config file, expected e.g. configs/car.py:small "
+            "(--list_configs shows them)"
+        )
     if _CONFIG.value is None:
         raise ConfigError(
             "--config is required, e.g. --config configs/car.py:small (--list_configs shows them)"
@@ -53,6 +62,10 @@ def main(argv):
         return
     if not _WORKDIR.value:
         raise ConfigError("--workdir is required (the run folder; an existing one resumes)")
+    if os.path.exists(_WORKDIR.value) and not os.path.isdir(_WORKDIR.value):
+        raise ConfigError(
+            f"--workdir {_WORKDIR.value}: a file, expected a run folder (new or existing)"
+        )
     from jaxtts.train import run
 
     run.maybe_initialize_distributed(_DISTRIBUTED.value)

@@ -511,9 +511,13 @@ def run_infer(
         lines += read_text_file(text_file)
     if not lines:
         raise ConfigError("nothing to synthesize: pass --text or --text_file")
-    prepare_out_dir(out_dir)  # before any work: a bad --out_dir loses nothing
     synth = Synthesizer.from_workdir(workdir, step)
+    # every flag checked before anything is written or synthesized: a bad strategy or
+    # sampling value leaves no folder behind, a bad --out_dir loses no synthesis
+    opts = synth.engine.options(strategy=strategy, max_seconds=max_seconds, **sampling)
+    synth.engine.check_strategy(opts.strategy)
     prompt = resolve_prompt(workdir, speaker, speaker_wav, speaker_text)
+    prepare_out_dir(out_dir)
     results = synth.synthesize(
         lines,
         prompt,
