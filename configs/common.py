@@ -68,6 +68,20 @@ def train_config(**overrides) -> mlc.ConfigDict:
     return cfg
 
 
+# the 2-CPU-core LM recipe's data (configs/car.py:small and :deep, configs/palle.py:small): the
+# 16 h built-in corpus, 25 Hz tokens, 2 s prompts, speech buckets of 32 up to 320 tokens
+SMALL_LM_DATA = dict(
+    corpus_utterances=20_000,
+    tokenizer_frames=2,
+    batch_size=16,
+    prompt_seconds=2.0,
+    max_speech_len=320,
+    bucket_step=32,
+    text_bucket_step=64,
+    max_text_len=256,
+)
+
+
 def data_config(**overrides) -> mlc.ConfigDict:
     cfg = mlc.ConfigDict(
         dict(

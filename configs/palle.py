@@ -123,16 +123,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         config.decode.max_seconds = 2.0
     elif size == "small":
         # the backbone's data (configs/car.py:small): same corpus, tokenizer and prompts
-        config.data.update(
-            corpus_utterances=20_000,
-            tokenizer_frames=2,
-            batch_size=16,
-            prompt_seconds=2.0,
-            max_speech_len=320,
-            bucket_step=32,
-            text_bucket_step=64,
-            max_text_len=256,
-        )
+        config.data.update(common.SMALL_LM_DATA)
         config.train.update(
             steps=4000,
             learning_rate=2e-3,
