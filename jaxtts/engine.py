@@ -90,6 +90,12 @@ class Engine(abc.ABC):
         return 0
 
     # -- shared
+    def compile_key(self, options: DecodeOptions):
+        """What a compiled decode of this engine depends on besides the batch shape (the
+        Synthesizer times a shape's first call apart as compilation): every option, unless the
+        family traces some of them."""
+        return options
+
     def options(self, **overrides) -> DecodeOptions:
         """The run's decode options with overrides (None = keep)."""
         return DecodeOptions.from_config(self.decode_config, **overrides)

@@ -314,7 +314,7 @@ class Synthesizer:
         keys = row_keys(seed, ids + [0] * (b - n))
         batch = PromptBatch(text, text_len, prompt, prompt_len, prompt_text_len)
 
-        shape = (options, b, x, p)
+        shape = (engine.compile_key(options), b, x, p)
         compile_s = 0.0
         if shape not in self.compile_times:  # first call of a shape compiles: not in RTF
             t0 = time.perf_counter()

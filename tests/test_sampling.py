@@ -88,3 +88,27 @@ def test_rows_do_not_depend_on_each_other():
     for i in range(6):
         alone = np.asarray(sample_tokens(keys[i : i + 1], x[i : i + 1], s))
         np.testing.assert_array_equal(alone[0], together[i])
+
+
+def test_new_temperature_or_top_p_reuses_the_compiled_loop():
+    """temperature and top_p are traced: a sweep compiles the decode loop once; top_k (a
+    shape) or turning top-p on compiles anew."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from lm_reference import batch_of, init_params, random_rows, run
+
+    from jaxtts.decode import driver, registry
+
+    params, rows = init_params(eos_bias=0.9), random_rows(2, seed=1)
+    keys = row_keys(0, range(2))
+
+    def go(**kw):
+        run(registry.get("car:2"), params, batch_of(rows), keys, max_new_tokens=8,
+            sampling=SamplingConfig(**kw))  # fmt: skip
+        return driver._decode._cache_size()
+
+    n = go(top_p=0.9)
+    assert go(top_p=0.7) == n and go(top_p=0.5, temperature=0.8) == n
+    assert go(top_p=0.5, top_k=5) == n + 1

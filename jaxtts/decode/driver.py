@@ -42,7 +42,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from jaxtts.decode.sampling import SamplingConfig
+from jaxtts.decode.sampling import Sampling, SamplingConfig
 from jaxtts.nn.attention import write_rows
 
 Models = Mapping[str, nn.Module]
@@ -180,7 +180,7 @@ def commit(state: DecodeState, prop: Proposal, max_new_tokens: int, eos: int) ->
     )
 
 
-@functools.partial(jax.jit, static_argnames=("strategy", "models", "max_new_tokens", "sampling"))
+@functools.partial(jax.jit, static_argnames=("strategy", "models", "max_new_tokens"))
 def _decode(
     params,
     batch: PromptBatch,
@@ -189,7 +189,7 @@ def _decode(
     strategy: Strategy,
     models: tuple,
     max_new_tokens: int,
-    sampling: SamplingConfig,
+    sampling: Sampling,
 ) -> DecodeOutput:
     models = dict(models)
     b = batch.batch_size
@@ -245,6 +245,8 @@ def decode(
     """
     strategy = strategy.bind(models)
     strategy.check(models)
+    # temperature and top_p are traced values: changing them reuses the compiled loop
+    sampling = sampling.traced()
     return _decode(
         dict(params),
         batch,

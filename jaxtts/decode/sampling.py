@@ -1,6 +1,9 @@
 """Sampling, shared by every decoding strategy.
 
-- `SamplingConfig`: greedy or temperature / top-k / top-p (static under jit).
+- `SamplingConfig`: greedy or temperature / top-k / top-p, as the user sets it (validated,
+  hashable). `SamplingConfig.traced()` is what jitted decoding receives: temperature and top_p
+  are traced values, so a sweep or a server changing them reuses one compiled loop; greedy,
+  top_k, min_tokens and whether top-p is on at all are static (they change shapes or code).
 - `filter_logits`: the filtered distribution (speculative decoding applies it to the draft
   and the target alike). Its cutoff is searched among the most likely ids (`lax.top_k`)
   and falls back to a full sort only for rows that need it: the same result as a full sort.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,6 +48,27 @@ class SamplingConfig:
                 f"min_tokens={self.min_tokens} (>= 0) expected"
             )
 
+    @property
+    def nucleus(self) -> bool:
+        """Whether top-p filtering is on (top_p < 1)."""
+        return self.top_p < 1.0
+
+    @property
+    def static_key(self) -> tuple:
+        """What a compiled decoding loop depends on (`traced()` passes the rest as values)."""
+        return (self.greedy, self.top_k, self.nucleus, self.min_tokens)
+
+    def traced(self) -> Sampling:
+        """This config as the pytree jitted decoding takes (see the module docstring)."""
+        return Sampling(
+            temperature=np.float32(self.temperature if not self.greedy else 1.0),
+            top_p=np.float32(self.top_p),
+            greedy=self.greedy,
+            top_k=self.top_k,
+            nucleus=self.nucleus,
+            min_tokens=self.min_tokens,
+        )
+
     @classmethod
     def from_config(cls, decode_cfg) -> SamplingConfig:
         get = decode_cfg.get
@@ -54,6 +79,22 @@ class SamplingConfig:
             float(get("top_p", 1.0)),
             int(get("min_tokens", 0) or 0),
         )
+
+
+@flax.struct.dataclass
+class Sampling:
+    """A `SamplingConfig` inside jit: temperature and top_p are (traced) values; the rest is
+    static. Every function here takes either form."""
+
+    temperature: jax.Array  # float32 []
+    top_p: jax.Array  # float32 []
+    greedy: bool = flax.struct.field(pytree_node=False, default=False)
+    top_k: int = flax.struct.field(pytree_node=False, default=0)
+    nucleus: bool = flax.struct.field(pytree_node=False, default=False)
+    min_tokens: int = flax.struct.field(pytree_node=False, default=0)
+
+    def traced(self) -> Sampling:
+        return self
 
 
 # top-k / top-p look for their cutoff among this many most likely ids first (`lax.top_k`, a
@@ -68,7 +109,7 @@ def _filter_sorted(x: jax.Array, s: SamplingConfig) -> jax.Array:
     if s.top_k > 0 and s.top_k < x.shape[-1]:
         kth = jax.lax.top_k(x, s.top_k)[0][..., -1:]
         x = jnp.where(x < kth, -jnp.inf, x)
-    if s.top_p < 1.0:
+    if s.nucleus:
         srt = jnp.sort(x, axis=-1)[..., ::-1]
         probs = jnp.exp(srt - jax.nn.logsumexp(x, axis=-1, keepdims=True))
         before = jnp.cumsum(probs, axis=-1) - probs  # mass strictly above each sorted id
@@ -92,7 +133,7 @@ def _candidates(x: jax.Array, s: SamplingConfig):
         keep = vals >= vals[..., s.top_k - 1 : s.top_k]
         covered = ~keep[..., -1]  # no id tied with the k-th lies past the candidates
         lse = jax.nn.logsumexp(jnp.where(keep, vals, -jnp.inf), axis=-1, keepdims=True)
-    if s.top_p < 1.0:
+    if s.nucleus:
         if lse is None:
             lse = jax.nn.logsumexp(x, axis=-1, keepdims=True)
         probs = jnp.where(keep, jnp.exp(vals - lse), 0.0)
@@ -113,7 +154,7 @@ def filter_logits(logits: jax.Array, s: SamplingConfig) -> jax.Array:
     kept set does not fit there take the full sort (`_filter_sorted`, computed only when some
     row needs it). Either way a row's result is that of the full sort."""
     x = logits.astype(jnp.float32) / s.temperature
-    if s.top_k <= 0 and s.top_p >= 1.0:
+    if s.top_k <= 0 and not s.nucleus:
         return x
     vals, _, keep, covered = _candidates(x, s)
     thr = jnp.min(jnp.where(keep, vals, jnp.inf), axis=-1, keepdims=True)
@@ -163,7 +204,7 @@ def sample_tokens(keys: jax.Array, logits: jax.Array, s: SamplingConfig) -> jax.
         )
     )(keys)  # [B, C]
     x = logits.astype(jnp.float32) / s.temperature
-    if s.top_k <= 0 and s.top_p >= 1.0:
+    if s.top_k <= 0 and not s.nucleus:
         return _inverse_cdf(x, u)
     vals, ids, keep, covered = _candidates(x, s)
     pick = _inverse_cdf(jnp.where(keep, vals, -jnp.inf), u)  # [B, C] index into candidates

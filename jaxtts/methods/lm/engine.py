@@ -86,6 +86,10 @@ class LMEngine(Engine):
     def decode_params(self) -> dict:
         return {"target": self.params}
 
+    def compile_key(self, options: DecodeOptions):
+        # the generic driver traces temperature and top_p (`SamplingConfig.traced`)
+        return (options.strategy, options.sampling.static_key, options.max_seconds)
+
     def check_strategy(self, spec: str) -> str:
         models = self.decode_models()
         strategy = registry.get(spec).bind(models)
