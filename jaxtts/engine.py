@@ -30,9 +30,9 @@ from jaxtts.errors import CheckpointError, DataError
 
 if TYPE_CHECKING:
     from jaxtts.data.audio import MelConfig
+    from jaxtts.data.prompt import Prompt
     from jaxtts.data.text import TextFrontend
     from jaxtts.run_folder import RunFolder
-    from jaxtts.synthesize import Prompt
 
 
 @dataclasses.dataclass

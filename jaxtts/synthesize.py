@@ -43,7 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxtts.data.audio import load_audio, save_audio
+from jaxtts.data.audio import save_audio
+from jaxtts.data.prompt import Prompt
 from jaxtts.decode.driver import PromptBatch
 from jaxtts.decode.options import DecodeOptions
 from jaxtts.decode.sampling import row_keys
@@ -63,34 +64,6 @@ __all__ = [
     "resolve_prompt",
     "split_text",
 ]
-
-
-@dataclasses.dataclass
-class Prompt:
-    """Speaker prompt: an utterance of the target speaker (audio + its transcript)."""
-
-    id: str
-    speaker: str
-    text: str
-    wav: np.ndarray  # float32 [N] at sample_rate
-    sample_rate: int = 16000
-    audio_path: str = ""
-
-    @classmethod
-    def from_file(cls, path: str | Path, text: str, sample_rate: int = 16000) -> Prompt:
-        wav = load_audio(path, sample_rate)
-        return cls(Path(path).stem, "", text, wav, sample_rate, str(path))
-
-    @classmethod
-    def from_utterance(cls, utt, sample_rate: int = 16000) -> Prompt:
-        return cls(
-            utt.id,
-            utt.speaker,
-            utt.text,
-            load_audio(utt.path, sample_rate),
-            sample_rate,
-            str(utt.path),
-        )
 
 
 def prompt_ids(utts: Sequence) -> dict[str, str]:

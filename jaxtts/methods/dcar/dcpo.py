@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import ml_collections as mlc
 import numpy as np
 
+from jaxtts.data.prepare import ensure_builtin_corpus
 from jaxtts.decode.driver import PromptBatch, decode
 from jaxtts.decode.sampling import SamplingConfig, row_keys
 from jaxtts.errors import ConfigError
@@ -305,7 +306,7 @@ def config_policy(config, engine) -> PolicyConfig:
 
 
 def load_backbone(path: str):
-    from jaxtts.methods.lm.engine import LMEngine
+    from jaxtts.methods.lm import LMEngine
     from jaxtts.run_folder import RunFolder
 
     run = RunFolder(path)
@@ -335,7 +336,6 @@ def training_rows(config, engine, asr, progress: bool = True) -> list[_Row]:
     from jaxtts.data.audio import utterance_mels
     from jaxtts.data.manifest import read_split
     from jaxtts.eval.metrics import wer_details
-    from jaxtts.methods.lm.task import ensure_builtin_corpus
     from jaxtts.synthesize import prompts_from_utterances
 
     d = config.dcpo

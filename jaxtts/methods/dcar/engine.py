@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from jaxtts.errors import CheckpointError
-from jaxtts.methods.lm.engine import LMEngine
+from jaxtts.methods.lm import LMEngine
 from jaxtts.run_folder import RunFolder, check_trained_on, resolve_run
 
 
@@ -95,7 +95,7 @@ def chunk_schedule(
     from jaxtts.decode.sampling import row_keys
     from jaxtts.methods.dcar.policy import ChunkPolicy
     from jaxtts.methods.dcar.strategies import DCAR
-    from jaxtts.methods.lm.engine import sentence_batch
+    from jaxtts.methods.lm import sentence_batch
 
     batch = sentence_batch(engine, text, prompt)
     opts = engine.options(max_seconds=max_seconds)

@@ -33,7 +33,7 @@ from jaxtts.decode.driver import Proposal, Strategy
 from jaxtts.decode.sampling import sample_tokens, step_keys, suppress_early_eos
 from jaxtts.errors import ConfigError
 from jaxtts.methods.dcar.policy import PolicyCache, action_logp
-from jaxtts.methods.lm.strategies import (
+from jaxtts.methods.lm import (
     ChunkCarry,
     cache_windows,
     chunk_step,

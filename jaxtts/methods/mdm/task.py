@@ -25,6 +25,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from jaxtts.data.prepare import ensure_builtin_corpus
 from jaxtts.methods.mdm import dmol
 from jaxtts.methods.mdm.mas import monotonic_alignment
 from jaxtts.methods.mdm.model import AcousticModel, MDMConfig, prior_logp
@@ -199,7 +200,6 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     from jaxtts.data.text import TextFrontend
     from jaxtts.data.tokenizers import LinearMelQuantizer
     from jaxtts.errors import ConfigError
-    from jaxtts.methods.lm.task import ensure_builtin_corpus
     from jaxtts.run_folder import RunFolder
     from jaxtts.train import loop
 

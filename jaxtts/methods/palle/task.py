@@ -4,7 +4,7 @@
     python train.py --config configs/palle.py:small_refine --workdir runs/palle_refine \
         --config.train.init_from=runs/palle                                            # NAR refine
 
-Rows are the LM loader's zero-shot rows (`jaxtts.methods.lm.task.prepare_data`): the prompt's
+Rows are the LM loader's zero-shot rows (`jaxtts.data.prepare.prepare_data`): the prompt's
 transcript then the target text, the prompt's tokens then the target tokens, so training sees
 the layout of inference. `palle.stage` picks the mask (`jaxtts.methods.palle.masking`):
 'par' (stage one), 'refine' (stage two, initialised from a stage-one run with
@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections as mlc
 
+from jaxtts.data.prepare import fill_model_sizes, prepare_data
 from jaxtts.errors import ConfigError
 from jaxtts.methods.palle import masking
 from jaxtts.methods.palle.model import MaskedGenTransformer, PALLEConfig
@@ -126,16 +127,8 @@ def text_information(engine, utts, batch_size: int = 16, seeds: int = 4):
 
 def model_config(config, data) -> PALLEConfig:
     """config.model with the data's vocabulary sizes filled in (-1) or checked."""
-    m = dict(config.model)
-    for key, size in (
-        ("num_text_symbols", data.frontend.vocab_size),
-        ("num_speech_tokens", data.tokenizer.vocab_size),
-    ):
-        if int(m.get(key, -1)) == -1:
-            m[key] = int(size)
-        elif int(m[key]) != int(size):
-            raise ConfigError(f"model.{key}={m[key]} but the data has {size}; leave it -1")
-    return PALLEConfig.from_config(m)
+
+    return PALLEConfig.from_config(dict(fill_model_sizes(config, data).model))
 
 
 def _check_init_from(config, cfg: PALLEConfig) -> None:
@@ -177,7 +170,6 @@ def _check_init_from(config, cfg: PALLEConfig) -> None:
 
 
 def train(config, workdir: str, *, progress: bool = True, mesh=None):
-    from jaxtts.methods.lm.task import prepare_data
     from jaxtts.train import loop
 
     if config.get("task") != "palle":

@@ -19,7 +19,7 @@ import dataclasses
 import numpy as np
 
 from jaxtts.errors import ConfigError
-from jaxtts.methods.lm.model import LMConfig
+from jaxtts.methods.lm import LMConfig
 
 
 def draft_layers(num_layers: int, first: int, last: int) -> tuple[int, ...]:

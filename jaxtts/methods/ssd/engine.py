@@ -12,8 +12,7 @@ import numpy as np
 
 from jaxtts.data.tokenizers import load_tokenizer
 from jaxtts.errors import CheckpointError
-from jaxtts.methods.lm.engine import LMEngine
-from jaxtts.methods.lm.model import TTSLM, LMConfig
+from jaxtts.methods.lm import TTSLM, LMConfig, LMEngine
 from jaxtts.run_folder import RunFolder, check_trained_on, resolve_run
 
 
@@ -100,7 +99,7 @@ def acceptance_schedule(
 
     from jaxtts.decode.driver import decode
     from jaxtts.decode.sampling import row_keys
-    from jaxtts.methods.lm.engine import sentence_batch
+    from jaxtts.methods.lm import sentence_batch
     from jaxtts.methods.ssd.strategy import SSD
 
     batch = sentence_batch(engine, text, prompt)

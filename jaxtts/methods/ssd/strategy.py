@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from jaxtts.decode.driver import Proposal, Strategy
 from jaxtts.decode.sampling import filter_logits, step_keys, suppress_early_eos
 from jaxtts.errors import ConfigError
-from jaxtts.methods.lm.model import KVCache, with_bos
+from jaxtts.methods.lm import KVCache, with_bos
 
 
 @flax.struct.dataclass

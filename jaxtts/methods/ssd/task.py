@@ -24,7 +24,7 @@ log = logging.getLogger("jaxtts.ssd")
 
 def draft_run_config(config, target: RunFolder) -> mlc.ConfigDict:
     """The LM config the draft trains with (see the module docstring)."""
-    from jaxtts.methods.lm.model import LMConfig
+    from jaxtts.methods.lm import LMConfig
     from jaxtts.methods.ssd.draft import draft_config, draft_layers
 
     tcfg = target.read_config("lm").to_dict()
@@ -57,7 +57,7 @@ def draft_run_config(config, target: RunFolder) -> mlc.ConfigDict:
 
 
 def train(config, workdir: str, *, progress: bool = True, mesh=None):
-    from jaxtts.methods.lm.engine import LMEngine
+    from jaxtts.methods.lm import LMEngine
     from jaxtts.methods.lm.task import train as lm_train
     from jaxtts.methods.ssd.draft import draft_params, forward_cost
     from jaxtts.train.checkpoint import write_params_file
@@ -81,7 +81,7 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         )
     del eng  # the target's parameters are not needed while the draft trains
     dconf.train.init_from = str(init_dir)
-    from jaxtts.methods.lm.model import LMConfig
+    from jaxtts.methods.lm import LMConfig
 
     tm = LMConfig.from_config(target.read_config("lm").model, saved=True)
     dm = LMConfig.from_config(dconf.model)

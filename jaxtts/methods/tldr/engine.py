@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxtts.errors import DataError
-from jaxtts.methods.lm.engine import LMEngine
+from jaxtts.methods.lm import LMEngine
 from jaxtts.methods.tldr.model import TLDRModel
 from jaxtts.run_folder import RunFolder, check_trained_on
 from jaxtts.train.state import tree_from_flat, tree_to_flat

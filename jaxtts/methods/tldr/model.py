@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxtts.errors import ConfigError
-from jaxtts.methods.lm.model import TTSLM, KVCache, LMConfig
+from jaxtts.methods.lm import TTSLM, KVCache, LMConfig
 from jaxtts.nn import axes
 from jaxtts.nn.attention import Attention
 from jaxtts.nn.layers import MLP, Dense, RMSNorm, param_with_axes

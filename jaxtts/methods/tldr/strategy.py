@@ -27,8 +27,7 @@ import jax.numpy as jnp
 from jaxtts.decode.driver import Proposal, Strategy
 from jaxtts.decode.sampling import sample_tokens, step_keys, suppress_early_eos
 from jaxtts.errors import ConfigError
-from jaxtts.methods.lm.model import KVCache
-from jaxtts.methods.lm.strategies import cache_windows, window_fits
+from jaxtts.methods.lm import KVCache, cache_windows, window_fits
 
 
 @flax.struct.dataclass

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import ml_collections as mlc
 import optax
 
+from jaxtts.data.prepare import prepare_data
 from jaxtts.errors import ConfigError
 from jaxtts.methods.tldr.assemble import (
     TRAINABLE,
@@ -116,8 +117,8 @@ def run_config(config, backbone: RunFolder) -> mlc.ConfigDict:
 
 
 def train(config, workdir: str, *, progress: bool = True, mesh=None):
-    from jaxtts.methods.lm.engine import LMEngine
-    from jaxtts.methods.lm.task import _sample_eval, prepare_data
+    from jaxtts.methods.lm import LMEngine
+    from jaxtts.methods.lm.task import sample_eval
     from jaxtts.train import loop
     from jaxtts.train.checkpoint import write_params_file
 
@@ -172,7 +173,7 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         def make_engine(params):
             return TLDREngine.build(rconf, base, cfg, spk_model, params)
 
-        on_eval = _sample_eval(rconf, workdir, data, n_samples, progress, make_engine=make_engine)
+        on_eval = sample_eval(rconf, workdir, data, n_samples, progress, make_engine=make_engine)
     return loop.train_and_evaluate(
         rconf,
         workdir,

@@ -1,0 +1,173 @@
+"""Data preparation for every token-LM family (the TTS LM, DCAR, SSD, TLDR, PALLE; MDM uses the
+corpus step): corpus -> speech tokenizer -> tokens -> text front-end -> loaders.
+
+    data = prepare_data(config, workdir)          # LMData: corpus, tokenizer, frontend, loaders
+    config = fill_model_sizes(config, data)        # model.num_text_symbols / num_speech_tokens
+    corpus = ensure_builtin_corpus(config.data)    # just the corpus (built on first use)
+
+Every stage is cached, so a second run starts at once:
+1. the corpus: `config.data.corpus_dir` (a prepared corpus with train/dev/test manifests) or,
+   when empty, the built-in espeak-ng corpus, built on first use;
+2. the speech tokenizer: `config.data.tokenizer` 'kmeans' (fitted on the train split's
+   log-mels, saved under `<corpus>/tokenizers/<name>`, or `data.tokenizer_dir`) or
+   'external:<name>' (tokens already in `<corpus>/tokens/<name>/`, with a saved
+   `ExternalTokens` description in `<corpus>/tokenizers/<name>`);
+3. tokens of every utterance (`<corpus>/tokens/<name>/<id>.npy`);
+4. the text front-end (symbol table of the train split's phonemes), saved in the workdir
+   with a copy of the tokenizer, so the run folder is self-contained for synthesis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+import ml_collections as mlc
+
+from jaxtts.data import tokenizers as tok_lib
+from jaxtts.data.corpus import build_corpus, resolve_corpus_dir
+from jaxtts.data.manifest import read_split
+from jaxtts.data.pipeline import LMLoader, make_lm_records
+from jaxtts.data.text import TextFrontend
+from jaxtts.errors import ConfigError, DataError
+from jaxtts.run_folder import RunFolder
+
+log = logging.getLogger("jaxtts.data")
+
+__all__ = ["LMData", "ensure_builtin_corpus", "fill_model_sizes", "prepare_data", "tokenizer_for"]
+
+
+@dataclasses.dataclass
+class LMData:
+    corpus_dir: Path
+    tokenizer: tok_lib.SpeechTokenizer
+    frontend: TextFrontend
+    train: LMLoader
+    dev: LMLoader | None
+    splits: dict  # split -> list[Utterance]
+
+
+def ensure_builtin_corpus(data_cfg, progress: bool = True) -> Path:
+    """The configured corpus folder; the built-in one is built on first use."""
+    corpus = resolve_corpus_dir(data_cfg)
+    if not data_cfg.get("corpus_dir"):
+        build_corpus(
+            corpus,
+            num_utterances=int(data_cfg.get("corpus_utterances", 2400)),
+            seed=int(data_cfg.get("corpus_seed", 0)),
+            progress=progress,
+        )
+    return corpus
+
+
+def tokenizer_for(data_cfg, corpus: Path, train_utts, progress: bool = True):
+    """Loads (or fits and saves) the configured speech tokenizer."""
+    spec = str(data_cfg.get("tokenizer", "kmeans"))
+    if spec.startswith("external:"):
+        name = spec.split(":", 1)[1]
+        folder = Path(data_cfg.get("tokenizer_dir") or corpus / "tokenizers" / name)
+        return tok_lib.load_tokenizer(folder)
+    if spec != "kmeans":
+        raise ConfigError(f"data.tokenizer={spec!r}: expected 'kmeans' or 'external:<name>'")
+    k = int(data_cfg.get("tokenizer_k", 1024))
+    frames = int(data_cfg.get("tokenizer_frames", 1))
+    name = tok_lib.KMeansTokenizer.default_name(k, frames)
+    folder = Path(data_cfg.get("tokenizer_dir") or corpus / "tokenizers" / name)
+    if (folder / "tokenizer.json").is_file():
+        tok = tok_lib.load_tokenizer(folder)
+        if tok.vocab_size != k or getattr(tok, "frames", 1) != frames:
+            raise ConfigError(
+                f"{folder}: holds a K={tok.vocab_size}, frames="
+                f"{getattr(tok, 'frames', 1)} tokenizer but data.tokenizer_k={k}, "
+                f"data.tokenizer_frames={frames}"
+            )
+        return tok
+    from jaxtts.data.audio import utterance_mels
+
+    t0 = time.perf_counter()
+    tok = tok_lib.KMeansTokenizer(k, frames=frames)
+    # k-means sees at most `max_fit_frames` token vectors: a corpus with more (the 16 h one)
+    # is fitted on every n-th training utterance, ~1.25x what it needs (mels cost minutes)
+    need_s = 1.25 * tok.max_fit_frames / tok.frame_rate
+    total_s = sum(float(u.duration or 0.0) for u in train_utts)
+    stride = max(1, int(total_s // need_s))
+    mels = utterance_mels(
+        list(train_utts)[::stride], tok.mel_cfg, progress=progress, desc="log-mel (fit)"
+    )
+    tok.fit(mels, progress=progress)
+    tok.fit_context_decoder(
+        mels, window=int(data_cfg.get("tokenizer_context", 1)), progress=progress
+    )
+    conv_steps = int(data_cfg.get("tokenizer_conv_steps", 0))
+    if conv_steps > 0:
+        from jaxtts.data.token_decoder import ConvDecoderConfig
+
+        tok.fit_conv_decoder(mels, ConvDecoderConfig(steps=conv_steps), progress=progress)
+    tok.save(folder)
+    log.info("fitted %s on %d utterances in %.1fs", tok.name, len(mels), time.perf_counter() - t0)
+    return tok
+
+
+def prepare_data(config, workdir: str | Path | None = None, progress: bool = True) -> LMData:
+    """Corpus -> tokenizer -> tokens -> text front-end -> loaders (see module docstring)."""
+    d = config.data
+    corpus = ensure_builtin_corpus(d, progress)
+    splits = {
+        s: read_split(corpus, s)
+        for s in ("train", "dev", "test")
+        if (corpus / f"{s}.jsonl").is_file()
+    }
+    if "train" not in splits:
+        raise DataError(f"{corpus}/train.jsonl: manifest not found")
+    tok = tokenizer_for(d, corpus, splits["train"], progress)
+    if not isinstance(tok, tok_lib.ExternalTokens):
+        for utts in splits.values():
+            tok_lib.extract_tokens(tok, utts, corpus, progress=progress)
+
+    run = RunFolder(workdir) if workdir else None
+    fe_dir = run.text_frontend_dir if run else None
+    if fe_dir is not None and (fe_dir / "text_frontend.json").is_file():
+        frontend = TextFrontend.load(fe_dir)  # a resumed run keeps its symbol table
+    else:
+        frontend = TextFrontend.from_utterances(
+            splits["train"], backend=d.get("text_backend", "espeak")
+        )
+    if run is not None:
+        frontend.save(fe_dir)
+        if not (run.tokenizer_dir / "tokenizer.json").is_file():
+            tok.save(run.tokenizer_dir)
+
+    def loader(split, train):
+        utts = splits[split]
+        tokens = tok_lib.load_tokens(corpus, tok.name, [u.id for u in utts])
+        records = make_lm_records(utts, tokens, frontend)
+        return LMLoader.from_config(
+            records,
+            d,
+            frame_rate=tok.frame_rate,
+            shuffle=train,
+            drop_remainder=train,
+            num_epochs=None if train else 1,
+            sort_window=32 if train else 1_000_000,
+        )
+
+    train_loader = loader("train", True)
+    dev_loader = loader("dev", False) if "dev" in splits else None
+    return LMData(corpus, tok, frontend, train_loader, dev_loader, splits)
+
+
+def fill_model_sizes(config, data: LMData) -> mlc.ConfigDict:
+    """A private unlocked copy of `config` with the data-dependent sizes filled in."""
+    config = mlc.ConfigDict(config.to_dict())
+    m = config.model
+    for key, size in (
+        ("num_text_symbols", data.frontend.vocab_size),
+        ("num_speech_tokens", data.tokenizer.vocab_size),
+    ):
+        if int(m.get(key, -1)) == -1:
+            m[key] = int(size)
+        elif int(m[key]) != int(size):
+            raise ConfigError(f"model.{key}={m[key]} but the data has {size}; leave it -1")
+    return config
