@@ -18,6 +18,13 @@ from jaxtts.run_folder import RunFolder, check_trained_on, resolve_run
 class DCAREngine(LMEngine):
     family = "dcar"
 
+    def __init__(self, base: LMEngine, policy, policy_params, backbone_path: str):
+        args, kw = base._backbone_args()
+        super().__init__(*args, **kw)
+        self.policy, self.policy_params = policy, policy_params
+        self.backbone_path = backbone_path
+        self.decode_config = {**base.decode_config, "strategy": "dcar"}
+
     @classmethod
     def from_run(cls, run: RunFolder, step: int | None = None) -> DCAREngine:
         from jaxtts.methods.dcar.dcpo import config_policy
@@ -57,17 +64,7 @@ class DCAREngine(LMEngine):
             jnp.array([2]),
         )
         params, _ = run.load_params(like, step)
-        eng = cls(
-            base.config,
-            base.params,
-            base.frontend,
-            base.tokenizer,
-            max_text_symbols=base.max_text_symbols,
-        )
-        eng.policy, eng.policy_params = policy, params["policy"]
-        eng.decode_config = {**base.decode_config, "strategy": "dcar"}
-        eng.backbone_path = str(bpath)
-        return eng
+        return cls(base, policy, params["policy"], str(bpath))
 
     def decode_models(self) -> dict:
         return {"target": self.model, "policy": self.policy}

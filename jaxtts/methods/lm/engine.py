@@ -51,6 +51,12 @@ class LMEngine(Engine):
         self.prompt_text = str(config.data.get("prompt_text", "proportional"))
         self.decode_config = dict(config.decode)
 
+    def _backbone_args(self) -> tuple[tuple, dict]:
+        """The constructor arguments that rebuild this engine's backbone part (engines of the
+        families built on a backbone call `LMEngine.__init__` with them)."""
+        args = (self.config, self.params, self.frontend, self.tokenizer)
+        return args, {"max_text_symbols": self.max_text_symbols}
+
     @classmethod
     def from_run(cls, run: RunFolder, step: int | None = None) -> LMEngine:
         from jaxtts.train.checkpoint import abstract_params

@@ -19,6 +19,13 @@ from jaxtts.run_folder import RunFolder, check_trained_on, resolve_run
 class SSDEngine(LMEngine):
     family = "ssd"
 
+    def __init__(self, base: LMEngine, draft: TTSLM, draft_params, target_path: str):
+        args, kw = base._backbone_args()
+        super().__init__(*args, **kw)
+        self.draft, self.draft_params = draft, draft_params
+        self.target_path = target_path
+        self.decode_config = {**base.decode_config, "strategy": "ssd:L=3,beta=0.4"}
+
     @classmethod
     def from_run(cls, run: RunFolder, step: int | None = None) -> SSDEngine:
         from jaxtts.train.checkpoint import abstract_params
@@ -43,17 +50,7 @@ class SSDEngine(LMEngine):
         one = np.ones((1, 4), np.int32)
         like = abstract_params(TTSLM(dcfg).init, one, np.array([4]), one, np.array([4]))
         dparams, _ = run.load_params(like, step)
-        eng = cls(
-            base.config,
-            base.params,
-            base.frontend,
-            base.tokenizer,
-            max_text_symbols=base.max_text_symbols,
-        )
-        eng.draft, eng.draft_params = TTSLM(dcfg), dparams
-        eng.decode_config = {**base.decode_config, "strategy": "ssd:L=3,beta=0.4"}
-        eng.target_path = str(target_run.path)
-        return eng
+        return cls(base, TTSLM(dcfg), dparams, str(target_run.path))
 
     def decode_models(self) -> dict:
         return {"target": self.model, "draft": self.draft}

@@ -28,19 +28,17 @@ from jaxtts.train.state import tree_from_flat, tree_to_flat
 class TLDREngine(LMEngine):
     family = "tldr"
 
+    def __init__(self, config, base: LMEngine, cfg, speaker_model, params):
+        """An engine from a TLDR run's config, its backbone's engine and the full TLDR
+        parameters (also what training samples with)."""
+        args, kw = base._backbone_args()
+        super().__init__(*args, **kw)
+        self.tldr, self.tldr_params = TLDRModel(cfg, speaker_model), params
+        self.decode_config = {**base.decode_config, **dict(config.decode), "strategy": "tldr"}
+
     @classmethod
     def build(cls, config, base: LMEngine, cfg, speaker_model, params) -> TLDREngine:
-        """An engine from a backbone engine and full TLDR parameters (training samples)."""
-        eng = cls(
-            base.config,
-            base.params,
-            base.frontend,
-            base.tokenizer,
-            max_text_symbols=base.max_text_symbols,
-        )
-        eng.tldr, eng.tldr_params = TLDRModel(cfg, speaker_model), params
-        eng.decode_config = {**base.decode_config, **dict(config.decode), "strategy": "tldr"}
-        return eng
+        return cls(config, base, cfg, speaker_model, params)
 
     @classmethod
     def from_run(cls, run: RunFolder, step: int | None = None) -> TLDREngine:
