@@ -116,3 +116,11 @@ def test_train_cli_bad_config_is_one_line(override, expected, tmp_path):
     assert proc.returncode == 2
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and expected in err[0], proc.stderr
+
+
+def test_task_help_lists_every_family():
+    from configs.help import HELP
+    from jaxtts.families import FAMILIES
+
+    listed = {t.strip() for t in HELP["task"].split(":", 1)[1].split("|")}
+    assert listed == set(FAMILIES), listed ^ set(FAMILIES)
