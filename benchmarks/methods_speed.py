@@ -109,8 +109,9 @@ def main(argv=None) -> int:
           f"{args.rounds} interleaved rounds", flush=True)  # fmt: skip
 
     def run(strategy, folder, b):
-        res = synths[folder].synthesize(texts, prompts, strategy=strategy, batch_size=b,
-                                        progress=False)  # fmt: skip
+        res = synths[folder].synthesize(
+            texts, prompts, strategy=strategy, batch_size=b, progress=False, vocode=False
+        )
         audio = sum(r.info["duration"] for r in res)
         return {
             "lm_rtf": sum(r.info["lm_s"] for r in res) / audio,
@@ -123,8 +124,9 @@ def main(argv=None) -> int:
 
     for strategy, folder in rows:  # compile every shape before any timing
         for b in batches:
-            synths[folder].synthesize(texts, prompts, strategy=strategy, batch_size=b,
-                                      progress=False)  # fmt: skip
+            synths[folder].synthesize(
+                texts, prompts, strategy=strategy, batch_size=b, progress=False, vocode=False
+            )
     meas: dict = {}
     for r in range(args.rounds):
         for b in batches:

@@ -169,9 +169,11 @@ class Synthesizer:
         seed: int = 0,
         max_seconds: float | None = None,
         progress: bool = True,
+        vocode: bool = True,
         **sampling_overrides,
     ) -> list[SynthResult]:
-        """Synthesize every text (one `SynthResult` per text, in order)."""
+        """Synthesize every text (one `SynthResult` per text, in order). `vocode=False`: the
+        tokens only (no mel, no audio; `duration` from the token count): LM benchmarks."""
         from tqdm.auto import tqdm
 
         engine = self.engine
@@ -220,7 +222,9 @@ class Synthesizer:
         bar = tqdm(total=len(rows), desc=f"synthesize {name}", disable=not progress, leave=False)
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            outputs.update(self._run_batch([rows[r] for r in idx], options, seed, batch_size))
+            outputs.update(
+                self._run_batch([rows[r] for r in idx], options, seed, batch_size, vocode)
+            )
             bar.update(len(idx))
         bar.close()
 
@@ -232,6 +236,9 @@ class Synthesizer:
             for p in parts[1:]:
                 wav = np.concatenate([wav, gap, p["wav"]])
             audio_s = wav.size / self.sample_rate
+            if not vocode:
+                units = sum(p["num_tokens"] for p in parts)
+                audio_s = units / engine.frame_rate + (n - 1) * self.join_silence_s
             info = {
                 "sample_rate": self.sample_rate,
                 "num_tokens": int(sum(p["num_tokens"] for p in parts)),
@@ -265,7 +272,9 @@ class Synthesizer:
             skipped=reason,
         )
 
-    def _run_batch(self, rows, options: DecodeOptions, seed: int, batch_size: int):
+    def _run_batch(
+        self, rows, options: DecodeOptions, seed: int, batch_size: int, vocode: bool = True
+    ):
         engine = self.engine
         n = len(rows)
         b = max(n, batch_size)  # the last batch is filled up: one compiled shape
@@ -303,8 +312,9 @@ class Synthesizer:
             line, piece, ids, unit, _ = rows[k]
             length = int(out.length[k])
             gen = np.asarray(out.units[k, :length])
-            mel = engine.units_to_mel(gen) if length else np.zeros((0, engine.mel_cfg.n_mels))
-            wav = self.vocoder.mel_to_audio(mel) if length else np.zeros((0,), np.float32)
+            wav = np.zeros((0,), np.float32)
+            if length and vocode:
+                wav = self.vocoder.mel_to_audio(engine.units_to_mel(gen))
             res[(line, piece)] = {
                 "wav": wav,
                 "tokens": gen,
