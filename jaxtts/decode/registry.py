@@ -8,6 +8,7 @@ takes the spec's argument (the text after ':' or None) and returns a `Strategy`
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 from jaxtts.errors import ConfigError
@@ -28,14 +29,17 @@ def register(name: str, target: str) -> None:
     if name in _FACTORIES:
         raise ValueError(f"decoding strategy {name!r} registered twice")
     _FACTORIES[name] = target
+    get.cache_clear()
 
 
 def names() -> list[str]:
     return sorted(_FACTORIES)
 
 
+@functools.lru_cache(maxsize=256)
 def get(spec: str):
-    """'far' | 'car:<c>' (| later strategies) -> strategy object."""
+    """'far' | 'car:<c>' (| later strategies) -> strategy object (frozen, so one parse per
+    spec serves every call: the synthesizer's check and the engine's decode share it)."""
     name, _, arg = spec.strip().partition(":")
     if name not in _FACTORIES:
         raise ConfigError(
