@@ -445,11 +445,23 @@ def read_text_file(text_file: str | os.PathLike) -> list[str]:
     return text.splitlines()
 
 
-def prepare_out_dir(out_dir: str | os.PathLike) -> Path:
-    """Create `out_dir` and check it is a writable folder, before any work is done."""
+def check_out_dir(out_dir: str | os.PathLike) -> Path:
+    """`out_dir` can be a folder we write to: it is one, or its nearest existing parent is a
+    writable folder. Creates nothing (checked before any work; `prepare_out_dir` creates)."""
     path = Path(out_dir)
     if path.exists() and not path.is_dir():
         raise DataError(f"--out_dir {out_dir}: exists and is not a folder")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise DataError(f"--out_dir {out_dir}: cannot write there ({parent} is not writable)")
+    return path
+
+
+def prepare_out_dir(out_dir: str | os.PathLike) -> Path:
+    """Create `out_dir` and check it is a writable folder."""
+    path = check_out_dir(out_dir)
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".write-test-{os.getpid()}"
@@ -494,9 +506,10 @@ def run_infer(
         lines += read_text_file(text_file)
     if not lines:
         raise ConfigError("nothing to synthesize: pass --text or --text_file")
+    check_out_dir(out_dir)  # before any work: a bad --out_dir loses nothing
     synth = Synthesizer.from_workdir(workdir, step)
     # every flag checked before anything is written or synthesized: a bad strategy or
-    # sampling value leaves no folder behind, a bad --out_dir loses no synthesis
+    # sampling value leaves no folder behind
     opts = synth.engine.options(strategy=strategy, max_seconds=max_seconds, **sampling)
     synth.engine.check_strategy(opts.strategy)
     prompt = resolve_prompt(workdir, speaker, speaker_wav, speaker_text)
