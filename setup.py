@@ -29,6 +29,7 @@ EXTRAS = {
     "dev": [
         "pytest>=8",
         "pytest-timeout>=2.3",
+        "pytest-xdist>=3.6",  # scripts/test.sh: two worker processes
         "ruff==0.17.6",  # pinned: `ruff format` output is part of the tests (test_style.py)
         "nbclient>=0.10",
         "nbformat>=5.10",

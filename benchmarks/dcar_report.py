@@ -84,7 +84,7 @@ def _num_prompts(run: str) -> int | None:
     return None
 
 
-def chunk_histogram(policy: str, corpus: str, num: int, out: str) -> None:
+def chunk_histogram(policy: str, corpus: str, num: int, out: str, sample: bool = False) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -102,10 +102,11 @@ def chunk_histogram(policy: str, corpus: str, num: int, out: str) -> None:
     k = eng.cfg.num_mtp_heads
     counts = np.zeros(k, np.int64)
     for i, (u, p) in enumerate(zip(utts, prompts, strict=True)):
-        _, chunks, _ = chunk_schedule(eng, u.text, p, seed=i)
+        _, chunks, _ = chunk_schedule(eng, u.text, p, seed=i, sample=sample)
         counts += np.bincount(chunks, minlength=k + 1)[1:]
     share = counts / counts.sum()
-    print(f"\nchunk sizes chosen by {policy} on {len(utts)} test sentences (argmax policy):")
+    how = "sampled from the policy, dcar:sample" if sample else "argmax policy, dcar"
+    print(f"\nchunk sizes chosen by {policy} on {len(utts)} test sentences ({how}):")
     print("| chunk | " + " | ".join(str(c) for c in range(1, k + 1)) + " |")
     print("|---|" + "--:|" * k)
     print("| share % | " + " | ".join(f"{100 * s:.1f}" for s in share) + " |")
@@ -113,7 +114,7 @@ def chunk_histogram(policy: str, corpus: str, num: int, out: str) -> None:
     ax.bar(range(1, k + 1), 100 * share)
     ax.set_xlabel("chunk size")
     ax.set_ylabel("% of decisions")
-    ax.set_title(f"{Path(policy).name}: {counts.sum()} decisions", fontsize=9)
+    ax.set_title(f"{Path(policy).name} ({how}): {counts.sum()} decisions", fontsize=8)
     fig.tight_layout()
     fig.savefig(f"{out}_chunks.png", dpi=110)
     print(f"{out}_chunks.png")
@@ -126,12 +127,13 @@ def main(argv=None) -> int:
     ap.add_argument("--corpus", default="data/builtin")
     ap.add_argument("--num", type=int, default=240)
     ap.add_argument("--out", default="out/dcar")
+    ap.add_argument("--sample", action="store_true", help="histogram of dcar:sample")
     args = ap.parse_args(argv)
     runs = [r for r in args.runs.split(",") if r and Path(r, "metrics.jsonl").is_file()]
     if runs:  # --runs "" skips the curves (and keeps an earlier plot)
         curves(runs, args.out)
     if args.num > 0:
-        chunk_histogram(args.policy, args.corpus, args.num, args.out)
+        chunk_histogram(args.policy, args.corpus, args.num, args.out, args.sample)
     return 0
 
 

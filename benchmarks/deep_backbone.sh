@@ -2,8 +2,10 @@
 # The deep backbone, end to end on 2 CPU cores: expand pretrained/car_small to 12 layers, train
 # the new layers (configs/car.py:deep), export pretrained/car_deep, measure it (full test split
 # WER of FAR and CAR c=3, teacher-forced dev CE) and time every strategy against FAR on both
-# backbones. Each stage is skipped when its output exists; STAGE=<name> runs one stage.
-#   bash benchmarks/deep_backbone.sh              # ~2 h (training ~60-75 min)
+# backbones; then the methods on it (SSD drafts of both splits with their acceptance grid, the
+# DCAR policy with guidance {2,3,4}) and their evaluation. Stages: expand train export eval
+# ssd ssd_grid dcar eval_methods speed; STAGE=<name> runs one stage.
+#   bash benchmarks/deep_backbone.sh              # ~4 h on 2 CPU cores
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -31,6 +33,31 @@ if run eval; then
   python -m jaxtts.evaluate --corpus data/builtin --split test --workdir pretrained/car_deep \
     --rows "" --strategies far,car:3 --speaker_encoder jax --no_spectral --no_plots \
     --asr_workers 2 --out out/eval_deep
+fi
+if run ssd; then
+  # the paper's split scaled down (first 1 / last 3: car_small's own layers at step 0) and 2 / 2
+  python train.py --config configs/ssd.py:deep --workdir runs/ssd_deep13
+  python train.py --config configs/ssd.py:deep --workdir runs/ssd_deep22 \
+    --config.ssd.first=2 --config.ssd.last=2
+fi
+if run ssd_grid; then
+  for s in 13 22; do
+    python benchmarks/ssd_acceptance.py --workdir runs/ssd_deep$s --num 40 --L 1,2,3,4,5 \
+      --beta 0,0.2,0.4,0.6 --out out/ssd_acceptance_deep$s.json
+  done
+fi
+if run dcar; then
+  python train.py --config configs/dcar.py:deep --workdir runs/dcar_deep
+  python benchmarks/dcar_report.py --runs runs/dcar_deep --policy runs/dcar_deep --num 60 \
+    --out out/dcar_deep
+  python benchmarks/dcar_report.py --runs "" --policy runs/dcar_deep --num 60 --sample \
+    --out out/dcar_deep_sample
+fi
+if run eval_methods; then
+  python -m jaxtts.evaluate --corpus data/builtin --split test --workdir pretrained/car_deep \
+    --rows "" --speaker_encoder jax --no_spectral --no_plots --asr_workers 2 \
+    --strategies "dcar@runs/dcar_deep,dcar:sample@runs/dcar_deep,ssd:L=3,beta=0@runs/ssd_deep13,ssd:L=3,beta=0.4@runs/ssd_deep13" \
+    --out out/eval_deep_methods
 fi
 if run speed; then
   python benchmarks/methods_speed.py --num 40 --rounds 3 --batch 1,8 \

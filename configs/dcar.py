@@ -6,6 +6,7 @@ Variants (`--config configs/dcar.py:<variant>`):
          (shipped backbone and ASR)
   small  the shipped policy: pretrained/car_small + pretrained/ctc_asr, 8 prompts x 8
          rollouts a step, guidance {2, 3}
+  deep   the policy of pretrained/car_deep (12 layers), guidance {2, 3, 4}, 100 steps
 
   python train.py --config configs/dcar.py:small --workdir runs/dcar
   python train.py --config configs/dcar.py:small --workdir runs/dcar_234 \
@@ -17,7 +18,7 @@ import ml_collections as mlc
 
 from configs import common
 
-VARIANTS = ("tiny", "small")
+VARIANTS = ("tiny", "small", "deep")
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
@@ -62,6 +63,9 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         checkpoint_every=25,
     )
     config.mesh = common.mesh_config()
+    if v == "deep":
+        config.dcpo.update(backbone="pretrained/car_deep", guidance=(2, 3, 4))
+        config.train.update(steps=100)
     if v == "tiny":
         config.policy.update(num_heads=2, head_dim=16, d_ff=64)
         config.data.corpus_utterances = 40  # built in seconds on a fresh clone

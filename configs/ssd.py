@@ -4,6 +4,10 @@ everything but its first layers and output head frozen (jaxtts/methods/ssd/; MET
 Variants (`--config configs/ssd.py:<variant>`):
   tiny   tests: 2 steps on a 40-utterance corpus, target pretrained/car_small
   small  the draft of pretrained/car_small (4 layers): layers (0, 3), i.e. first=1, last=1
+  deep   the draft of pretrained/car_deep (12 layers): 4 of 12 layers, the paper's ratio (8 of
+         24). first=1, last=3 is the paper's first 2 / last 6 scaled down; it is the 4-layer
+         car_small itself at step 0 (the block expansion put car_small's layers 1-3 last). The
+         other split: --config.ssd.first=2 --config.ssd.last=2
 
   python train.py --config configs/ssd.py:small --workdir runs/ssd
   python -m jaxtts.evaluate --workdir runs/ssd --strategies far,ssd:L=3,beta=0.4
@@ -18,7 +22,7 @@ import ml_collections as mlc
 
 from configs import common
 
-VARIANTS = ("tiny", "small")
+VARIANTS = ("tiny", "small", "deep")
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
@@ -50,6 +54,9 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     )
     config.eval = mlc.ConfigDict(dict(num_samples=0))
     config.mesh = common.mesh_config()
+    if v == "deep":
+        config.ssd.update(target="pretrained/car_deep", first=1, last=3)
+        config.train.update(steps=300, eval_every=150, checkpoint_every=50)
     if v == "tiny":
         config.ssd.corpus_utterances = 40
         config.train.update(

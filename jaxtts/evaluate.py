@@ -597,11 +597,9 @@ def evaluate(
 
     t_start = time.time()
     corpus_dir, out_dir = Path(corpus_dir), Path(out_dir)
-    manifest = corpus_dir / f"{split}.jsonl"
-    all_utts = read_manifest(manifest)
     warn: list[str] = []
 
-    # rows first, so bad specs fail before any expensive work
+    # rows first, so bad specs fail before any expensive work (or a missing corpus)
     row_objs: list[_Row] = []
     for spec in rows:
         try:
@@ -613,6 +611,7 @@ def evaluate(
     if not row_objs:
         raise ConfigError("--rows: no row could be built, expected at least one")
 
+    all_utts = read_manifest(corpus_dir / f"{split}.jsonl")
     utts, gt, prompts, w = load_split(all_utts, num)
     warn += w
 

@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # Runs the test suite. Sharding tests need 8 devices: simulated on the host CPU.
-# Without arguments the test files run in two pytest processes (two halves, alphabetical):
-# one process compiling every program of the suite once crashed inside XLA's CPU compiler
-# late in the run. With arguments (files, -k ...) one process runs exactly those.
+# Without arguments: two pytest-xdist worker processes (one per core of a 2-core machine; most
+# of a test's time is single-threaded tracing and compiling), test files kept whole per worker,
+# sharing JAX's persistent compilation cache so a program compiled by one test (or a train.py /
+# infer.py subprocess) is not compiled again by another. Two processes also keep each one
+# smaller: one process compiling every program of the suite once crashed inside XLA's CPU
+# compiler late in the run. With arguments (files, -k ...) one process runs exactly those.
+# JAXTTS_TEST_WORKERS=N changes the number of workers (1: no xdist).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export XLA_FLAGS="${XLA_FLAGS:---xla_force_host_platform_device_count=8}"
 export JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}"
 export PYTHONUNBUFFERED=1
+# git-ignored; kept between local runs (delete it freely); a fresh clone starts empty
+export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$PWD/.cache/jax}"
+export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="${JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS:-0.3}"
+mkdir -p "$JAX_COMPILATION_CACHE_DIR"
 
 run() {
-  python3 -m pytest -q --durations=15 "$@"
+  python3 -m pytest -q --durations=25 "$@"
   local rc=$?
   if [ $rc -eq 5 ]; then echo "pytest collected no tests"; return 0; fi
   return $rc
@@ -20,10 +28,9 @@ if [ $# -gt 0 ]; then
   run "$@"
   exit $?
 fi
-files=(tests/test_*.py)
-half=$(( ${#files[@]} / 2 ))
-run "${files[@]:0:$half}"
-rc1=$?
-run "${files[@]:$half}"
-rc2=$?
-exit $(( rc1 != 0 ? rc1 : rc2 ))
+workers="${JAXTTS_TEST_WORKERS:-2}"
+if [ "$workers" -gt 1 ]; then
+  run -n "$workers" --dist loadfile tests
+else
+  run tests
+fi

@@ -14,7 +14,9 @@ SETTINGS = [
     SamplingConfig(top_p=0.95),
     SamplingConfig(top_p=0.999),
     SamplingConfig(top_k=5),
-    SamplingConfig(top_k=200),  # more than CANDIDATES: top_k + 1 candidates
+    SamplingConfig(top_k=200),  # more than CANDIDATES: the full-sort fallback
+    SamplingConfig(top_k=64),  # exactly CANDIDATES
+    SamplingConfig(top_k=2000),  # more than the vocabulary: everything kept
     SamplingConfig(top_k=20, top_p=0.8),
     SamplingConfig(temperature=0.7, top_p=0.9),
 ]
@@ -90,9 +92,9 @@ def test_rows_do_not_depend_on_each_other():
         np.testing.assert_array_equal(alone[0], together[i])
 
 
-def test_new_temperature_or_top_p_reuses_the_compiled_loop():
-    """temperature and top_p are traced: a sweep compiles the decode loop once; top_k (a
-    shape) or turning top-p on compiles anew."""
+def test_new_temperature_top_k_or_top_p_reuses_the_compiled_loop():
+    """temperature, top_k and top_p are traced: a sweep compiles the decode loop once;
+    turning top-k or top-p on (or greedy) compiles anew."""
     import os
     import sys
 
@@ -110,5 +112,6 @@ def test_new_temperature_or_top_p_reuses_the_compiled_loop():
         return driver._decode._cache_size()
 
     n = go(top_p=0.9)
-    assert go(top_p=0.7) == n and go(top_p=0.5, temperature=0.8) == n
+    assert go(top_p=0.7) == n and go(top_p=0.5, temperature=0.8) == n and go(top_p=0.95) == n
     assert go(top_p=0.5, top_k=5) == n + 1
+    assert go(top_p=0.8, top_k=20) == n + 1 and go(top_p=0.7, top_k=100) == n + 1

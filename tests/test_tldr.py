@@ -361,12 +361,15 @@ def test_tiny_run_synthesizes_and_checks_its_backbone(tiny_run, tmp_path):
     assert out.read_config().data.tokenizer_dir == ""
     assert json.loads((work / "config.json").read_text())["data"]["tokenizer_dir"]
     shipped = load_engine(out.path)
-    # value for value: the float16 export loads back as the trained values rounded to float16
+    # value for value: the float16 export loads back as the trained values rounded to float16;
+    # the frozen mel table is rebuilt from the tokenizer at load, so it comes back exactly
     flat = jax.tree_util.tree_leaves_with_path
     got, want = dict(flat(shipped.tldr_params)), dict(flat(eng.tldr_params))
     assert got.keys() == want.keys() and got
     for path, x in want.items():
-        rounded = np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
+        rounded = np.asarray(x, np.float32)
+        if "mel_table" not in jax.tree_util.keystr(path):
+            rounded = rounded.astype(np.float16).astype(np.float32)
         np.testing.assert_array_equal(np.asarray(got[path]), rounded, err_msg=str(path))
     with pytest.raises(DataError, match="speaker reference of 0.04 s"):
         shipped.check_reference(np.array([1, 50]))

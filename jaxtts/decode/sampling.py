@@ -1,9 +1,9 @@
 """Sampling, shared by every decoding strategy.
 
 - `SamplingConfig`: greedy or temperature / top-k / top-p, as the user sets it (validated,
-  hashable). `SamplingConfig.traced()` is what jitted decoding receives: temperature and top_p
-  are traced values, so a sweep or a server changing them reuses one compiled loop; greedy,
-  top_k, min_tokens and whether top-p is on at all are static (they change shapes or code).
+  hashable). `SamplingConfig.traced()` is what jitted decoding receives: temperature, top_k
+  and top_p are traced values, so a sweep or a server changing them reuses one compiled loop;
+  greedy, min_tokens and whether top-k / top-p are on at all are static (they change code).
 - `filter_logits`: the filtered distribution (speculative decoding applies it to the draft
   and the target alike). Its cutoff is searched among the most likely ids (`lax.top_k`)
   and falls back to a full sort only for rows that need it: the same result as a full sort.
@@ -54,17 +54,23 @@ class SamplingConfig:
         return self.top_p < 1.0
 
     @property
+    def use_top_k(self) -> bool:
+        """Whether top-k filtering is on (top_k > 0)."""
+        return self.top_k > 0
+
+    @property
     def static_key(self) -> tuple:
         """What a compiled decoding loop depends on (`traced()` passes the rest as values)."""
-        return (self.greedy, self.top_k, self.nucleus, self.min_tokens)
+        return (self.greedy, self.use_top_k, self.nucleus, self.min_tokens)
 
     def traced(self) -> Sampling:
         """This config as the pytree jitted decoding takes (see the module docstring)."""
         return Sampling(
             temperature=np.float32(self.temperature if not self.greedy else 1.0),
             top_p=np.float32(self.top_p),
+            top_k=np.int32(self.top_k),
             greedy=self.greedy,
-            top_k=self.top_k,
+            use_top_k=self.use_top_k,
             nucleus=self.nucleus,
             min_tokens=self.min_tokens,
         )
@@ -83,13 +89,14 @@ class SamplingConfig:
 
 @flax.struct.dataclass
 class Sampling:
-    """A `SamplingConfig` inside jit: temperature and top_p are (traced) values; the rest is
-    static. Every function here takes either form."""
+    """A `SamplingConfig` inside jit: temperature, top_k and top_p are (traced) values; the
+    rest is static. Every function here takes either form."""
 
     temperature: jax.Array  # float32 []
     top_p: jax.Array  # float32 []
+    top_k: jax.Array  # int32 [] (used when use_top_k)
     greedy: bool = flax.struct.field(pytree_node=False, default=False)
-    top_k: int = flax.struct.field(pytree_node=False, default=0)
+    use_top_k: bool = flax.struct.field(pytree_node=False, default=False)
     nucleus: bool = flax.struct.field(pytree_node=False, default=False)
     min_tokens: int = flax.struct.field(pytree_node=False, default=0)
 
@@ -98,16 +105,23 @@ class Sampling:
 
 
 # top-k / top-p look for their cutoff among this many most likely ids first (`lax.top_k`, a
-# partial sort); a row whose kept set does not fit falls back to the full sort.
+# partial sort); a row whose kept set does not fit (or top_k >= CANDIDATES) falls back to the
+# full sort.
 CANDIDATES = 64
+
+
+def _kth(vals: jax.Array, k) -> jax.Array:
+    """The k-th largest value (k traced, 1-based) of descending vals [..., M] -> [..., 1]."""
+    idx = jnp.clip(jnp.asarray(k, jnp.int32) - 1, 0, vals.shape[-1] - 1)
+    return jnp.take_along_axis(vals, jnp.broadcast_to(idx, vals.shape[:-1] + (1,)), axis=-1)
 
 
 def _filter_sorted(x: jax.Array, s: SamplingConfig) -> jax.Array:
     """The reference filter over scaled logits x [..., V], with a full sort: top-k keeps the
     ids >= the k-th largest value, top-p then keeps the ids >= the smallest value of the
     shortest descending prefix whose mass (of the top-k-filtered softmax) reaches top_p."""
-    if s.top_k > 0 and s.top_k < x.shape[-1]:
-        kth = jax.lax.top_k(x, s.top_k)[0][..., -1:]
+    if s.use_top_k:  # k >= V keeps everything (the clip takes the smallest value)
+        kth = _kth(jnp.sort(x, axis=-1)[..., ::-1], s.top_k)
         x = jnp.where(x < kth, -jnp.inf, x)
     if s.nucleus:
         srt = jnp.sort(x, axis=-1)[..., ::-1]
@@ -119,19 +133,20 @@ def _filter_sorted(x: jax.Array, s: SamplingConfig) -> jax.Array:
 
 
 def _candidates(x: jax.Array, s: SamplingConfig):
-    """The filter on the `CANDIDATES` (or top_k + 1) largest ids of x [..., V]:
-    (values [..., M] descending, their ids, keep [..., M], covered [...]). Where `covered`,
-    the kept candidates are exactly the ids `_filter_sorted` keeps (the last candidate is
-    dropped, so no kept id lies outside them); elsewhere the caller falls back to it."""
+    """The filter on the `CANDIDATES` largest ids of x [..., V]: (values [..., M]
+    descending, their ids, keep [..., M], covered [...]). Where `covered`, the kept candidates
+    are exactly the ids `_filter_sorted` keeps (the last candidate is dropped, so no kept id
+    lies outside them); elsewhere the caller falls back to it."""
     v = x.shape[-1]
-    m = min(v, s.top_k + 1 if s.top_k > 0 else CANDIDATES)
+    m = min(v, CANDIDATES)
     vals, ids = jax.lax.top_k(x, m)  # [..., M]
     keep = jnp.ones(vals.shape, bool)
     lse = None
     covered = jnp.ones(vals.shape[:-1], bool)
-    if 0 < s.top_k < v:
-        keep = vals >= vals[..., s.top_k - 1 : s.top_k]
-        covered = ~keep[..., -1]  # no id tied with the k-th lies past the candidates
+    if s.use_top_k:
+        keep = vals >= _kth(vals, s.top_k)
+        if m < v:  # no id tied with the k-th lies past the candidates (k < M: else it may)
+            covered = ~keep[..., -1] & (jnp.asarray(s.top_k) < m)
         lse = jax.nn.logsumexp(jnp.where(keep, vals, -jnp.inf), axis=-1, keepdims=True)
     if s.nucleus:
         if lse is None:
@@ -142,7 +157,7 @@ def _candidates(x: jax.Array, s: SamplingConfig):
             jnp.where(keep & (before < s.top_p), vals, jnp.inf), axis=-1, keepdims=True
         )
         keep = keep & (vals >= cutoff)
-        if s.top_k <= 0 and m < v:
+        if not s.use_top_k and m < v:
             covered = ~keep[..., -1]  # the nucleus ends inside the candidates
     return vals, ids, keep, covered
 
@@ -154,7 +169,7 @@ def filter_logits(logits: jax.Array, s: SamplingConfig) -> jax.Array:
     kept set does not fit there take the full sort (`_filter_sorted`, computed only when some
     row needs it). Either way a row's result is that of the full sort."""
     x = logits.astype(jnp.float32) / s.temperature
-    if s.top_k <= 0 and not s.nucleus:
+    if not s.use_top_k and not s.nucleus:
         return x
     vals, _, keep, covered = _candidates(x, s)
     thr = jnp.min(jnp.where(keep, vals, jnp.inf), axis=-1, keepdims=True)
@@ -204,7 +219,7 @@ def sample_tokens(keys: jax.Array, logits: jax.Array, s: SamplingConfig) -> jax.
         )
     )(keys)  # [B, C]
     x = logits.astype(jnp.float32) / s.temperature
-    if s.top_k <= 0 and not s.nucleus:
+    if not s.use_top_k and not s.nucleus:
         return _inverse_cdf(x, u)
     vals, ids, keep, covered = _candidates(x, s)
     pick = _inverse_cdf(jnp.where(keep, vals, -jnp.inf), u)  # [B, C] index into candidates

@@ -1,0 +1,483 @@
+"""A roofline cost model of every decoding strategy: FLOPs and bytes per decode step from the
+model configs and the strategy's shapes, steps per audio second from the shipped models' decode
+statistics, time per step as max(compute, memory) plus a fixed per-forward overhead.
+
+    # 1. calibrate on this machine (achieved matmul FLOP/s by rows, bandwidth, overheads)
+    python benchmarks/roofline.py calibrate --out out/roofline_cpu.json
+    # 2. check: predicted vs measured LM-RTF for every row of a methods_speed.py JSON
+    python benchmarks/roofline.py check --speed out/methods_speed_deep.json \
+        --calibration out/roofline_cpu.json
+    # 3. predict on accelerators (H100, TPU v5e) for the small / deep / paper configs
+    python benchmarks/roofline.py predict --speed out/methods_speed_deep.json \
+        --out out/roofline_predict.json --plot benchmarks/roofline_speedup.png
+
+The model (one decode step of a strategy = a list of `Forward`s):
+  flops  = 2 B q W  +  4 B q L_a (n h) T            (matmuls; attention scores + values)
+  bytes  = W w  +  B L_a 2 (n h) (T + q) c  +  B q V_h 4 (logits written and read)
+  time   = max(flops / F(B q), bytes / BW) + o_f + o_l L
+B rows, q new positions per row, W matmul weights touched (parameters, from the model's own
+parameter tree: `jax.eval_shape` of its init), w bytes per weight, L_a attention layers over a
+cache of T positions per row (n heads x h dims, c bytes per cache value), V_h the output
+vocabulary times the heads evaluated. F(M) is the achieved matmul FLOP/s at M = B q rows (CPU:
+measured, interpolated; accelerators: the peak), BW the achieved bandwidth, o_f a fixed cost
+per forward and o_l per layer (the ops' launch / dispatch cost: on a CPU measured with a
+near-zero-width stack in a `lax.while_loop`; on accelerators assumed, said in the output).
+
+Steps per audio second and tokens per step come from the measured statistics (`--speed`: the
+JSON `benchmarks/methods_speed.py` writes; its per-row steps and tokens per step). For the
+`paper` config, which has no trained model, the same statistics of the deep backbone's rows are
+used (stated in the output). PALLE and MDM are full-sequence forwards per step (no cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+DEVICES = {
+    # name: (peak FLOP/s, bandwidth B/s, bytes per weight, per-forward s, per-layer s)
+    # per-forward / per-layer overheads on accelerators are ASSUMED (kernel launches inside a
+    # while loop, ~10 fused kernels a layer at ~2 us): benchmarks/gpu_check.sh measures them
+    "h100": dict(peak=989e12, bw=3.35e12, wbytes=2, o_f=30e-6, o_l=20e-6),
+    "tpu_v5e": dict(peak=197e12, bw=819e9, wbytes=2, o_f=30e-6, o_l=20e-6),
+}
+PAPER_SPEEDUPS = {
+    "dcar": "2.61x (DCAR [2,3,4])",
+    "car:3": "2.64x (CAR c=3)",
+    "ssd": "1.4x (SSD beta 0.4)",
+    "palle": "3.5x over AR",
+    "tldr": "1.8x",
+}
+
+
+# ----------------------------------------------------------------------------- model shapes
+
+
+def param_counts(model, *args) -> dict[str, int]:
+    """Parameters per top-level group ('stack/layer_3', 'base_head', 'head_2', ...) of a Flax
+    module, from `jax.eval_shape` of its init (no compute)."""
+    import jax
+    import numpy as np
+
+    shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), *args))["params"]
+    out: dict[str, int] = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]:
+        keys = [str(getattr(k, "key", k)) for k in path]
+        group = "/".join(keys[:2]) if keys[0] == "stack" else keys[0]
+        out[group] = out.get(group, 0) + int(np.prod(leaf.shape))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class LMShape:
+    """What the cost model needs of an LM config."""
+
+    layers: int
+    layer_w: int  # parameters of one layer (all matmuls; norms included, negligible)
+    base_head_w: int
+    mtp_head_w: int  # one additional head
+    attn: int  # n_heads * head_dim
+    vocab: int  # padded output vocabulary
+    num_heads: int  # K
+    d_model: int
+
+    @classmethod
+    def from_config(cls, cfg) -> LMShape:
+        import jax.numpy as jnp
+
+        from jaxtts.methods.lm.model import TTSLM
+
+        counts = param_counts(
+            TTSLM(cfg), jnp.zeros((1, 4), jnp.int32), jnp.array([4]), jnp.zeros((1, 4), jnp.int32)
+        )
+        layer = counts["stack/layer_0"]
+        mtp = counts.get("head_2", 0)
+        return cls(
+            cfg.num_layers,
+            layer,
+            counts["base_head"],
+            mtp,
+            cfg.num_heads * cfg.head_dim,
+            cfg.padded(cfg.out_vocab),
+            cfg.num_mtp_heads,
+            cfg.d_model,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Forward:
+    """One forward of a step: `layers` layers of `layer_w` weights each over `q` new positions
+    per row attending to `context` cached positions, plus `head_w` head weights evaluated over
+    `head_v` logits per position."""
+
+    name: str
+    layers: int
+    layer_w: int
+    attn: int
+    q: float
+    context: float
+    head_w: int = 0
+    head_v: int = 0
+    extra_w: int = 0  # weights outside the layers/heads (policy, compressor, ...)
+
+    def flops(self, b: int) -> float:
+        w = self.layers * self.layer_w + self.head_w + self.extra_w
+        return 2 * b * self.q * w + 4 * b * self.q * self.layers * self.attn * self.context
+
+    def bytes(self, b: int, wbytes: int, cbytes: int) -> float:
+        w = self.layers * self.layer_w + self.head_w + self.extra_w
+        kv = b * self.layers * 2 * self.attn * (self.context + self.q) * cbytes
+        logits = 2 * b * self.q * self.head_v * 4
+        return w * wbytes + kv + logits
+
+
+def step_forwards(strategy: str, lm: LMShape, stats: dict, context: float, extra=None) -> list:
+    """The forwards of one decode step of `strategy` (its measured `stats`: tokens_per_step)."""
+    name = strategy.split(":")[0]
+    tps = float(stats.get("tokens_per_step", 1.0))
+    stack = dict(layers=lm.layers, layer_w=lm.layer_w, attn=lm.attn, context=context)
+    v = lm.vocab
+    if name == "far":
+        return [Forward("target", q=1, head_w=lm.base_head_w, head_v=v, **stack)]
+    if name == "car":
+        c = int(strategy.split(":")[1])
+        heads = lm.base_head_w + (c - 1) * lm.mtp_head_w
+        return [Forward("target", q=c, head_w=heads, head_v=c * v, **stack)]
+    if name == "dcar":
+        # the batch extends by its largest chosen size: at batch 1 the mean chunk
+        c = max(1.0, tps)
+        heads = lm.base_head_w + (c - 1) * lm.mtp_head_w
+        pol = extra or {}
+        return [
+            Forward("target", q=c, head_w=heads, head_v=c * v, **stack),
+            Forward(
+                "policy",
+                layers=1,
+                layer_w=pol.get("layer_w", lm.layer_w),
+                attn=pol.get("attn", lm.attn),
+                q=1,
+                context=context / max(c, 1.0),
+                head_w=lm.d_model * lm.num_heads,
+            ),
+        ]
+    if name == "vadusa":
+        heads = lm.base_head_w + (lm.num_heads - 1) * lm.mtp_head_w
+        return [Forward("target", q=lm.num_heads, head_w=heads, head_v=lm.num_heads * v, **stack)]
+    if name == "ssd":
+        opts = dict(kv.split("=") for kv in strategy.split(":")[1].split(","))
+        draft_len = int(opts.get("L", 3))
+        dl = int((extra or {}).get("draft_layers", max(1, lm.layers // 3)))
+        draft = [
+            Forward(
+                "draft",
+                layers=dl,
+                layer_w=lm.layer_w,
+                attn=lm.attn,
+                q=1,
+                context=context,
+                head_w=lm.base_head_w,
+                head_v=v,
+            )
+        ] * draft_len
+        return draft + [
+            Forward("target", q=draft_len + 1, head_w=lm.base_head_w, head_v=v, **stack)
+        ]
+    if name == "tldr":
+        e = extra or {}
+        p = int(e.get("patch", 4))
+        return [
+            Forward(
+                "compressor",
+                layers=1,
+                layer_w=e.get("comp_w", 0),
+                attn=lm.attn,
+                q=p,
+                context=e.get("window", 16),
+            ),
+            Forward(
+                "backbone",
+                q=1,
+                layers=lm.layers,
+                layer_w=lm.layer_w,
+                attn=lm.attn,
+                context=context / p,
+            ),
+        ] + [
+            Forward(
+                "extractor",
+                layers=e.get("ext_layers", 2),
+                layer_w=e.get("ext_w", 0),
+                attn=e.get("ext_attn", lm.attn),
+                q=1,
+                context=p,
+                head_w=e.get("out_w", 0),
+                head_v=v,
+            )
+        ] * p
+    if name in ("palle", "mdm"):
+        # one full-sequence forward over all positions per step (no cache)
+        t = float((extra or {}).get("seq", context))
+        return [Forward(name, q=t, context=t / 2, head_w=lm.base_head_w, head_v=v, **stack)]
+    raise ValueError(f"roofline: no cost model for strategy {strategy!r}")
+
+
+# ----------------------------------------------------------------------------- devices
+
+
+@dataclasses.dataclass
+class Device:
+    name: str
+    bw: float  # B/s
+    o_f: float  # s per forward
+    o_l: float  # s per layer
+    wbytes: int = 4
+    cbytes: int = 4
+    peak: float = 0.0  # FLOP/s (used when no per-M curve)
+    curve: list | None = None  # [[M, FLOP/s], ...] achieved matmul throughput by rows
+
+    def flops_rate(self, m: float) -> float:
+        if not self.curve:
+            return self.peak
+        ms = [c[0] for c in self.curve]
+        if m <= ms[0]:
+            return self.curve[0][1] * m / ms[0]  # below the smallest measured: linear in M
+        for (m0, f0), (m1, f1) in zip(self.curve, self.curve[1:], strict=False):
+            if m <= m1:  # log-linear interpolation
+                a = (math.log(m) - math.log(m0)) / (math.log(m1) - math.log(m0))
+                return f0 + a * (f1 - f0)
+        return self.curve[-1][1]
+
+    def forward_time(self, f: Forward, b: int) -> dict:
+        compute = f.flops(b) / self.flops_rate(b * f.q)
+        memory = f.bytes(b, self.wbytes, self.cbytes) / self.bw
+        fixed = self.o_f + self.o_l * f.layers
+        return {
+            "compute": compute,
+            "memory": memory,
+            "fixed": fixed,
+            "time": max(compute, memory) + fixed,
+        }
+
+    def step_time(self, forwards: list, b: int) -> dict:
+        parts = [self.forward_time(f, b) for f in forwards]
+        out = {k: sum(p[k] for p in parts) for k in ("compute", "memory", "fixed", "time")}
+        out["bound"] = "compute" if out["compute"] > out["memory"] else "memory"
+        return out
+
+
+def lm_rtf(
+    dev: Device, strategy: str, lm: LMShape, stats: dict, b: int, context: float, extra=None
+) -> dict:
+    """Predicted LM seconds per audio second at batch b (rows decode in parallel: a step
+    serves b rows, so the time per audio second divides by b)."""
+    fw = step_forwards(strategy, lm, stats, context, extra)
+    st = dev.step_time(fw, b)
+    steps = float(stats["steps_per_audio_s"])
+    return dict(st, lm_rtf=st["time"] * steps / b, steps_per_audio_s=steps)
+
+
+# ----------------------------------------------------------------------------- calibration
+
+
+def _timeit(fn, *args, reps: int = 20) -> float:
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        ts.append(time.perf_counter() - t0)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def calibrate(d_model: int = 256, d_ff: int = 1024, weights_mb: float = 20.0) -> dict:
+    """Measure on this machine: achieved matmul FLOP/s at M rows ([M, D] x [D, F] chains of a
+    model's size), streaming bandwidth over a model-sized weight set, and the fixed cost per
+    `lax.while_loop` iteration and per layer of ops (a stack of width 8)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    n_mats = max(1, int(weights_mb * 2**20 / (4 * d_model * d_ff)))
+    ws = [jnp.asarray(rng.standard_normal((d_model, d_ff)), jnp.float32) for _ in range(n_mats)]
+
+    @jax.jit
+    def chain(x, ws):
+        acc = 0.0
+        for w in ws:  # independent GEMMs of one weight set, read once each
+            acc = acc + jnp.sum(x @ w)
+        return acc
+
+    curve = []
+    for m in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
+        x = jnp.asarray(rng.standard_normal((m, d_model)), jnp.float32)
+        t = _timeit(chain, x, ws)
+        curve.append([m, 2 * m * d_model * d_ff * n_mats / t])
+    # bandwidth: read the weight set once (a sum over every matrix), model-sized
+    total = jax.jit(lambda ws: sum(jnp.sum(w) for w in ws))
+    bw = 4 * d_model * d_ff * n_mats / _timeit(total, ws)
+
+    # per-iteration and per-layer fixed costs: a while loop over a stack of width-8 layers
+    def loop_time(layers: int, iters: int = 200) -> float:
+        small = [jnp.asarray(rng.standard_normal((8, 8)) * 0.1, jnp.float32)] * layers
+
+        def body(c):
+            i, h = c
+            for w in small:  # a layer's worth of ops: matmul, norm, residual, nonlinearity
+                z = h @ w
+                z = z * jax.lax.rsqrt(jnp.mean(z * z, -1, keepdims=True) + 1e-6)
+                h = h + jax.nn.silu(z) @ w
+            return i + 1, h
+
+        f = jax.jit(lambda h: jax.lax.while_loop(lambda c: c[0] < iters, body, (0, h))[1])
+        return _timeit(f, jnp.ones((1, 8), jnp.float32), reps=10) / iters
+
+    t0, t4 = loop_time(0), loop_time(4)
+    return {
+        "device": jax.devices()[0].device_kind,
+        "curve": curve,
+        "bw": bw,
+        "o_f": t0,
+        "o_l": max(0.0, (t4 - t0) / 4),
+        "weights_mb": 4 * d_model * d_ff * n_mats / 2**20,
+    }
+
+
+# ----------------------------------------------------------------------------- rows
+
+
+def saved_counts(folder: str, depth: int = 3) -> dict[str, int]:
+    """Parameters per group (the first `depth` keys of each path) of a run folder's saved
+    parameter file: the shapes of the shipped model itself."""
+    import jax
+    import numpy as np
+
+    from jaxtts.run_folder import RunFolder
+
+    out: dict[str, int] = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(RunFolder(folder).saved_params())[0]:
+        g = "/".join(str(getattr(k, "key", k)) for k in path[:depth])
+        out[g] = out.get(g, 0) + int(np.prod(np.shape(leaf)))
+    return out
+
+
+def row_model(folder: str) -> tuple:
+    """(LMShape of the backbone, the strategy's own module shapes) of a run folder; the
+    strategy's modules (DCAR policy, TLDR compressor / extractor, SSD draft depth) are counted
+    from the folder's saved parameters."""
+    from jaxtts.methods.lm import LMConfig
+    from jaxtts.run_folder import RunFolder
+
+    cfg = RunFolder(folder).read_config()
+    task = cfg.get("task", "lm")
+    extra: dict = {}
+    backbone = folder
+    if task == "ssd":
+        backbone = str(cfg.ssd.target)
+        extra["draft_layers"] = len(cfg.ssd.layers)
+    elif task == "dcar":
+        backbone = str(cfg.dcpo.backbone)
+        c = saved_counts(folder)
+        extra["layer_w"] = c["policy/stack/layer_0"]
+        extra["attn"] = int(cfg.policy.num_heads) * int(cfg.policy.head_dim)
+    elif task == "tldr":
+        backbone = str(cfg.tldr.backbone)
+        c = saved_counts(folder)
+        group = lambda prefix: sum(v for k, v in c.items() if k.startswith(prefix))  # noqa: E731
+        layers = int(cfg.tldr.get("ext_layers", 2))
+        extra.update(
+            patch=int(cfg.tldr.get("patch", 4)),
+            ext_layers=layers,
+            ext_w=group("extractor/layer_") // layers,
+            ext_attn=int(cfg.tldr.get("ext_width", 256)),
+            comp_w=group("compressor/"),
+            window=int(cfg.tldr.get("window", 16)),
+            out_w=group("extractor/out"),
+        )
+    bcfg = RunFolder(backbone).read_config("lm")
+    lm = LMShape.from_config(LMConfig.from_config(bcfg.model, saved=True))
+    return lm, extra
+
+
+def check(args) -> int:
+    cal = json.loads(Path(args.calibration).read_text())
+    dev = Device("cpu", bw=cal["bw"], o_f=cal["o_f"], o_l=cal["o_l"], curve=cal["curve"])
+    rows = json.loads(Path(args.speed).read_text())
+    print(
+        f"calibration: {cal['device']}, bandwidth {cal['bw'] / 1e9:.1f} GB/s over "
+        f"{cal['weights_mb']:.0f} MB, matmul {cal['curve'][0][1] / 1e9:.1f} GFLOP/s at M=1 .. "
+        f"{cal['curve'][-1][1] / 1e9:.1f} at M={cal['curve'][-1][0]}, per forward "
+        f"{1e6 * cal['o_f']:.0f} us, per layer {1e6 * cal['o_l']:.0f} us"
+    )
+    print(
+        "\n| row | batch | measured LM-RTF | predicted | error | bound | compute / memory / "
+        "fixed ms per step |"
+    )
+    print("|---|--:|--:|--:|--:|---|---|")
+    out = []
+    for r in rows:
+        lm, extra = row_model(r["folder"])
+        for key, m in r.items():
+            if not key.startswith("b") or not isinstance(m, dict):
+                continue
+            b = int(key[1:])
+            p = lm_rtf(dev, r["strategy"], lm, m, b, args.context, extra)
+            err = p["lm_rtf"] / m["lm_rtf"] - 1
+            out.append(
+                dict(
+                    strategy=r["strategy"],
+                    folder=r["folder"],
+                    batch=b,
+                    measured=m["lm_rtf"],
+                    predicted=p["lm_rtf"],
+                    error=err,
+                )
+            )
+            print(
+                f"| {r['strategy']} @{r['folder']} | {b} | {m['lm_rtf']:.4f} | "
+                f"{p['lm_rtf']:.4f} | {100 * err:+.0f} % | {p['bound']} | "
+                f"{1e3 * p['compute']:.2f} / {1e3 * p['memory']:.2f} / {1e3 * p['fixed']:.2f} |"
+            )
+    within = sum(abs(o["error"]) <= 0.35 for o in out)
+    print(f"\n{within} of {len(out)} predictions within +-35 % of the measurement")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("calibrate")
+    c.add_argument("--out", default="out/roofline_cpu.json")
+    k = sub.add_parser("check")
+    k.add_argument("--speed", required=True)
+    k.add_argument("--calibration", default="out/roofline_cpu.json")
+    k.add_argument(
+        "--context", type=float, default=200.0, help="mean cached positions per row during decoding"
+    )
+    k.add_argument("--out", default="out/roofline_check.json")
+    args = ap.parse_args(argv)
+    if args.cmd == "calibrate":
+        cal = calibrate()
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(cal, indent=1))
+        print(json.dumps(cal, indent=1))
+        return 0
+    return check(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
