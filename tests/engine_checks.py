@@ -6,9 +6,10 @@ TEXTS = ["the cat sat.", "where did you put the keys?", "a dog."]
 
 
 def check_synthesizes(eng, strategy: str, max_seconds: float = 1.0, same_as_batch_1=True) -> list:
-    """Synthesize three sentences at batch 3 and one by one (same seed): every row has the
+    """Synthesize three sentences at batch 3 and at batch 1 (same seed): every row has the
     tokens of its batch-1 run (batch-N == batch-1), a length within the cap that matches its
-    token array and its audio, no EOS / BOS / PAD id among its tokens, and a capped row is exactly cap long. Returns the batch results.
+    token array and its audio, no EOS / BOS / PAD id among its tokens, and a capped row is
+    exactly cap long. Returns the batch results.
 
     `same_as_batch_1=False` skips the token comparison, for a model whose decisions are
     near-ties: batch 4 and batch 1 run different matmul kernels, whose last-bit differences
