@@ -11,6 +11,7 @@ text, duration, decoding steps, wall time and RTF of every line (skipped lines s
 from absl import flags
 
 from jaxtts import cli
+from jaxtts.decode import registry
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training run folder (config + checkpoints).")
 _CHECKPOINT = flags.DEFINE_string(
@@ -27,10 +28,9 @@ _SPEAKER_TEXT = flags.DEFINE_string("speaker_text", None, "Transcript of --speak
 _STRATEGY = flags.DEFINE_string(
     "strategy",
     None,
-    "Decoding strategy the run folder offers: far | car:<c> | "
-    "vadusa:<tau> | dcar[:sample] | ssd:L=<n>,beta=<b> | tldr | par | palle[:refine=<n>] | nar "
-    "| <mdm order> | gradtts:<steps> (default: the run's config.decode.strategy; a strategy "
-    "the run does not offer is a one-line error listing those it does).",
+    "Decoding strategy the run folder offers (default: the run's config.decode.strategy; a "
+    "strategy the run does not offer is a one-line error listing those it does): "
+    + "; ".join(f"{n} [{f}]" for n, f in registry.syntax_by_family()),
 )
 _BATCH = flags.DEFINE_integer("batch_size", 8, "Rows decoded together.")
 _OUT = flags.DEFINE_string("out_dir", "out/infer", "Output folder.")

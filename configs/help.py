@@ -4,11 +4,12 @@ Keys are dotted paths; a description applies to that key in every config file th
 `tests/test_configs.py` checks that every key of every variant of every config file has one.
 """
 
+from jaxtts.families import FAMILIES
+
 HELP = {
     # top level
     "variant": "which variant of the config file was loaded",
-    "task": "model family to train (jaxtts/families.py): lm | dcar | ssd | palle | mdm | tldr | "
-    "ctc_asr | speaker_encoder",
+    "task": "model family to train (jaxtts/families.py): " + " | ".join(FAMILIES),
     # model: token LM (configs/car.py)
     "model.num_text_symbols": "text symbol table size (-1 = filled from the data)",
     "model.num_speech_tokens": "speech tokenizer vocabulary K_tok (-1 = filled from the data)",

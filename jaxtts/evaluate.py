@@ -55,6 +55,7 @@ from typing import Any, Protocol
 import numpy as np
 from tqdm import tqdm
 
+from jaxtts.decode import registry
 from jaxtts.errors import ConfigError, JaxttsError, MissingDependencyError
 from jaxtts.eval import metrics as M
 from jaxtts.eval.speed import Timer, block, memory_report, speed_stats
@@ -722,7 +723,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m jaxtts.evaluate",
         description=__doc__.split("\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=_EXAMPLES,
+        epilog=_EXAMPLES
+        + "\nstrategies (jaxtts.decode.registry; a run offers its family's):\n"
+        + "\n".join("  " + line for line in registry.describe().splitlines()),
     )
     _add(
         p,

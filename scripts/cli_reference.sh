@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates docs/CLI.md: the --help of the three entry points, --list_configs and an excerpt
-# of --print_config (run after changing a flag or a config key).
+# of --print_config (run after changing a flag, a config key or a strategy;
+# tests/test_cli_docs.py fails while docs/CLI.md is stale). OUT=<file> writes elsewhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
@@ -14,10 +15,13 @@ export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
   for e in "train.py" "infer.py" "-m jaxtts.evaluate"; do
     echo; echo "## python $e --help"; echo; echo '```'; python3 $e --help; echo '```'
   done
+  echo; echo "## Decoding strategies (--strategy, --strategies)"; echo
+  echo "From the registry (\`python -m jaxtts.decode.registry\`); a run folder offers its family's."
+  echo; python3 -m jaxtts.decode.registry
   echo; echo "## python train.py --list_configs"; echo; echo '```'
   python3 train.py --list_configs; echo '```'
   echo; echo "## python train.py --config configs/car.py:small --print_config (first 30 lines)"
   echo; echo '```'
   python3 train.py --config configs/car.py:small --print_config | head -30; echo "..."; echo '```'
-} > docs/CLI.md
-echo "wrote docs/CLI.md"
+} > "${OUT:-docs/CLI.md}"
+echo "wrote ${OUT:-docs/CLI.md}"

@@ -217,12 +217,17 @@ def test_registry_imports_only_what_it_uses():
         timeout=120,
     )
     assert out.stdout.strip() == "ok", out.stderr[-500:]
-    with pytest.raises(
-        ConfigError,
-        match=r"unknown strategy 'palle', expected one of \['car', "
-        r"'dcar', 'far', 'ssd', 'tldr', 'vadusa'\]",
-    ):
-        registry.get("palle:3")
+    with pytest.raises(ConfigError, match=r"unknown strategy 'pale', expected one of \['car', "):
+        registry.get("pale:3")
+    # one grammar for every family: MDM's orders and PALLE's settings parse in the registry
+    assert registry.get("palle:refine=3").name.startswith("palle:steps=100,")
+    assert registry.get("mdm:topk:4").name == "mdm:topk:4"
+    assert registry.get("gradtts").name == "gradtts:100"
+    assert registry.family_of("nar") == "palle" and registry.family_of("dcar") == "dcar"
+    with pytest.raises(ConfigError, match="unknown setting 'refin=3'"):
+        registry.get("palle:refin=3")
+    with pytest.raises(ConfigError, match="decoding order 'zigzag'"):
+        registry.get("mdm:zigzag")
 
 
 def test_configs_reject_unknown_and_dead_keys():

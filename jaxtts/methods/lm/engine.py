@@ -8,10 +8,10 @@ import numpy as np
 from jaxtts.data.text import TextFrontend
 from jaxtts.data.tokenizers import SpeechTokenizer, load_tokenizer
 from jaxtts.decode import registry
-from jaxtts.decode.driver import PromptBatch, decode
+from jaxtts.decode.driver import PromptBatch, Strategy, decode
 from jaxtts.decode.options import DecodeOptions
 from jaxtts.engine import Engine, Generated
-from jaxtts.errors import CheckpointError
+from jaxtts.errors import CheckpointError, ConfigError
 from jaxtts.methods.lm.model import TTSLM, LMConfig
 from jaxtts.run_folder import RunFolder, check_vocab_files
 
@@ -98,7 +98,13 @@ class LMEngine(Engine):
 
     def check_strategy(self, spec: str) -> str:
         models = self.decode_models()
-        strategy = registry.get(spec).bind(models)
+        strategy = registry.get(spec)
+        if not isinstance(strategy, Strategy):
+            offered = registry.names("lm")
+            if self.family != "lm":
+                offered += registry.names(self.family)
+            raise ConfigError(f"--strategy {spec!r}: a {self.family} run decodes with {offered}")
+        strategy = strategy.bind(models)
         strategy.check(models)
         return strategy.name
 

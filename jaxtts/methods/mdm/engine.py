@@ -23,24 +23,36 @@ import numpy as np
 
 from jaxtts.data.audio import MelConfig
 from jaxtts.data.text import TextFrontend
+from jaxtts.decode import registry
 from jaxtts.decode.driver import PromptBatch
 from jaxtts.decode.options import DecodeOptions
 from jaxtts.engine import Engine, Generated
 from jaxtts.errors import CheckpointError, ConfigError, DataError
 from jaxtts.methods.mdm.decode import mdm_decode, num_steps, predicted_durations
-from jaxtts.methods.mdm.gradtts import gradtts_decode, parse_steps
+from jaxtts.methods.mdm.gradtts import GradTTS, gradtts_decode
 from jaxtts.methods.mdm.model import AcousticModel, MDMConfig
-from jaxtts.methods.mdm.orders import parse_order
+from jaxtts.methods.mdm.orders import MDMOrder
 from jaxtts.run_folder import RunFolder
 
 FRAME_BUCKET = 64
 
 
+def resolve(spec: str) -> MDMOrder | GradTTS:
+    """An MDM run's strategy: 'mdm:<order>' or 'gradtts[:...]' through the registry; a bare
+    order ('top1*', 'swap:0.01') is short for 'mdm:<order>'."""
+    spec = str(spec).strip()
+    if registry.family_of(spec) is None:
+        spec = f"mdm:{spec}"
+    registry.check_family(spec, "mdm", "mdm:<order> (or a bare order) or gradtts[:<steps>]")
+    return registry.get(spec)
+
+
 def order_of(spec: str) -> str:
     """'mdm:top1*' or 'top1*' -> 'top1*' (ConfigError for an unknown order)."""
-    order = spec.split(":", 1)[1] if spec.startswith("mdm:") else spec
-    parse_order(order)
-    return order
+    st = resolve(spec)
+    if not isinstance(st, MDMOrder):
+        raise ConfigError(f"strategy {spec!r}: expected an MDM decoding order")
+    return st.order
 
 
 class MDMEngine(Engine):
@@ -96,16 +108,13 @@ class MDMEngine(Engine):
 
     # -- decoding
     def check_strategy(self, spec: str) -> str:
-        if str(spec).startswith("gradtts"):
-            n = parse_steps(spec)
-            if not self.cfg.score_layers:
-                raise ConfigError(
-                    f"strategy {spec!r}: this run has no Grad-TTS decoder "
-                    "(trained with model.score_layers=0)"
-                )
-            return f"gradtts:{n or 'length'}"
-        order = order_of(spec)
-        return f"mdm:{order}"
+        st = resolve(spec)
+        if isinstance(st, GradTTS) and not self.cfg.score_layers:
+            raise ConfigError(
+                f"strategy {spec!r}: this run has no Grad-TTS decoder "
+                "(trained with model.score_layers=0)"
+            )
+        return st.name
 
     def speaker_embeddings(self, batch: PromptBatch) -> jax.Array | None:
         if not self.cfg.speaker_dim:
@@ -120,6 +129,7 @@ class MDMEngine(Engine):
 
     def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
         spec = self.check_strategy(options.strategy)
+        st = resolve(spec)
         s = options.sampling
         if s.top_k or s.top_p < 1.0:
             raise ConfigError(
@@ -143,8 +153,8 @@ class MDMEngine(Engine):
         hit = frames > cap
         width = int(min(cap, max(int(frames.max()), 1)))
         width = -(-width // FRAME_BUCKET) * FRAME_BUCKET
-        if spec.startswith("gradtts:"):
-            n = parse_steps(spec)
+        if isinstance(st, GradTTS):
+            n = st.steps
             out = jax.device_get(
                 gradtts_decode(
                     self.model,
@@ -162,7 +172,7 @@ class MDMEngine(Engine):
             )
             budget = n or width
         else:
-            order = spec.split(":", 1)[1]
+            order = st.order
             out = jax.device_get(
                 mdm_decode(
                     self.model,

@@ -37,6 +37,7 @@ Axis letters: B batch, T frames, M mel bins, D width.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import flax.struct
@@ -49,6 +50,23 @@ from jaxtts.methods.mdm.model import upsample
 from jaxtts.nn.masks import length_mask
 
 T_EPS = 1e-5  # training times t ~ U[T_EPS, 1 - T_EPS] (lambda_t > 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class GradTTS:
+    """The `gradtts[:<steps>|:length]` strategy (`jaxtts.decode.registry`): the Grad-TTS
+    score decoder of an MDM run; steps 0 = the row's frame count."""
+
+    steps: int
+
+    @property
+    def name(self) -> str:
+        return f"gradtts:{self.steps or 'length'}"
+
+
+def strategy(name: str, arg: str | None) -> GradTTS:
+    """Registry factory: 'gradtts', 'gradtts:<N>', 'gradtts:length' -> GradTTS."""
+    return GradTTS(parse_steps(f"{name}:{arg}" if arg else name))
 
 
 def parse_steps(spec: str) -> int:

@@ -18,6 +18,7 @@ Axis letters: B batch, T frames.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -27,6 +28,28 @@ from jaxtts.errors import ConfigError
 
 STATIC_ORDERS = ("random", "l2r", "r2l", "swap")
 DYNAMIC_ORDERS = ("top1", "top1*", "topk", "duration")
+
+
+@dataclasses.dataclass(frozen=True)
+class MDMOrder:
+    """The `mdm:<order>` strategy (`jaxtts.decode.registry`): MDM decoding in that order."""
+
+    order: str
+
+    @property
+    def name(self) -> str:
+        return f"mdm:{self.order}"
+
+
+def strategy(name: str, arg: str | None) -> MDMOrder:
+    """Registry factory: 'mdm:<order>' -> MDMOrder (the order checked by `parse_order`)."""
+    if not arg:
+        raise ConfigError(
+            f"--strategy {name!r}: expected mdm:<order>, order one of "
+            f"{list(STATIC_ORDERS + DYNAMIC_ORDERS)} (swap:<lambda>, topk:<k>)"
+        )
+    parse_order(arg)
+    return MDMOrder(arg)
 
 
 def parse_order(spec: str) -> tuple[str, float]:

@@ -24,6 +24,7 @@ Axis letters: B batch, T positions, X text.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -32,6 +33,7 @@ import numpy as np
 
 from jaxtts.data.text import TextFrontend
 from jaxtts.data.tokenizers import load_tokenizer
+from jaxtts.decode import registry
 from jaxtts.decode.driver import PromptBatch
 from jaxtts.decode.options import DecodeOptions
 from jaxtts.engine import Engine, Generated
@@ -49,13 +51,26 @@ _INT = ("steps", "refine")
 WIDTH_STEP = 32  # buffer widths are multiples of this (one compile per width)
 
 
-def parse_spec(spec: str) -> tuple[str, dict]:
-    """'palle:refine=3,steps=50' -> ('palle', {... defaults updated}); one-line errors."""
-    name, _, rest = str(spec).partition(":")
+@dataclasses.dataclass(frozen=True)
+class PalleStrategy:
+    """`par` / `palle` / `nar` with their settings (`jaxtts.decode.registry`)."""
+
+    kind: str
+    settings: tuple  # ((key, value), ...) in DEFAULTS order
+
+    @property
+    def name(self) -> str:
+        s = dict(self.settings)
+        return self.kind + ":" + ",".join(f"{k}={s[k]:g}" for k in DEFAULTS[self.kind])
+
+
+def strategy(name: str, arg: str | None) -> PalleStrategy:
+    """Registry factory: 'palle:refine=3,steps=50' -> PalleStrategy; one-line errors."""
+    spec = f"{name}:{arg}" if arg else name
     if name not in DEFAULTS:
         raise ConfigError(f"strategy {spec!r}: a PALLE run decodes with one of {list(DEFAULTS)}")
     out = dict(DEFAULTS[name])
-    for part in (p for p in rest.split(",") if p):
+    for part in (p for p in (arg or "").split(",") if p):
         k, eq, v = part.partition("=")
         if not eq or k not in out:
             raise ConfigError(
@@ -69,11 +84,15 @@ def parse_spec(spec: str) -> tuple[str, dict]:
         raise ConfigError(f"strategy {spec!r}: expected steps >= 1, refine >= 0, scale > 0")
     if not 0 < out.get("ratio", 0.5) < 1 or not 0 < out.get("gamma", 0.5) < 1:
         raise ConfigError(f"strategy {spec!r}: expected ratio and gamma in (0, 1)")
-    return name, out
+    return PalleStrategy(name, tuple((k, out[k]) for k in DEFAULTS[name]))
 
 
-def canonical(name: str, settings: dict) -> str:
-    return name + ":" + ",".join(f"{k}={settings[k]:g}" for k in DEFAULTS[name])
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """'palle:refine=3,steps=50' -> ('palle', {... defaults updated}), through the registry
+    (one grammar for every family); a strategy of another family is a one-line error."""
+    registry.check_family(spec, "palle", str(list(DEFAULTS)))
+    st = registry.get(spec)
+    return st.kind, dict(st.settings)
 
 
 def _resolve(path: str, run: RunFolder) -> Path:
@@ -172,7 +191,7 @@ class PALLEEngine(Engine):
                 f"strategy 'palle' needs a stage-two run (palle.stage='refine'); "
                 f"this is a {self.stage!r} run: use 'par' or 'nar'"
             )
-        return canonical(name, settings)
+        return registry.get(spec).name
 
     def lengths(self, batch: PromptBatch, scale: float, cap: int) -> tuple[np.ndarray, np.ndarray]:
         """(generated lengths G [B], capped [B]) estimated from the prompts' speaking rate."""

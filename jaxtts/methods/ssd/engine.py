@@ -11,8 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from jaxtts.data.tokenizers import load_tokenizer
+from jaxtts.decode import registry
 from jaxtts.errors import CheckpointError
 from jaxtts.methods.lm import TTSLM, LMConfig, LMEngine
+from jaxtts.methods.ssd.strategy import Draft
 from jaxtts.run_folder import RunFolder, check_trained_on, resolve_run
 
 
@@ -59,15 +61,13 @@ class SSDEngine(LMEngine):
         return {"target": self.params, "draft": self.draft_params}
 
     def check_strategy(self, spec: str) -> str:
-        if spec == "draft":
+        if isinstance(registry.get(spec), Draft):
             return "draft"
         return super().check_strategy(spec)
 
     def generate(self, batch, keys, options):
-        if options.strategy != "draft":
+        if not isinstance(registry.get(options.strategy), Draft):
             return super().generate(batch, keys, options)
-        from jaxtts.decode import registry
-
         return self._generate(
             registry.get("far"),
             {"target": self.draft},

@@ -247,3 +247,16 @@ def ssd(arg: str | None) -> SSD:
             except ValueError:
                 raise ConfigError(f"--strategy {spec}: {key}={val!r} is not a number") from None
     return SSD(vals["L"], vals["beta"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Draft:
+    """`draft`: FAR on the SSD draft alone (the SSD engine decodes it as `far` on the draft)."""
+
+    name: str = "draft"
+
+
+def draft(arg: str | None) -> Draft:
+    if arg:
+        raise ConfigError(f"--strategy draft:{arg}: 'draft' takes no argument")
+    return Draft()
