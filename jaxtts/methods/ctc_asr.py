@@ -40,12 +40,12 @@ from jaxtts.data.audio import global_mel_stats, utterance_mels, wav_to_mel
 from jaxtts.data.corpus import resolve_corpus_dir
 from jaxtts.data.manifest import read_split
 from jaxtts.data.pipeline import inference_mel_batches
-from jaxtts.errors import ConfigError, DataError
+from jaxtts.errors import ConfigError
 from jaxtts.nn import axes
 from jaxtts.nn.attention import Attention
 from jaxtts.nn.conv import dense as _dense
 from jaxtts.nn.conv import layer_norm as _norm
-from jaxtts.nn.conv import masked_conv1d
+from jaxtts.nn.conv import masked_conv1d, mel_input, mel_stats
 from jaxtts.nn.masks import length_mask, padding_mask
 from jaxtts.run_folder import RunFolder
 from jaxtts.train.checkpoint import abstract_params
@@ -195,11 +195,9 @@ class CTCModel(nn.Module):
     def __call__(
         self, mel: jax.Array, mel_len: jax.Array, *, train: bool = False
     ) -> tuple[jax.Array, jax.Array]:
-        if mel.shape[-1] != self.n_mels:
-            raise DataError(f"CTCModel: mel has {mel.shape[-1]} bins, expected {self.n_mels}")
-        mel_len = mel_len.astype(jnp.int32)
-        mask = length_mask(mel_len, mel.shape[1])  # [B, T]
-        x = (mel.astype(jnp.float32) - self.mel_mean) / self.mel_std  # [B, T, M]
+        x, mask, mel_len = mel_input(
+            mel, mel_len, self.n_mels, self.mel_mean, self.mel_std, "CTCModel"
+        )  # [B, T, M], [B, T], [B]
         x = masked_conv1d(
             x, mask, self.d_model, 3, stride=2, names=(None, None, axes.EMBED), name="subsample"
         )
@@ -226,8 +224,7 @@ class CTCModel(nn.Module):
 
 def model_from_config(model_cfg) -> CTCModel:
     m = dict(model_cfg)
-    if m.get("mel_mean") is None or m.get("mel_std") is None:
-        raise ConfigError("model.mel_mean/mel_std: not set (train() fills them from the data)")
+    mean, std = mel_stats(m)
     return CTCModel(
         d_model=int(m["d_model"]),
         num_layers=int(m["num_layers"]),
@@ -237,8 +234,8 @@ def model_from_config(model_cfg) -> CTCModel:
         dropout=float(m["dropout"]),
         n_mels=int(m["n_mels"]),
         vocab_size=VOCAB_SIZE,
-        mel_mean=float(m["mel_mean"]),
-        mel_std=float(m["mel_std"]),
+        mel_mean=mean,
+        mel_std=std,
     )
 
 

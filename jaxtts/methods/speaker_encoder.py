@@ -46,8 +46,7 @@ from jaxtts.errors import ConfigError, DataError, MissingDependencyError
 from jaxtts.nn import axes
 from jaxtts.nn.conv import dense as _dense
 from jaxtts.nn.conv import layer_norm as _norm
-from jaxtts.nn.conv import masked_conv1d
-from jaxtts.nn.masks import length_mask
+from jaxtts.nn.conv import masked_conv1d, mel_input, mel_stats
 from jaxtts.run_folder import RunFolder
 from jaxtts.train.checkpoint import abstract_params
 
@@ -120,12 +119,9 @@ class SpeakerEncoderModel(nn.Module):
 
     @nn.compact
     def __call__(self, mel: jax.Array, mel_len: jax.Array) -> jax.Array:
-        if mel.shape[-1] != self.n_mels:
-            raise DataError(
-                f"SpeakerEncoderModel: mel has {mel.shape[-1]} bins, expected {self.n_mels}"
-            )
-        mask = length_mask(mel_len.astype(jnp.int32), mel.shape[1])  # [B, T]
-        x = (mel.astype(jnp.float32) - self.mel_mean) / self.mel_std  # [B, T, M]
+        x, mask, _ = mel_input(
+            mel, mel_len, self.n_mels, self.mel_mean, self.mel_std, "SpeakerEncoderModel"
+        )  # [B, T, M], [B, T]
         x = masked_conv1d(x, mask, self.channels, 5, names=(None, None, axes.EMBED), name="conv_in")
         x = _norm("norm_in")(nn.relu(x))  # [B, T, C]
         feats = [x]
@@ -160,16 +156,15 @@ class SpeakerEncoderModel(nn.Module):
 
 def model_from_config(model_cfg) -> SpeakerEncoderModel:
     m = dict(model_cfg)
-    if m.get("mel_mean") is None or m.get("mel_std") is None:
-        raise ConfigError("model.mel_mean/mel_std: not set (train() fills them from the data)")
+    mean, std = mel_stats(m)
     return SpeakerEncoderModel(
         channels=int(m["channels"]),
         num_blocks=int(m["num_blocks"]),
         embed_dim=int(m["embed_dim"]),
         attention_dim=int(m["attention_dim"]),
         n_mels=int(m["n_mels"]),
-        mel_mean=float(m["mel_mean"]),
-        mel_std=float(m["mel_std"]),
+        mel_mean=mean,
+        mel_std=std,
     )
 
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
+from jaxtts.errors import ConfigError, DataError
 from jaxtts.nn import axes
+from jaxtts.nn.masks import length_mask
 
 LECUN = nn.initializers.lecun_normal()
 
@@ -65,3 +68,23 @@ def masked_conv1d(
         bias_init=with_axes((names[-1],), nn.initializers.zeros),
         name=name,
     )(x)
+
+
+def mel_stats(model_cfg) -> tuple[float, float]:
+    """(mel_mean, mel_std) of a mel encoder's config (the CTC ASR, the speaker encoder);
+    a one-line error while they are unset (their train() fills them from the data)."""
+    m = dict(model_cfg)
+    if m.get("mel_mean") is None or m.get("mel_std") is None:
+        raise ConfigError("model.mel_mean/mel_std: not set (train() fills them from the data)")
+    return float(m["mel_mean"]), float(m["mel_std"])
+
+
+def mel_input(mel: jax.Array, mel_len: jax.Array, n_mels: int, mean: float, std: float, who: str):
+    """The shared input of the mel encoders: log-mel [B, T, M] with lengths [B] -> (globally
+    normalised float32 [B, T, M], valid-frame mask [B, T], int32 lengths [B]); a mel with
+    another number of bins is a one-line error naming `who`."""
+    if mel.shape[-1] != n_mels:
+        raise DataError(f"{who}: mel has {mel.shape[-1]} bins, expected {n_mels}")
+    mel_len = mel_len.astype(jnp.int32)
+    x = (mel.astype(jnp.float32) - mean) / std  # [B, T, M]
+    return x, length_mask(mel_len, mel.shape[1]), mel_len

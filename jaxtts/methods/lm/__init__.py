@@ -11,7 +11,7 @@ engine.py      LMEngine: synthesis / evaluation interface
 expand.py      block expansion into a deeper model with the same function
 """
 
-from jaxtts.methods.lm.engine import LMEngine, sentence_batch
+from jaxtts.methods.lm.engine import LMEngine, sentence_batch, start_on_backbone
 from jaxtts.methods.lm.model import TTSLM, KVCache, LMConfig, with_bos
 from jaxtts.methods.lm.strategies import (
     ChunkCarry,
@@ -35,6 +35,7 @@ __all__ = [
     "extend_rows",
     "prefill",
     "sentence_batch",
+    "start_on_backbone",
     "window_fits",
     "with_bos",
 ]

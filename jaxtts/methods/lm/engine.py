@@ -159,3 +159,22 @@ def sentence_batch(engine: LMEngine, text: str, prompt=None) -> PromptBatch:
     return PromptBatch(
         padded(ids), np.array([ids.size], np.int32), padded(units), np.array([units.size], np.int32)
     )
+
+
+def start_on_backbone(config, task: str, key: str, workdir: str):
+    """The common start of a run trained on a frozen LM (SSD's draft, TLDR): checks
+    `config.task`, resolves the backbone run named by `config.<task>.<key>`, creates the run
+    folder with the backbone's symbol table (`prepare_data` keeps a run's own) and loads the
+    backbone. -> (backbone RunFolder, the run's RunFolder, backbone LMEngine)."""
+    import shutil
+
+    from jaxtts.run_folder import resolve_run
+
+    if config.get("task") != task:
+        raise ConfigError(f"config.task={config.get('task')!r}: expected {task!r}")
+    backbone = resolve_run(str(config[task][key]), f"{task}.{key}")
+    run = RunFolder(workdir)
+    run.path.mkdir(parents=True, exist_ok=True)
+    if not (run.text_frontend_dir / "text_frontend.json").is_file():
+        shutil.copytree(backbone.text_frontend_dir, run.text_frontend_dir, dirs_exist_ok=True)
+    return backbone, run, LMEngine.from_run(backbone)

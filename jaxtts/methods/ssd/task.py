@@ -12,12 +12,10 @@ model, `task = "ssd"` and the `ssd` section naming the target), so the draft alo
 from __future__ import annotations
 
 import logging
-import shutil
 
 import ml_collections as mlc
 
-from jaxtts.errors import ConfigError
-from jaxtts.run_folder import RunFolder, record_fingerprint, resolve_run
+from jaxtts.run_folder import RunFolder, record_fingerprint
 
 log = logging.getLogger("jaxtts.ssd")
 
@@ -57,22 +55,14 @@ def draft_run_config(config, target: RunFolder) -> mlc.ConfigDict:
 
 
 def train(config, workdir: str, *, progress: bool = True, mesh=None):
-    from jaxtts.methods.lm import LMEngine
+    from jaxtts.methods.lm import start_on_backbone
     from jaxtts.methods.lm.task import train as lm_train
     from jaxtts.methods.ssd.draft import draft_params, forward_cost
     from jaxtts.train.checkpoint import write_params_file
 
-    if config.get("task") != "ssd":
-        raise ConfigError(f"config.task={config.get('task')!r}: expected 'ssd'")
-    target = resolve_run(str(config.ssd.target), "ssd.target")
+    target, run, eng = start_on_backbone(config, "ssd", "target", workdir)
     dconf = draft_run_config(config, target)
-    run = RunFolder(workdir)
-    run.path.mkdir(parents=True, exist_ok=True)
-    # the target's symbol table (prepare_data keeps a run's own) and its initial parameters
-    if not (run.text_frontend_dir / "text_frontend.json").is_file():
-        shutil.copytree(target.text_frontend_dir, run.text_frontend_dir, dirs_exist_ok=True)
-    init_dir = run.path / "draft_init"
-    eng = LMEngine.from_run(target)
+    init_dir = run.path / "draft_init"  # the draft's initial parameters, from the target's
     fingerprint = record_fingerprint(run, "target", target.path, eng.params)
     if not (init_dir / "params.msgpack").is_file():
         init_dir.mkdir(exist_ok=True)

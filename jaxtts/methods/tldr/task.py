@@ -18,7 +18,6 @@ paper uses two).
 from __future__ import annotations
 
 import logging
-import shutil
 
 import jax
 import jax.numpy as jnp
@@ -26,14 +25,12 @@ import ml_collections as mlc
 import optax
 
 from jaxtts.data.prepare import prepare_data
-from jaxtts.errors import ConfigError
 from jaxtts.methods.tldr.assemble import (
     TRAINABLE,
     check_keys,
     frozen_params,
     load_speaker,
     mel_table,
-    resolve_run,
     tldr_config,
 )
 from jaxtts.methods.tldr.model import TLDRConfig, TLDRModel
@@ -117,20 +114,13 @@ def run_config(config, backbone: RunFolder) -> mlc.ConfigDict:
 
 
 def train(config, workdir: str, *, progress: bool = True, mesh=None):
-    from jaxtts.methods.lm import LMEngine
+    from jaxtts.methods.lm import start_on_backbone
     from jaxtts.methods.lm.task import sample_eval
     from jaxtts.train import loop
     from jaxtts.train.checkpoint import write_params_file
 
-    if config.get("task") != "tldr":
-        raise ConfigError(f"config.task={config.get('task')!r}: expected 'tldr'")
-    backbone = resolve_run(str(config.tldr.backbone), "tldr.backbone")
+    backbone, run, base = start_on_backbone(config, "tldr", "backbone", workdir)
     rconf = run_config(config, backbone)
-    run = RunFolder(workdir)
-    run.path.mkdir(parents=True, exist_ok=True)
-    if not (run.text_frontend_dir / "text_frontend.json").is_file():
-        shutil.copytree(backbone.text_frontend_dir, run.text_frontend_dir, dirs_exist_ok=True)
-    base = LMEngine.from_run(backbone)
     spk_run, spk_model, spk_params = load_speaker(config.tldr)
     cfg = tldr_config(config.tldr, base.cfg, base.tokenizer, spk_model)
     init_dir = run.path / "tldr_init"
