@@ -61,17 +61,28 @@ def backbone_of(folder: str) -> str:
 
 
 def wer_lookup(paths: list[str]) -> dict:
-    """(strategy, run folder basename or None) -> domain-LM WER % from evaluate results.json
-    files; a row named '<strategy> @<folder> ...' has its folder, a plain '<strategy>' row was
-    decoded with that evaluation's --workdir (None: matched by strategy alone)."""
-    out = {}
+    """(strategy, run folder or None) -> (WER %, source) from evaluate results.json files
+    (source 'domain': the domain-LM WER of the full evaluation) or `quick_ctc_wer.py` files
+    (source 'ctc<N>': the CTC ASR on the first N test sentences); a row named '<strategy>
+    @<folder> ...' has its folder, a plain '<strategy>' row was decoded with that evaluation's
+    --workdir (None: matched by strategy alone). A domain-LM WER wins over a CTC one."""
+    out: dict = {}
     for p in paths:
-        for r in json.loads(Path(p).read_text())["rows"]:
-            if r.get("kind") != "model" or r.get("wer_domain") is None:
+        res = json.loads(Path(p).read_text())
+        for r in res["rows"]:
+            if r.get("kind") != "model":
+                continue
+            if r.get("wer_domain") is not None:
+                val = (100.0 * r["wer_domain"], "domain")
+            elif r.get("wer_ctc") is not None:
+                val = (100.0 * r["wer_ctc"], f"ctc{r.get('num_utts', res.get('num_utts', ''))}")
+            else:
                 continue
             words = r["name"].split()
-            folder = next((w[1:] for w in words[1:] if w.startswith("@")), None)
-            out[(words[0], folder)] = 100.0 * r["wer_domain"]
+            folder = next((os.path.normpath(w[1:]) for w in words[1:] if w.startswith("@")), None)
+            key = (words[0], folder)
+            if key not in out or out[key][1] != "domain":
+                out[key] = val
     return out
 
 
@@ -138,7 +149,9 @@ def main(argv=None) -> int:
     table = []
     for strategy, folder in rows:
         entry = {"strategy": strategy, "folder": folder, "backbone": backbone_of(folder)}
-        entry["wer"] = wers.get((strategy, os.path.basename(folder)), wers.get((strategy, None)))
+        wer = wers.get((strategy, folder)) or wers.get((strategy, os.path.basename(folder)))
+        wer = wer or wers.get((strategy, None)) or (None, "")
+        entry["wer"], entry["wer_source"] = wer
         for b in batches:
             ms = meas[(strategy, folder, b)]
             entry[f"b{b}"] = {k: statistics.median(m[k] for m in ms) for k in ms[0]}
@@ -169,7 +182,7 @@ def main(argv=None) -> int:
             holds = "yes" if up0 >= target and wer_ok else "no"
             holds += "" if e["wer"] is not None and ref and ref["wer"] is not None else " (no WER)"
         e["holds"] = holds
-        wer = f"{e['wer']:.1f}" if e["wer"] is not None else "—"
+        wer = f"{e['wer']:.1f} ({e['wer_source']})" if e["wer"] is not None else "—"
         print(
             f"| {e['strategy']} | {e['folder']} | {e['backbone']} | {wer} | "
             + " | ".join(cells)
