@@ -96,7 +96,11 @@ class LMShape:
         from jaxtts.methods.lm.model import TTSLM
 
         counts = param_counts(
-            TTSLM(cfg), jnp.zeros((1, 4), jnp.int32), jnp.array([4]), jnp.zeros((1, 4), jnp.int32)
+            TTSLM(cfg),
+            jnp.zeros((1, 4), jnp.int32),
+            jnp.array([4]),
+            jnp.zeros((1, 4), jnp.int32),
+            jnp.array([4]),
         )
         layer = counts["stack/layer_0"]
         mtp = counts.get("head_2", 0)
@@ -457,6 +461,117 @@ def check(args) -> int:
     return 0
 
 
+def config_shapes(names: list[str], tokenizer_run: str = "pretrained/car_small") -> dict:
+    """LMShape per config name: 'small' / 'deep' from the shipped run folders, 'paper' (no
+    trained model) from configs/car.py's paper model with the shipped tokenizer's vocabulary."""
+    from configs import car as car_configs
+    from jaxtts.methods.lm import LMConfig
+    from jaxtts.run_folder import RunFolder
+
+    folders = {"small": "pretrained/car_small", "deep": "pretrained/car_deep"}
+    base = RunFolder(tokenizer_run).read_config("lm").model
+    out = {}
+    for name in names:
+        if name in folders:
+            m = RunFolder(folders[name]).read_config("lm").model
+        else:
+            m = dict(base, **car_configs.MODELS[name])
+        out[name] = LMShape.from_config(LMConfig.from_config(m, saved=True))
+    return out
+
+
+def predict(args) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = json.loads(Path(args.speed).read_text())
+    stats = {}  # strategy -> measured batch-1 statistics (the first folder that has it)
+    for r in rows:
+        if r["folder"].endswith(args.stats_from) or args.stats_from in r["backbone"]:
+            stats.setdefault(r["strategy"], r["b1"])
+    shapes = config_shapes(args.configs.split(","))
+    batches = [int(b) for b in args.batches.split(",")]
+    result = []
+    print(
+        f"steps per audio second and tokens per step: the measured rows of {args.stats_from}; "
+        f"context {args.context:.0f} positions; per-forward / per-layer overheads ASSUMED "
+        f"(see DEVICES)"
+    )
+    for dev_name in args.devices.split(","):
+        d = DEVICES[dev_name]
+        dev = Device(
+            dev_name,
+            bw=d["bw"],
+            o_f=d["o_f"],
+            o_l=d["o_l"],
+            wbytes=d["wbytes"],
+            cbytes=d["wbytes"],
+            peak=d["peak"],
+        )
+        for cname, lm in shapes.items():
+            print(f"\n{dev_name}, config {cname} ({lm.layers} layers, width {lm.d_model})")
+            print(
+                "| strategy | "
+                + " | ".join(f"LM-RTF b{b} | vs FAR" for b in batches)
+                + " | the paper |"
+            )
+            print("|---|" + "--:|--:|" * len(batches) + "---|")
+            far = {
+                b: lm_rtf(dev, "far", lm, stats["far"], b, args.context)["lm_rtf"] for b in batches
+            }
+            for strategy, st in stats.items():
+                extra = (
+                    {"draft_layers": max(1, lm.layers // 3)} if strategy.startswith("ssd") else None
+                )
+                cells = []
+                for b in batches:
+                    p = lm_rtf(dev, strategy, lm, st, b, args.context, extra)
+                    up = far[b] / p["lm_rtf"]
+                    result.append(
+                        dict(
+                            device=dev_name,
+                            config=cname,
+                            strategy=strategy,
+                            batch=b,
+                            lm_rtf=p["lm_rtf"],
+                            speedup=up,
+                            bound=p["bound"],
+                        )
+                    )
+                    cells += [f"{p['lm_rtf']:.2e}", f"{up:.2f}x"]
+                paper = next((v for k, v in PAPER_SPEEDUPS.items() if strategy.startswith(k)), "")
+                print(f"| {strategy} | " + " | ".join(cells) + f" | {paper} |")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    devs, cfgs = args.devices.split(","), list(shapes)
+    fig, axes = plt.subplots(
+        len(devs), len(cfgs), figsize=(4 * len(cfgs), 3.2 * len(devs)), squeeze=False, sharey=True
+    )
+    for i, dn in enumerate(devs):
+        for j, cn in enumerate(cfgs):
+            ax = axes[i][j]
+            for strategy in stats:
+                pts = [
+                    (r["batch"], r["speedup"])
+                    for r in result
+                    if r["device"] == dn and r["config"] == cn and r["strategy"] == strategy
+                ]
+                ax.plot(*zip(*pts, strict=True), marker="o", label=strategy)
+            ax.set_xscale("log", base=2)
+            ax.axhline(1.0, color="gray", lw=0.5)
+            ax.set_title(f"{dn}, {cn}", fontsize=9)
+            ax.set_xlabel("batch")
+            if j == 0:
+                ax.set_ylabel("predicted speed-up vs FAR")
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=110)
+    print(f"\nwrote {args.out}, {args.plot}")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -469,7 +584,22 @@ def main(argv=None) -> int:
         "--context", type=float, default=200.0, help="mean cached positions per row during decoding"
     )
     k.add_argument("--out", default="out/roofline_check.json")
+    q = sub.add_parser("predict")
+    q.add_argument("--speed", required=True)
+    q.add_argument(
+        "--stats_from",
+        default="car_deep",
+        help="the backbone whose measured rows give steps and tokens per step",
+    )
+    q.add_argument("--configs", default="small,deep,paper")
+    q.add_argument("--devices", default="h100,tpu_v5e")
+    q.add_argument("--batches", default="1,8,32,256")
+    q.add_argument("--context", type=float, default=200.0)
+    q.add_argument("--out", default="out/roofline_predict.json")
+    q.add_argument("--plot", default="benchmarks/roofline_speedup.png")
     args = ap.parse_args(argv)
+    if args.cmd == "predict":
+        return predict(args)
     if args.cmd == "calibrate":
         cal = calibrate()
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
