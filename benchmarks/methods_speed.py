@@ -14,7 +14,10 @@ second of generated audio. WER: the domain-LM WER of the row with the same strat
 an evaluate `results.json` (`--eval`, any number, comma-separated): the full test split as the
 README's table. The paper's figure and this project's target are printed beside each row.
 
-Run it on a quiet machine: every number is wall time. Writes `--out` (JSON) and prints the table.
+Run it on a quiet machine: every number is wall time. Every row x batch compiles its decode
+shapes first (~30 s each for the 12-layer backbone on 2 CPU cores, several text-length buckets
+per row): 10 rows at two batch sizes spent > 20 min compiling; set JAX_COMPILATION_CACHE_DIR to
+reuse compiles across runs. Writes `--out` (JSON) and prints the table.
 """
 
 from __future__ import annotations
