@@ -47,14 +47,6 @@ def resolve(spec: str) -> MDMOrder | GradTTS:
     return registry.get(spec)
 
 
-def order_of(spec: str) -> str:
-    """'mdm:top1*' or 'top1*' -> 'top1*' (ConfigError for an unknown order)."""
-    st = resolve(spec)
-    if not isinstance(st, MDMOrder):
-        raise ConfigError(f"strategy {spec!r}: expected an MDM decoding order")
-    return st.order
-
-
 class MDMEngine(Engine):
     family = "mdm"
 
@@ -203,4 +195,4 @@ class MDMEngine(Engine):
         return 0
 
 
-__all__ = ["MDMEngine", "order_of", "ConfigError"]
+__all__ = ["MDMEngine", "resolve", "ConfigError"]
