@@ -113,6 +113,15 @@ def main(argv=None) -> int:
     ap.add_argument("--text_len", type=int, default=64)
     ap.add_argument("--prompt_len", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--param_dtype",
+        default="",
+        help="store the weights in this dtype for decoding (bfloat16: half the bytes per step; "
+        "default: as loaded, float32)",
+    )
+    ap.add_argument(
+        "--dtype", default="", help="compute dtype override (the config's model.dtype otherwise)"
+    )
     ap.add_argument("--out", default="out/bench_decode.json")
     args = ap.parse_args(argv)
 
@@ -124,6 +133,17 @@ def main(argv=None) -> int:
     from jaxtts.methods.lm.model import TTSLM
 
     cfg, params, source, frame_rate = _load(args)
+    if args.dtype:
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, dtype=args.dtype)
+    if args.param_dtype:
+        import jax.numpy as jnp
+
+        pd = jnp.dtype(args.param_dtype)
+        params = jax.tree.map(
+            lambda x: x.astype(pd) if jnp.issubdtype(x.dtype, jnp.floating) else x, params
+        )
     strategies = [s for s in args.strategies.split(",") if s] or (
         ["far"] + [f"car:{c}" for c in range(2, cfg.num_mtp_heads + 1)]
     )
@@ -135,7 +155,8 @@ def main(argv=None) -> int:
         f"device: {dev.device_kind} ({jax.default_backend()}), {jax.device_count()} device(s); "
         f"model {source}: L={cfg.num_layers} D={cfg.d_model} K={cfg.num_mtp_heads} "
         f"V={cfg.out_vocab}; {args.tokens} tokens/row, text {args.text_len}, prompt "
-        f"{args.prompt_len}, {frame_rate:g} tokens per audio second",
+        f"{args.prompt_len}, {frame_rate:g} tokens per audio second; compute "
+        f"{cfg.dtype}, weights {jax.tree.leaves(params)[0].dtype}",
         flush=True,
     )
     per_pos = cfg.kv_bytes_per_token()
@@ -166,6 +187,7 @@ def main(argv=None) -> int:
                 }
             )
             r = rows[-1]
+            _write(args, dev, source, rows)
             print(
                 f"  {spec:6s} B={b:3d}: {r['tokens_per_s']:9.1f} tok/s  LM-RTF "
                 f"{r['lm_rtf']:.4f}  compile {r['compile_s']:.1f}s",
@@ -181,6 +203,14 @@ def main(argv=None) -> int:
             f"{r['forwards_per_audio_s']:.1f} | {r['kv_bytes_per_audio_s'] / 2**20:.3f} | "
             f"{r['compile_s']:.1f} |"
         )
+    _write(args, dev, source, rows)
+    return 0
+
+
+def _write(args, dev, source, rows) -> None:
+    """The JSON of the rows so far (rewritten after each: a run stopped early keeps them)."""
+    import jax
+
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(
@@ -195,7 +225,6 @@ def main(argv=None) -> int:
             f,
             indent=1,
         )
-    return 0
 
 
 if __name__ == "__main__":

@@ -5,11 +5,12 @@
         --eval out/eval_deep/results.json --num 40 --rounds 3 --batch 1,8
 
 Rows are `<strategy>@<run folder>` (the evaluate command's row syntax). Speed: LM time of the
-first `--num` test sentences with their zero-shot prompts (the evaluation's; vocoder and ASR
-excluded, compilation excluded), at each batch size, in `--rounds` interleaved rounds (every row
-once per round, so slow drift of the machine hits every row alike); LM-RTF is the median over the
-rounds. `speed vs FAR` divides by the FAR row on the same backbone (a DCAR, SSD or TLDR folder
-names its backbone in its config; an LM folder is its own backbone). Steps and KV bytes are per
+first `--num` test sentences (or one count per batch size) with their zero-shot prompts (the
+evaluation's; vocoder and ASR excluded, compilation excluded), batch size after batch size, in
+`--rounds` interleaved rounds (every row once per round, so slow drift of the machine hits every
+row alike); LM-RTF is the median over the rounds. `speed vs FAR` divides by the FAR row on the
+same backbone (a DCAR, SSD or TLDR folder names its backbone in its config; an LM folder is its
+own backbone). Steps and KV bytes are per
 second of generated audio. WER: the domain-LM WER of the row with the same strategy and folder in
 an evaluate `results.json` (`--eval`, any number, comma-separated): the full test split as the
 README's table. The paper's figure and this project's target are printed beside each row.
@@ -27,6 +28,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -94,7 +96,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", required=True, help="<strategy>@<run folder>, comma-separated")
     ap.add_argument("--eval", default="", help="evaluate results.json files (WER column)")
     ap.add_argument("--corpus", default="data/builtin")
-    ap.add_argument("--num", type=int, default=40)
+    ap.add_argument(
+        "--num",
+        default="40",
+        help="test sentences; one number, or one per batch size (e.g. 8,16,32 for --batch 1,8,32)",
+    )
     ap.add_argument("--batch", default="1,8")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="out/methods_speed.json")
@@ -115,14 +121,22 @@ def main(argv=None) -> int:
         rows.append((strategy, os.path.normpath(folder)))
     batches = [int(x) for x in args.batch.split(",")]
     synths = {f: Synthesizer.from_workdir(f) for f in sorted({f for _, f in rows})}
+    nums = [int(x) for x in str(args.num).split(",")]
+    if len(nums) == 1:
+        nums = nums * len(batches)
+    if len(nums) != len(batches):
+        print(f"error: --num: {args.num!r}: one number or one per batch size", file=sys.stderr)
+        return 2
     pool = read_split(args.corpus, "test")
-    utts = pool[: args.num]
-    prompts = prompts_from_utterances(pool, utts)
-    texts = [u.text for u in utts]
-    print(f"{jax.devices()[0].device_kind}: {len(utts)} test sentences, batches {batches}, "
+    work = {}  # batch size -> (texts, prompts): the first `num` test sentences
+    for b, n in zip(batches, nums, strict=True):
+        utts = pool[:n]
+        work[b] = ([u.text for u in utts], prompts_from_utterances(pool, utts))
+    print(f"{jax.devices()[0].device_kind}: test sentences {nums} at batches {batches}, "
           f"{args.rounds} interleaved rounds", flush=True)  # fmt: skip
 
     def run(strategy, folder, b):
+        texts, prompts = work[b]
         res = synths[folder].synthesize(
             texts, prompts, strategy=strategy, batch_size=b, progress=False, vocode=False
         )
@@ -136,19 +150,28 @@ def main(argv=None) -> int:
             "audio_s": audio,
         }
 
-    for strategy, folder in rows:  # compile every shape before any timing
-        for b in batches:
-            synths[folder].synthesize(
-                texts, prompts, strategy=strategy, batch_size=b, progress=False, vocode=False
-            )
+    wers = wer_lookup([p for p in args.eval.split(",") if p])
     meas: dict = {}
-    for r in range(args.rounds):
-        for b in batches:
+    for i, b in enumerate(batches):  # one batch size after another; the JSON grows with each
+        for strategy, folder in rows:  # compile every shape of this batch size before timing
+            t0 = time.perf_counter()
+            synths[folder].synthesize(
+                *work[b], strategy=strategy, batch_size=b, progress=False, vocode=False
+            )
+            print(
+                f"  warm-up {strategy}@{folder} b{b}: {time.perf_counter() - t0:.0f} s", flush=True
+            )
+        for _ in range(args.rounds):
             for strategy, folder in rows:
                 meas.setdefault((strategy, folder, b), []).append(run(strategy, folder, b))
-        print(f"round {r + 1}/{args.rounds} done", flush=True)
+        print(f"batch {b}: {args.rounds} rounds done", flush=True)
+        report(rows, batches[: i + 1], meas, wers, args.out, final=i == len(batches) - 1)
+    return 0
 
-    wers = wer_lookup([p for p in args.eval.split(",") if p])
+
+def report(rows, batches, meas, wers, out, final: bool) -> list:
+    """The table of the batch sizes measured so far: printed and written to `out` (JSON), so a
+    run stopped at its time limit keeps the batch sizes it finished."""
     table = []
     for strategy, folder in rows:
         entry = {"strategy": strategy, "folder": folder, "backbone": backbone_of(folder)}
@@ -161,10 +184,10 @@ def main(argv=None) -> int:
         table.append(entry)
     far = {e["backbone"]: e for e in table if e["strategy"] == "far"}
     b0 = batches[0]
-    print("\n| method | run | backbone | WER % | " + " | ".join(
+    lines = ["\n| method | run | backbone | WER % | " + " | ".join(
         f"LM-RTF b{b} | vs FAR b{b}" for b in batches) + " | steps / audio s | KV MB / audio s "
-        "| the paper | target | holds |")  # fmt: skip
-    print("|---|---|---|--:|" + "--:|--:|" * len(batches) + "--:|--:|---|--:|---|")
+        "| the paper | target | holds |"]  # fmt: skip
+    lines.append("|---|---|---|--:|" + "--:|--:|" * len(batches) + "--:|--:|---|--:|---|")
     for e in table:
         ref = far.get(e["backbone"])
         paper, target, allowance = paper_row(e["strategy"])
@@ -186,15 +209,16 @@ def main(argv=None) -> int:
             holds += "" if e["wer"] is not None and ref and ref["wer"] is not None else " (no WER)"
         e["holds"] = holds
         wer = f"{e['wer']:.1f} ({e['wer_source']})" if e["wer"] is not None else "—"
-        print(
+        lines.append(
             f"| {e['strategy']} | {e['folder']} | {e['backbone']} | {wer} | "
             + " | ".join(cells)
             + f" | {e[f'b{b0}']['steps_per_audio_s']:.1f} | {e[f'b{b0}']['kv_mb_per_audio_s']:.2f}"
             f" | {paper} | {f'{target:.1f}x' if target else '—'} | {holds} |"
         )
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    Path(args.out).write_text(json.dumps(table, indent=1))
-    return 0
+    print("\n".join(lines) + ("" if final else "\n(more batch sizes follow)"), flush=True)
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    Path(out).write_text(json.dumps(table, indent=1))
+    return table
 
 
 if __name__ == "__main__":

@@ -304,17 +304,22 @@ def _timeit(fn, *args, reps: int = 20) -> float:
     return ts[len(ts) // 2]
 
 
-def calibrate(d_model: int = 256, d_ff: int = 1024, weights_mb: float = 20.0) -> dict:
+def calibrate(
+    d_model: int = 256, d_ff: int = 1024, weights_mb: float = 20.0, dtype: str = "float32"
+) -> dict:
     """Measure on this machine: achieved matmul FLOP/s at M rows ([M, D] x [D, F] chains of a
-    model's size), streaming bandwidth over a model-sized weight set, and the fixed cost per
-    `lax.while_loop` iteration and per layer of ops (a stack of width 8)."""
+    model's size), streaming bandwidth over a `weights_mb` weight set (on a GPU make it several
+    times the L2 cache, else it measures the cache), and the fixed cost per `lax.while_loop`
+    iteration and per layer of ops (a stack of width 8). On an accelerator also the dense
+    matmul peak ([8192]^3 in bfloat16)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     rng = np.random.default_rng(0)
-    n_mats = max(1, int(weights_mb * 2**20 / (4 * d_model * d_ff)))
-    ws = [jnp.asarray(rng.standard_normal((d_model, d_ff)), jnp.float32) for _ in range(n_mats)]
+    dt = jnp.dtype(dtype)
+    n_mats = max(1, int(weights_mb * 2**20 / (dt.itemsize * d_model * d_ff)))
+    ws = [jnp.asarray(rng.standard_normal((d_model, d_ff)), dt) for _ in range(n_mats)]
 
     @jax.jit
     def chain(x, ws):
@@ -325,12 +330,12 @@ def calibrate(d_model: int = 256, d_ff: int = 1024, weights_mb: float = 20.0) ->
 
     curve = []
     for m in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
-        x = jnp.asarray(rng.standard_normal((m, d_model)), jnp.float32)
+        x = jnp.asarray(rng.standard_normal((m, d_model)), dt)
         t = _timeit(chain, x, ws)
         curve.append([m, 2 * m * d_model * d_ff * n_mats / t])
     # bandwidth: read the weight set once (a sum over every matrix), model-sized
-    total = jax.jit(lambda ws: sum(jnp.sum(w) for w in ws))
-    bw = 4 * d_model * d_ff * n_mats / _timeit(total, ws)
+    total = jax.jit(lambda ws: sum(jnp.sum(w, dtype=jnp.float32) for w in ws))
+    bw = dt.itemsize * d_model * d_ff * n_mats / _timeit(total, ws)
 
     # per-iteration and per-layer fixed costs: a while loop over a stack of width-8 layers
     def loop_time(layers: int, iters: int = 200) -> float:
@@ -348,13 +353,22 @@ def calibrate(d_model: int = 256, d_ff: int = 1024, weights_mb: float = 20.0) ->
         return _timeit(f, jnp.ones((1, 8), jnp.float32), reps=10) / iters
 
     t0, t4 = loop_time(0), loop_time(4)
+    peak = None
+    if jax.default_backend() != "cpu":
+        a = jnp.ones((8192, 8192), jnp.bfloat16)
+        peak = 2 * 8192**3 / _timeit(jax.jit(lambda a: a @ a), a, reps=10)
     return {
         "device": jax.devices()[0].device_kind,
+        "backend": jax.default_backend(),
+        "dtype": dtype,
+        "d_model": d_model,
+        "d_ff": d_ff,
         "curve": curve,
         "bw": bw,
         "o_f": t0,
         "o_l": max(0.0, (t4 - t0) / 4),
-        "weights_mb": 4 * d_model * d_ff * n_mats / 2**20,
+        "weights_mb": dt.itemsize * d_model * d_ff * n_mats / 2**20,
+        "peak_bf16": peak,
     }
 
 
@@ -577,6 +591,8 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("calibrate")
     c.add_argument("--out", default="out/roofline_cpu.json")
+    c.add_argument("--weights_mb", type=float, default=20.0, help="GPU: > 4x its L2 cache")
+    c.add_argument("--dtype", default="float32", help="weights and activations of the matmuls")
     k = sub.add_parser("check")
     k.add_argument("--speed", required=True)
     k.add_argument("--calibration", default="out/roofline_cpu.json")
@@ -601,7 +617,7 @@ def main(argv=None) -> int:
     if args.cmd == "predict":
         return predict(args)
     if args.cmd == "calibrate":
-        cal = calibrate()
+        cal = calibrate(weights_mb=args.weights_mb, dtype=args.dtype)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(cal, indent=1))
         print(json.dumps(cal, indent=1))

@@ -381,3 +381,19 @@ def test_ssd_engine_decodes_and_checks_its_target(tiny_ssd_run, tmp_path):
         r".*car_small has 256",
     ):
         load_engine(str(bad))
+
+
+def test_log_of_zero_is_minus_inf_when_compiled():
+    """Zero-probability ids get -inf (never drawn), compiled or not: the former
+    log(max(p, 1e-38)) gave NaN for p = 0 under jit with jax 0.11 on CPU (1e-38 is below
+    float32's normal range), and a NaN logit wins the categorical draw."""
+    from jaxtts.methods.ssd.strategy import log_of
+
+    p = jnp.array([0.0, 0.25, 0.75])
+    want = np.array([-np.inf, np.log(0.25), np.log(0.75)], np.float32)
+    np.testing.assert_array_equal(np.asarray(jax.jit(log_of)(p)), want)
+    np.testing.assert_array_equal(np.asarray(log_of(p)), want)
+    draws = jax.vmap(lambda k: jax.random.categorical(k, jax.jit(log_of)(p)))(
+        row_keys(0, range(64))
+    )
+    assert int(jnp.min(draws)) >= 1

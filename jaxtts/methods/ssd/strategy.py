@@ -56,6 +56,13 @@ def probs_of(logits: jax.Array, sampling) -> jax.Array:
     return jax.nn.softmax(filter_logits(logits, sampling), axis=-1)
 
 
+def log_of(p: jax.Array) -> jax.Array:
+    """log p with exact zeros -> -inf (never drawn). Not log(max(p, tiny)): a tiny below
+    float32's normal range is flushed to zero in compiled code, and XLA's CPU log of it gave
+    NaN under jax 0.11 (a NaN logit wins the categorical's argmax)."""
+    return jnp.where(p > 0, jnp.log(jnp.where(p > 0, p, 1.0)), -jnp.inf)
+
+
 def residual(q: jax.Array, p: jax.Array) -> jax.Array:
     """normalize(max(0, q - p)) over the last axis; q itself where q <= p everywhere."""
     r = jnp.maximum(q - p, 0.0)
@@ -90,7 +97,7 @@ def verify(
     if greedy:
         z = jnp.argmax(dist)
     else:
-        z = jax.random.categorical(key, jnp.log(jnp.maximum(dist, 1e-38)))
+        z = jax.random.categorical(key, log_of(dist))
         z = jnp.where(jnp.sum(dist) > 0, z, jnp.argmax(qn))
     return n.astype(jnp.int32), z.astype(jnp.int32)
 
@@ -176,7 +183,7 @@ class SSD(Strategy):
             if sampling.greedy:
                 x_i = jnp.argmax(p_i, -1)
             else:
-                x_i = jax.vmap(jax.random.categorical)(fold(k, i), jnp.log(jnp.maximum(p_i, 1e-38)))
+                x_i = jax.vmap(jax.random.categorical)(fold(k, i), log_of(p_i))
             x_i = x_i.astype(jnp.int32)
             xs.append(x_i)
             ps.append(p_i)
