@@ -112,7 +112,7 @@ else
   PAPER_ARGS="--config configs/car.py:paper --batch 1,8,32 --tokens 200 --repeats 2"
   PAPER_ARGS+=" --strategies far,car:3,vadusa:3 --param_dtype bfloat16"
   TRAIN_ARGS="--config configs/car.py:paper --batch 32 --dtype bfloat16 --steps 3 --mesh data=1"
-  L_CAL=40 L_DEEP=190 L_TESTS=75 L_PAPER=75 L_TRAIN=75
+  L_CAL=40 L_DEEP=200 L_TESTS=90 L_PAPER=70 L_TRAIN=70
 fi
 
 env_stage() {
