@@ -336,6 +336,10 @@ def calibrate(
     # bandwidth: read the weight set once (a sum over every matrix), model-sized
     total = jax.jit(lambda ws: sum(jnp.sum(w, dtype=jnp.float32) for w in ws))
     bw = dt.itemsize * d_model * d_ff * n_mats / _timeit(total, ws)
+    # and over one array of the same size (one kernel: on a GPU the weight-set probe above is
+    # bound by its launches, 124 GB/s on an H200, RESULTS gpu-check; this one is the HBM's)
+    flat = jnp.ones((n_mats * d_model * d_ff,), dt)
+    bw_stream = flat.nbytes / _timeit(jax.jit(lambda a: jnp.sum(a, dtype=jnp.float32)), flat)
 
     # per-iteration and per-layer fixed costs: a while loop over a stack of width-8 layers
     def loop_time(layers: int, iters: int = 200) -> float:
@@ -365,6 +369,7 @@ def calibrate(
         "d_ff": d_ff,
         "curve": curve,
         "bw": bw,
+        "bw_stream": bw_stream,
         "o_f": t0,
         "o_l": max(0.0, (t4 - t0) / 4),
         "weights_mb": dt.itemsize * d_model * d_ff * n_mats / 2**20,
