@@ -120,3 +120,20 @@ def reference_decode(params, text, prompt, chunk, max_new, cfg=TINY):
         if stop:
             break
     return out
+
+
+def run_in_segments(strategy, models, params, batch, keys, *, max_new_tokens, sampling, seg):
+    """The same decode as `decode(...)`, run by `driver.advance` in segments of `seg` steps
+    (a list cycles: 1, 3, 7, 1, ...). Returns (DecodeOutput, number of segments)."""
+    import itertools
+
+    from jaxtts.decode import driver
+
+    st = driver.start(strategy, models, params, batch, max_new_tokens=max_new_tokens)
+    n = 0
+    for k in itertools.cycle(seg if isinstance(seg, list | tuple) else [seg]):
+        if st.all_done():
+            break
+        st = driver.advance(st, params, keys, num_steps=k, sampling=sampling)
+        n += 1
+    return driver.output(st), n

@@ -441,3 +441,30 @@ def test_dcar_engine_synthesizes_and_checks_its_backbone(tiny_run, tmp_path):
     (bad / "data.json").write_text(json.dumps(info))
     with pytest.raises(CheckpointError, match=r"d_model=512.*car_small has 256"):
         load_engine(str(bad))
+
+
+@pytest.mark.parametrize("spec", ["dcar", "dcar:sample"])
+def test_dcar_segments_equal_one_call(params, spec):
+    """Resumable decoding of DCAR (policy cache and chunk histogram in the carry): segments of
+    1, 2, 5, ... steps give one call's tokens, steps and chunk histogram."""
+    from lm_reference import run_in_segments
+
+    rows = random_rows(4, seed=6)
+    pp = policy_params(2, scale=3.0 if spec == "dcar" else 0.1)
+    batch, keys = batch_of(rows), row_keys(4, range(4))
+    want = run_dcar(spec, params, pp, batch, keys, SAMPLE)
+    models = {"target": TTSLM(TINY), "policy": ChunkPolicy(PCFG)}
+    got, n_seg = run_in_segments(
+        registry.get(spec),
+        models,
+        {"target": params, "policy": pp},
+        batch,
+        keys,
+        max_new_tokens=20,
+        sampling=SAMPLE,
+        seg=[1, 2, 5],
+    )
+    assert n_seg >= 3
+    for name in ("tokens", "length", "steps", "hit_max"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    np.testing.assert_array_equal(got.stats["chunk_hist"], want.stats["chunk_hist"])

@@ -16,6 +16,7 @@ from lm_reference import (  # noqa: E402
     random_rows,
     reference_decode,
     run,
+    run_in_segments,
 )
 
 from jaxtts.decode import registry  # noqa: E402
@@ -101,6 +102,36 @@ def test_while_loop_equals_python_reference(params, spec):
         lengths.append(len(ref))
     assert len(set(lengths)) > 2, lengths  # the rows really stop at different times
     assert int(out.num_forwards) == int(np.max(out.steps))
+
+
+@pytest.mark.parametrize("spec", ["far", "car:3", "vadusa:2"])
+def test_segments_equal_one_call(params, spec):
+    """Resumable decoding (`driver.start/advance/output`): segments of 1, 3, 7, ... steps give
+    the tokens, lengths, step counts and flags of one `decode` call, sampled (per-row keys per
+    step), and every segment length runs the same compiled segment."""
+    from jaxtts.decode import driver
+
+    rows = random_rows(5, seed=4)
+    keys = row_keys(3, range(5))
+    s = SamplingConfig(temperature=1.0, top_k=8)
+    strat = registry.get(spec)
+    want = run(strat, params, batch_of(rows), keys, max_new_tokens=24, sampling=s)
+    before = driver._advance._cache_size()
+    got, n_seg = run_in_segments(
+        strat,
+        {"target": TTSLM(TINY)},
+        {"target": params},
+        batch_of(rows),
+        keys,
+        max_new_tokens=24,
+        sampling=s,
+        seg=[1, 3, 7],
+    )
+    assert n_seg >= 3
+    for name in ("tokens", "length", "steps", "hit_max", "num_forwards"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    assert driver._advance._cache_size() - before <= 1  # one segment program for 1, 3 and 7
+    assert int(np.max(want.length)) > 5
 
 
 @pytest.mark.parametrize(

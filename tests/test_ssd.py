@@ -397,3 +397,30 @@ def test_log_of_zero_is_minus_inf_when_compiled():
         row_keys(0, range(64))
     )
     assert int(jnp.min(draws)) >= 1
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.4])
+def test_ssd_segments_equal_one_call(params, draft_params, beta):
+    """Resumable decoding of SSD (two caches and pending tokens in the carry): segments of 1, 1,
+    2, ... steps give one call's tokens, steps and acceptance statistics."""
+    from lm_reference import run_in_segments
+
+    rows = random_rows(4, seed=8)
+    batch, keys = batch_of(rows), row_keys(5, range(4))
+    s = SamplingConfig(temperature=1.0, top_k=8)
+    want = run_ssd(SSD(3, beta), params, draft_params, batch, keys, s)
+    got, n_seg = run_in_segments(
+        SSD(3, beta),
+        {"target": TTSLM(TINY), "draft": TTSLM(DRAFT)},
+        {"target": params, "draft": draft_params},
+        batch,
+        keys,
+        max_new_tokens=20,
+        sampling=s,
+        seg=[1, 1, 2],
+    )
+    assert n_seg >= 3  # cut at least twice
+    for name in ("tokens", "length", "steps", "hit_max"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    for k, v in want.stats.items():
+        np.testing.assert_array_equal(got.stats[k], v, err_msg=k)

@@ -381,3 +381,37 @@ def test_tiny_run_synthesizes_and_checks_its_backbone(tiny_run, tmp_path):
     (bad / "data.json").write_text(json.dumps(dict(info, d_model=512)))
     with pytest.raises(CheckpointError, match="d_model=512"):
         load_engine(bad)
+
+
+def test_segments_equal_one_call():
+    """Resumable decoding of TLDR (patch caches, the extractor's state): segments of 1, 2, 3,
+    ... steps give one call's sampled tokens, lengths and steps."""
+    from lm_reference import run_in_segments
+
+    cfg = make_cfg()
+    model, params = init_model(cfg)
+    text, text_len, speech, speech_len, prompt_len = rows()
+    prompt = np.zeros((len(text), 8), np.int32)
+    for r in range(len(text)):
+        prompt[r, : prompt_len[r]] = speech[r, : prompt_len[r]]
+    batch = PromptBatch(
+        jnp.asarray(text), jnp.asarray(text_len), jnp.asarray(prompt), jnp.asarray(prompt_len)
+    )
+    s = SamplingConfig(temperature=1.0)
+    keys = row_keys(7, range(len(text)))
+    want = decode(
+        TLDR(), {"tldr": model}, {"tldr": params}, batch, keys, max_new_tokens=24, sampling=s
+    )
+    got, n_seg = run_in_segments(
+        TLDR(),
+        {"tldr": model},
+        {"tldr": params},
+        batch,
+        keys,
+        max_new_tokens=24,
+        sampling=s,
+        seg=[1, 2, 3],
+    )
+    assert n_seg >= 3
+    for name in ("tokens", "length", "steps", "hit_max"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)

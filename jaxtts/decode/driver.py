@@ -27,6 +27,19 @@ since empty slots are masked to exact zeros. Each window is one more compiled lo
     out = decode(registry.get("car:3"), {"target": model}, {"target": params}, batch, keys,
                  max_new_tokens=600, sampling=SamplingConfig(greedy=True))
 
+Resumable decoding (`start` / `advance` / `output`): the same loop in segments of a bounded
+number of steps, the `DecodeState` (KV caches included) handed back between them and donated to
+the next segment, so a caller can stream tokens as they come or add work between segments
+(a server's scheduler). It runs at the full-budget cache size from the start (one compiled
+segment for every segment length: the step bound is traced) and gives the same tokens as one
+`decode` call, however the steps are cut (`tests/test_lm.py::test_segments_equal_one_call`).
+
+    st = start(strategy, models, params, batch, max_new_tokens=600)
+    while not st.all_done():
+        st = advance(st, params, keys, num_steps=8, sampling=sampling)
+        ...  # st.state.tokens[:, :st.state.length] are final
+    out = output(st)
+
 Axis letters: B batch, X text, P prompt, N generated tokens, C tokens proposed per step.
 """
 
@@ -255,4 +268,119 @@ def decode(
         models=tuple(sorted(models.items())),
         max_new_tokens=int(max_new_tokens),
         sampling=sampling,
+    )
+
+
+# ----------------------------------------------------------------------------- resumable
+
+
+@flax.struct.dataclass
+class Resumable:
+    """A decode in progress: the loop state plus what it was started with (static)."""
+
+    state: DecodeState
+    strategy: Strategy = flax.struct.field(pytree_node=False)
+    models: tuple = flax.struct.field(pytree_node=False)
+    max_new_tokens: int = flax.struct.field(pytree_node=False)
+
+    def all_done(self) -> bool:
+        """Every row has ended (EOS or the length cap), or the step budget is spent."""
+        max_steps = self.strategy.max_steps(self.max_new_tokens)
+        return bool(jnp.all(self.state.done)) or int(self.state.step) >= max_steps
+
+
+@functools.partial(jax.jit, static_argnames=("strategy", "models", "max_new_tokens"))
+def _start(params, batch: PromptBatch, *, strategy, models, max_new_tokens) -> DecodeState:
+    models = dict(models)
+    b = batch.batch_size
+    carry = strategy.init(models, params, batch, max_new_tokens)
+    windows = strategy.windows(models, batch, max_new_tokens)
+    if len(windows) > 1:  # segments run at the full budget: one shape for every segment
+        carry = strategy.resize(models, carry, windows[-1])
+    return DecodeState(
+        tokens=jnp.full((b, max_new_tokens + strategy.max_chunk), -1, jnp.int32),
+        length=jnp.zeros((b,), jnp.int32),
+        done=jnp.zeros((b,), bool),
+        hit_max=jnp.zeros((b,), bool),
+        steps=jnp.zeros((b,), jnp.int32),
+        step=jnp.zeros((), jnp.int32),
+        carry=carry,
+    )
+
+
+@functools.partial(
+    jax.jit, static_argnames=("strategy", "models", "max_new_tokens"), donate_argnames=("state",)
+)
+def _advance(
+    state: DecodeState,
+    params,
+    keys: jax.Array,
+    num_steps: jax.Array,
+    *,
+    strategy,
+    models,
+    max_new_tokens,
+    sampling: Sampling,
+) -> DecodeState:
+    models = dict(models)
+    max_steps = strategy.max_steps(max_new_tokens)
+    eos = strategy.eos(models)
+    stop = state.step + num_steps
+
+    def body(s: DecodeState):
+        return commit(s, strategy.step(models, params, s, keys, sampling), max_new_tokens, eos)
+
+    def cond(s: DecodeState):
+        return ~jnp.all(s.done) & (s.step < max_steps) & (s.step < stop)
+
+    return jax.lax.while_loop(cond, body, state)
+
+
+def start(
+    strategy: Strategy,
+    models: Models,
+    params: Params,
+    batch: PromptBatch,
+    *,
+    max_new_tokens: int,
+) -> Resumable:
+    """Prefill and return the state of a decode that `advance` runs segment by segment."""
+    strategy = strategy.bind(models)
+    strategy.check(models)
+    models_t = tuple(sorted(models.items()))
+    state = _start(
+        dict(params), batch, strategy=strategy, models=models_t, max_new_tokens=int(max_new_tokens)
+    )
+    return Resumable(state, strategy, models_t, int(max_new_tokens))
+
+
+def advance(
+    run: Resumable, params: Params, keys: jax.Array, *, num_steps: int, sampling: SamplingConfig
+) -> Resumable:
+    """Run up to `num_steps` more loop steps (fewer when every row ends). `run.state` is
+    donated: use the returned one."""
+    state = _advance(
+        run.state,
+        dict(params),
+        keys,
+        jnp.asarray(num_steps, jnp.int32),
+        strategy=run.strategy,
+        models=run.models,
+        max_new_tokens=run.max_new_tokens,
+        sampling=sampling.traced(),
+    )
+    return run.replace(state=state)
+
+
+def output(run: Resumable) -> DecodeOutput:
+    """The `DecodeOutput` of a (finished or not) resumable decode, as `decode` returns it."""
+    state, n = run.state, run.max_new_tokens
+    idx = jnp.arange(n)[None]
+    return DecodeOutput(
+        tokens=jnp.where(idx < state.length[:, None], state.tokens[:, :n], -1),
+        length=state.length,
+        steps=state.steps,
+        hit_max=state.hit_max,
+        num_forwards=state.step,
+        stats=run.strategy.finish(dict(run.models), state),
     )

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Mutation score of the core maths files: how many small code changes (mutants) the fast tests
+# that cover each file catch. A benchmark, not a test (minutes per file on 2 cores).
+#
+#   bash benchmarks/mutation.sh                    # every file below
+#   FILES="grpo sampling" bash benchmarks/mutation.sh
+#
+# Tool: cosmic-ray 8.7.0 (from the package index), installed into its own virtual environment
+# (.cache/mutation-venv) so it never touches the project's; the tests run with the project's
+# python (PY, default python3). Mutants are applied in a git worktree of HEAD
+# (.cache/mutation-worktree), never in this checkout. The JAX compilation cache is shared
+# across mutants (an unmutated function compiles once). Output: out/mutation/<name>.sqlite
+# (cosmic-ray's session) and out/mutation/summary.json + a markdown table on stdout: killed,
+# survived, timed out (a timeout counts as killed: the mutant hung or slowed the tests past
+# the limit), incompetent (the mutant does not import).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PY:-python3}
+PY=$(command -v "$PY")
+OUT=out/mutation
+VENV=.cache/mutation-venv
+WT=.cache/mutation-worktree
+mkdir -p "$OUT" .cache
+
+# name | module path | tests (pytest args) | per-mutant timeout s
+TARGETS=(
+  "grpo|jaxtts/train/rl/grpo.py|tests/test_rl.py|240"
+  "ssd_verify|jaxtts/methods/ssd/strategy.py|tests/test_ssd.py -k by_hand or lossless or greedy or log_of or made_of|400"
+  "sampling|jaxtts/decode/sampling.py|tests/test_sampling.py|300"
+  "align|jaxtts/train/align.py|tests/test_align.py|300"
+  "mdm_orders|jaxtts/methods/mdm/orders.py|tests/test_mdm_parts.py|300"
+  "mdm_dmol|jaxtts/methods/mdm/dmol.py|tests/test_mdm_parts.py|300"
+)
+FILES=${FILES:-grpo ssd_verify sampling align mdm_orders mdm_dmol}
+
+if [ ! -x "$VENV/bin/cosmic-ray" ]; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q cosmic-ray==8.7.0
+fi
+if [ ! -d "$WT" ]; then
+  git worktree add --detach "$WT" HEAD > /dev/null
+else
+  git -C "$WT" checkout -q --detach "$(git rev-parse HEAD)"
+  git -C "$WT" reset -q --hard
+fi
+export JAX_COMPILATION_CACHE_DIR="$ROOT/.cache/jax_mutation"
+export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.3
+
+for t in "${TARGETS[@]}"; do
+  IFS='|' read -r name module tests limit <<< "$t"
+  [[ " $FILES " == *" $name "* ]] || continue
+  # -k takes the rest of the test spec as one expression
+  files=${tests%% -k *}
+  kexpr=""
+  [[ "$tests" == *" -k "* ]] && kexpr=${tests#* -k }
+  cfg="$OUT/$name.toml"
+  cat > "$cfg" << EOF
+[cosmic-ray]
+module-path = "$module"
+timeout = $limit
+excluded-modules = []
+test-command = "$PY -m pytest -x -q -p no:cacheprovider $files${kexpr:+ -k '$kexpr'}"
+
+[cosmic-ray.distributor]
+name = "local"
+EOF
+  db="$ROOT/$OUT/$name.sqlite"
+  echo "=== $name: $module ($(date -u +%T))"
+  (
+    cd "$WT"
+    [ -f "$db" ] || "$ROOT/$VENV/bin/cosmic-ray" init "$ROOT/$cfg" "$db"
+    "$ROOT/$VENV/bin/cosmic-ray" exec "$ROOT/$cfg" "$db"  # resumes an interrupted session
+  )
+done
+
+"$VENV/bin/python" - "$OUT" $FILES << 'PY'
+import json, sqlite3, sys
+from pathlib import Path
+
+out, names = Path(sys.argv[1]), sys.argv[2:]
+summary = {}
+for name in names:
+    db = out / f"{name}.sqlite"
+    if not db.is_file():
+        continue
+    con = sqlite3.connect(db)
+    rows = con.execute("select test_outcome, worker_outcome, output from work_results").fetchall()
+    total = con.execute("select count(*) from work_items").fetchone()[0]
+    c = {"killed": 0, "survived": 0, "timeout": 0, "incompetent": 0}
+    for test_outcome, worker_outcome, output in rows:
+        t = str(test_outcome).lower()
+        if "killed" in t and (output or "").strip() == "timeout":  # cosmic-ray: KILLED, "timeout"
+            c["timeout"] += 1
+        elif "incompetent" in t:
+            c["incompetent"] += 1
+        elif "killed" in t:
+            c["killed"] += 1
+        elif "survived" in t:
+            c["survived"] += 1
+    done = sum(c.values())
+    competent = done - c["incompetent"]
+    score = (c["killed"] + c["timeout"]) / competent if competent else None
+    summary[name] = dict(c, mutants=total, done=done, score=score)
+(out / "summary.json").write_text(json.dumps(summary, indent=1))
+print("\n| file | mutants | run | killed | timed out | survived | incompetent | score |")
+print("|---|--:|--:|--:|--:|--:|--:|--:|")
+for name, c in summary.items():
+    sc = f"{100 * c['score']:.0f} %" if c["score"] is not None else "—"
+    print(f"| {name} | {c['mutants']} | {c['done']} | {c['killed']} | {c['timeout']} | "
+          f"{c['survived']} | {c['incompetent']} | {sc} |")
+PY
