@@ -177,6 +177,8 @@ HELP = {
     "ssd.first": "the target's first layers kept in the draft (trained)",
     "ssd.last": "the target's last layers kept in the draft (frozen)",
     "ssd.corpus_utterances": "built-in corpus size (0 = the target's training corpus)",
+    "ssd.from_target": "the draft is the target's layers, untrained: no parameter file "
+    "(written by `python -m jaxtts.methods.ssd.task untrained`)",
     # TLDR (configs/tldr.py)
     "tldr.backbone": "the frozen TTS LM run folder TLDR adapts (e.g. pretrained/car_small)",
     "tldr.speaker_encoder": "speaker encoder run folder (the prompt's speaker embedding)",

@@ -41,6 +41,9 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             first=1,  # the target's first layers (trained in the draft)
             last=1,  # the target's last layers (frozen in the draft)
             corpus_utterances=0,  # 0 = the target's training corpus
+            # True: the draft IS the target's layers, untrained (no parameter file; written by
+            # `python -m jaxtts.methods.ssd.task untrained`, e.g. pretrained/ssd_deep)
+            from_target=False,
         )
     )
     config.train = common.train_config(

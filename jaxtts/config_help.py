@@ -17,6 +17,22 @@ def _load(path: Path, name: str):
     return mod
 
 
+def load_config(spec: str):
+    """The config of `<file>.py[:<arg>]` (`get_config(arg)`), as `train.py --config` reads it;
+    a missing file or unknown variant is a one-line ConfigError."""
+    from jaxtts.errors import ConfigError
+
+    path, _, arg = spec.partition(":")
+    if not Path(path).is_file():
+        raise ConfigError(
+            f"--config {path}: no such config file, expected e.g. configs/ssd.py:deep"
+        )
+    try:
+        return _load(Path(path), "jaxtts_config").get_config(arg or None)
+    except KeyError as e:
+        raise ConfigError(f"--config {spec}: {e.args[0]}") from None
+
+
 def help_table(configs_dir: Path | None = None) -> dict[str, str]:
     """dotted key -> one-line description."""
     path = Path(configs_dir or CONFIGS_DIR) / "help.py"

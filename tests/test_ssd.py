@@ -424,3 +424,36 @@ def test_ssd_segments_equal_one_call(params, draft_params, beta):
         np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
     for k, v in want.stats.items():
         np.testing.assert_array_equal(got.stats[k], v, err_msg=k)
+
+
+def test_untrained_draft_folder_loads_the_targets_layers(tmp_path):
+    """`python -m jaxtts.methods.ssd.task untrained`: a folder with no parameter file whose
+    engine takes the draft's layers from the target at load time, value for value; training
+    such a config is a one-line error."""
+    from configs import ssd as ssd_configs
+    from jaxtts.engine import load_engine
+    from jaxtts.methods.ssd import task as ssd_task
+    from jaxtts.methods.ssd.draft import draft_params
+
+    dest = tmp_path / "ssd_untrained"
+    assert ssd_task.main(["untrained", "--config", "configs/ssd.py:tiny", str(dest)]) == 0
+    assert not (dest / "params.msgpack").exists()
+    eng = load_engine(dest)
+    want = draft_params(eng.params, list(eng_layers(dest)))
+    for (pa, a), (pb, b) in zip(
+        jax.tree_util.tree_flatten_with_path(eng.draft_params)[0],
+        jax.tree_util.tree_flatten_with_path(want)[0],
+        strict=True,
+    ):
+        assert pa == pb
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    config = ssd_configs.get_config("tiny")
+    config.ssd.from_target = True
+    with pytest.raises(ConfigError, match="from_target"):
+        ssd_task.train(config, str(tmp_path / "never"))
+
+
+def eng_layers(folder):
+    from jaxtts.run_folder import RunFolder
+
+    return RunFolder(folder).read_config("ssd").ssd.layers

@@ -14,6 +14,7 @@ from jaxtts.data.tokenizers import load_tokenizer
 from jaxtts.decode import registry
 from jaxtts.errors import CheckpointError
 from jaxtts.methods.lm import TTSLM, LMConfig, LMEngine
+from jaxtts.methods.ssd.draft import draft_params
 from jaxtts.methods.ssd.strategy import Draft
 from jaxtts.run_folder import RunFolder, check_trained_on, resolve_run
 
@@ -37,7 +38,8 @@ class SSDEngine(LMEngine):
         base = LMEngine.from_run(target_run)
         check_trained_on(run, "target", target_run.path, {}, base.params)
         dcfg = LMConfig.from_config(config.model, saved=True)
-        dtok = load_tokenizer(run.tokenizer_dir)
+        untrained = bool(config.ssd.get("from_target", False))
+        dtok = base.tokenizer if untrained else load_tokenizer(run.tokenizer_dir)
         for key, mine, theirs in (
             ("num_speech_tokens", dcfg.num_speech_tokens, base.cfg.num_speech_tokens),
             ("num_text_symbols", dcfg.num_text_symbols, base.cfg.num_text_symbols),
@@ -49,6 +51,9 @@ class SSDEngine(LMEngine):
                     f"draft {run.path} has {key}={mine!r} but its target "
                     f"{target_run.path} has {theirs!r}"
                 )
+        if untrained:  # the draft is the target's layers as they are (no parameter file)
+            dparams = draft_params(base.params, list(config.ssd.layers))
+            return cls(base, TTSLM(dcfg), dparams, str(target_run.path))
         one = np.ones((1, 4), np.int32)
         like = abstract_params(TTSLM(dcfg).init, one, np.array([4]), one, np.array([4]))
         dparams, _ = run.load_params(like, step)

@@ -4,6 +4,12 @@ its output head trained (`train.trainable`; everything else frozen).
 
     python train.py --config configs/ssd.py:small --workdir runs/ssd
 
+The untrained draft (the paper's split applied to the target as it is, `ssd.from_target`): a run
+folder with the config and the target's fingerprint but no parameter file; the engine takes the
+draft's layers from the target at load time (`pretrained/ssd_deep`, a few kB):
+
+    python -m jaxtts.methods.ssd.task untrained --config configs/ssd.py:deep pretrained/ssd_deep
+
 The run folder is an LM run of the draft (config.json: the target's config with the draft's
 model, `task = "ssd"` and the `ssd` section naming the target), so the draft alone also loads
 (`jaxtts.methods.ssd.engine.SSDEngine` pairs it with its target for `ssd:` decoding).
@@ -15,7 +21,8 @@ import logging
 
 import ml_collections as mlc
 
-from jaxtts.run_folder import RunFolder, record_fingerprint
+from jaxtts.errors import ConfigError
+from jaxtts.run_folder import RunFolder, params_fingerprint, record_fingerprint
 
 log = logging.getLogger("jaxtts.ssd")
 
@@ -54,7 +61,36 @@ def draft_run_config(config, target: RunFolder) -> mlc.ConfigDict:
     return mlc.ConfigDict(out)
 
 
+def write_untrained(config, dest: str) -> RunFolder:
+    """A draft folder of the target's own layers, untrained (see the module docstring)."""
+    from jaxtts.methods.lm import LMEngine
+
+    target = RunFolder(str(config.ssd.target))
+    dconf = draft_run_config(config, target)
+    dconf.ssd.from_target = True
+    dconf.data.tokenizer_dir = ""  # the target's, at load
+    dconf.train.steps = 0
+    out = RunFolder(dest)
+    if out.params_file.is_file() or out.checkpoints_dir.is_dir():
+        raise ConfigError(f"{dest}: holds parameters already; an untrained draft has none")
+    eng = LMEngine.from_run(target)
+    out.write_config(dconf)
+    out.write_data_info(
+        {
+            "target": str(config.ssd.target),
+            "target_fingerprint": params_fingerprint(eng.params),
+            "untrained": "the draft is the target's layers " + str(list(dconf.ssd.layers)),
+        }
+    )
+    return out
+
+
 def train(config, workdir: str, *, progress: bool = True, mesh=None):
+    if config.ssd.get("from_target", False):
+        raise ConfigError(
+            "ssd.from_target=True: an untrained draft is not trained; write its folder with "
+            "`python -m jaxtts.methods.ssd.task untrained --config <config> <dest>`"
+        )
     from jaxtts.methods.lm import start_on_backbone
     from jaxtts.methods.lm.task import train as lm_train
     from jaxtts.methods.ssd.draft import draft_params, forward_cost
@@ -89,3 +125,31 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         task_name="ssd",
         data_info={"target": str(config.ssd.target), "target_fingerprint": fingerprint},
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m jaxtts.methods.ssd.task untrained --config configs/ssd.py:deep <dest>"""
+    import argparse
+    import sys
+
+    from jaxtts.config_help import load_config
+    from jaxtts.errors import JaxttsError
+
+    ap = argparse.ArgumentParser(prog="python -m jaxtts.methods.ssd.task")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("untrained", help="write a draft folder of the target's own layers")
+    u.add_argument("--config", required=True, help="e.g. configs/ssd.py:deep")
+    u.add_argument("dest", help="e.g. pretrained/ssd_deep")
+    args = ap.parse_args(argv)
+    try:
+        out = write_untrained(load_config(args.config), args.dest)
+    except JaxttsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    cfg = out.read_config()
+    print(f"{out.path}: draft = layers {list(cfg.ssd.layers)} of {cfg.ssd.target}, untrained")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
