@@ -246,6 +246,15 @@ class Device:
     cbytes: int = 4
     peak: float = 0.0  # FLOP/s (used when no per-M curve)
     curve: list | None = None  # [[M, FLOP/s], ...] achieved matmul throughput by rows
+    fixed_by_batch: dict | None = None  # {batch: [o_f, o_l]} fitted on real decode steps
+
+    def fixed(self, b: int) -> tuple[float, float]:
+        """(per-forward, per-layer) fixed cost at batch b: the fit at the nearest calibrated
+        batch (log scale), else the constants."""
+        if not self.fixed_by_batch:
+            return self.o_f, self.o_l
+        near = min(self.fixed_by_batch, key=lambda k: abs(math.log(int(k)) - math.log(b)))
+        return tuple(self.fixed_by_batch[near])
 
     def flops_rate(self, m: float) -> float:
         if not self.curve:
@@ -262,7 +271,8 @@ class Device:
     def forward_time(self, f: Forward, b: int) -> dict:
         compute = f.flops(b) / self.flops_rate(b * f.q)
         memory = f.bytes(b, self.wbytes, self.cbytes) / self.bw
-        fixed = self.o_f + self.o_l * f.layers
+        o_f, o_l = self.fixed(b)
+        fixed = o_f + o_l * f.layers
         return {
             "compute": compute,
             "memory": memory,
@@ -357,6 +367,7 @@ def calibrate(
         return _timeit(f, jnp.ones((1, 8), jnp.float32), reps=10) / iters
 
     t0, t4 = loop_time(0), loop_time(4)
+    fixed_by_batch = fit_fixed_costs(dict(d_model=d_model, d_ff=d_ff), bw=bw, curve=curve)
     peak = None
     if jax.default_backend() != "cpu":
         a = jnp.ones((8192, 8192), jnp.bfloat16)
@@ -374,7 +385,81 @@ def calibrate(
         "o_l": max(0.0, (t4 - t0) / 4),
         "weights_mb": dt.itemsize * d_model * d_ff * n_mats / 2**20,
         "peak_bf16": peak,
+        "fixed_by_batch": fixed_by_batch,
     }
+
+
+def fit_fixed_costs(
+    model: dict, bw: float, curve: list, batches=(1, 8), depths=(1, 4), tokens: int = 64
+) -> dict:
+    """{batch: [o_f, o_l]}: the fixed costs of real decode steps. FAR decodes `tokens` tokens
+    (EOS suppressed) with random weights of the `small` shapes at two depths; the measured
+    time per step minus what the FLOP and byte terms predict for it is the fixed part, split
+    into a per-layer slope and a per-forward intercept. (A synthetic fused layer measures far
+    less than a real one: ~15 separate ops, attention over the cache, the heads' sampling.)"""
+    import importlib.util
+
+    import flax.linen as nn
+    import jax
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_decode", Path(__file__).with_name("decode.py")
+    )
+    bd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bd)
+    from jaxtts.decode import registry
+    from jaxtts.decode.sampling import SamplingConfig
+    from jaxtts.methods.lm.model import TTSLM, LMConfig
+
+    dev = Device("fit", bw=bw, o_f=0.0, o_l=0.0, curve=curve)
+    sampling = SamplingConfig(temperature=1.0, top_p=0.6, min_tokens=tokens)
+    text_len, prompt_len = 48, 75
+    out = {}
+    for b in batches:
+        resid = {}
+        for depth in depths:
+            cfg = LMConfig(
+                num_text_symbols=64,
+                num_speech_tokens=1024,
+                d_model=model["d_model"],
+                num_layers=depth,
+                num_heads=4,
+                head_dim=model["d_model"] // 4,
+                d_ff=model["d_ff"],
+                num_mtp_heads=4,
+            )
+            one = np.ones((1, 4), np.int32)
+            params = nn.unbox(
+                jax.jit(TTSLM(cfg).init)(jax.random.key(0), one, np.array([4]), one, np.array([4]))
+            )["params"]
+            batch, keys = bd.random_batch(np.random.default_rng(0), cfg, b, text_len, prompt_len)
+            walls = []
+            for _ in range(3):
+                _, wall, _ = bd.time_decode(
+                    registry.get("far"),
+                    {"target": TTSLM(cfg)},
+                    {"target": params},
+                    batch,
+                    keys,
+                    tokens,
+                    sampling,
+                    repeats=1,
+                )
+                walls.append(wall)
+            per_step = sorted(walls)[1] / tokens
+            lm = LMShape.from_config(cfg)
+            pred = dev.step_time(
+                step_forwards("far", lm, {}, text_len + prompt_len + tokens / 2), b
+            )
+            resid[depth] = per_step - max(pred["compute"], pred["memory"])
+        d0, d1 = depths
+        o_l = max(0.0, (resid[d1] - resid[d0]) / (d1 - d0))
+        out[b] = [max(0.0, resid[d0] - o_l * d0), o_l]
+        print(
+            f"batch {b}: fixed {1e3 * out[b][0]:.2f} ms per forward + {1e3 * o_l:.2f} ms per layer"
+        )
+    return out
 
 
 # ----------------------------------------------------------------------------- rows
@@ -435,7 +520,15 @@ def row_model(folder: str) -> tuple:
 
 def check(args) -> int:
     cal = json.loads(Path(args.calibration).read_text())
-    dev = Device("cpu", bw=cal["bw"], o_f=cal["o_f"], o_l=cal["o_l"], curve=cal["curve"])
+    fixed = {int(k): v for k, v in (cal.get("fixed_by_batch") or {}).items()}
+    dev = Device(
+        cal["device"],
+        bw=cal["bw"],
+        o_f=cal["o_f"],
+        o_l=cal["o_l"],
+        curve=cal["curve"],
+        fixed_by_batch=fixed or None,
+    )
     rows = json.loads(Path(args.speed).read_text())
     print(
         f"calibration: {cal['device']}, bandwidth {cal['bw'] / 1e9:.1f} GB/s over "
