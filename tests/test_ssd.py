@@ -434,12 +434,13 @@ def test_untrained_draft_folder_loads_the_targets_layers(tmp_path):
     from jaxtts.engine import load_engine
     from jaxtts.methods.ssd import task as ssd_task
     from jaxtts.methods.ssd.draft import draft_params
+    from jaxtts.run_folder import RunFolder
 
     dest = tmp_path / "ssd_untrained"
     assert ssd_task.main(["untrained", "--config", "configs/ssd.py:tiny", str(dest)]) == 0
     assert not (dest / "params.msgpack").exists()
     eng = load_engine(dest)
-    want = draft_params(eng.params, list(eng_layers(dest)))
+    want = draft_params(eng.params, list(RunFolder(dest).read_config("ssd").ssd.layers))
     for (pa, a), (pb, b) in zip(
         jax.tree_util.tree_flatten_with_path(eng.draft_params)[0],
         jax.tree_util.tree_flatten_with_path(want)[0],
@@ -451,9 +452,3 @@ def test_untrained_draft_folder_loads_the_targets_layers(tmp_path):
     config.ssd.from_target = True
     with pytest.raises(ConfigError, match="from_target"):
         ssd_task.train(config, str(tmp_path / "never"))
-
-
-def eng_layers(folder):
-    from jaxtts.run_folder import RunFolder
-
-    return RunFolder(folder).read_config("ssd").ssd.layers
