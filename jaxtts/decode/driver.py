@@ -193,6 +193,45 @@ def commit(state: DecodeState, prop: Proposal, max_new_tokens: int, eos: int) ->
     )
 
 
+def _initial_state(strategy, models, params, batch: PromptBatch, max_new_tokens, carry=None):
+    """The loop state before the first step: nothing generated, the strategy's `init` carry."""
+    b = batch.batch_size
+    if carry is None:
+        carry = strategy.init(models, params, batch, max_new_tokens)
+    return DecodeState(
+        tokens=jnp.full((b, max_new_tokens + strategy.max_chunk), -1, jnp.int32),
+        length=jnp.zeros((b,), jnp.int32),
+        done=jnp.zeros((b,), bool),
+        hit_max=jnp.zeros((b,), bool),
+        steps=jnp.zeros((b,), jnp.int32),
+        step=jnp.zeros((), jnp.int32),
+        carry=carry,
+    )
+
+
+def _body(strategy, models, params, keys, sampling, max_new_tokens):
+    """One loop iteration: the strategy's step, committed."""
+    eos = strategy.eos(models)
+
+    def body(s: DecodeState) -> DecodeState:
+        return commit(s, strategy.step(models, params, s, keys, sampling), max_new_tokens, eos)
+
+    return body
+
+
+def _output(strategy, models, state: DecodeState, max_new_tokens) -> DecodeOutput:
+    idx = jnp.arange(max_new_tokens)[None]
+    tokens = jnp.where(idx < state.length[:, None], state.tokens[:, :max_new_tokens], -1)
+    return DecodeOutput(
+        tokens=tokens,
+        length=state.length,
+        steps=state.steps,
+        hit_max=state.hit_max,
+        num_forwards=state.step,
+        stats=strategy.finish(models, state),
+    )
+
+
 @functools.partial(jax.jit, static_argnames=("strategy", "models", "max_new_tokens"))
 def _decode(
     params,
@@ -205,23 +244,9 @@ def _decode(
     sampling: Sampling,
 ) -> DecodeOutput:
     models = dict(models)
-    b = batch.batch_size
-    carry = strategy.init(models, params, batch, max_new_tokens)
-    state = DecodeState(
-        tokens=jnp.full((b, max_new_tokens + strategy.max_chunk), -1, jnp.int32),
-        length=jnp.zeros((b,), jnp.int32),
-        done=jnp.zeros((b,), bool),
-        hit_max=jnp.zeros((b,), bool),
-        steps=jnp.zeros((b,), jnp.int32),
-        step=jnp.zeros((), jnp.int32),
-        carry=carry,
-    )
+    state = _initial_state(strategy, models, params, batch, max_new_tokens)
     max_steps = strategy.max_steps(max_new_tokens)
-    eos = strategy.eos(models)
-
-    def body(s: DecodeState):
-        return commit(s, strategy.step(models, params, s, keys, sampling), max_new_tokens, eos)
-
+    body = _body(strategy, models, params, keys, sampling, max_new_tokens)
     for i, window in enumerate(strategy.windows(models, batch, max_new_tokens)):
         if i:
             state = state.replace(carry=strategy.resize(models, state.carry, window))
@@ -230,16 +255,7 @@ def _decode(
             return ~jnp.all(s.done) & (s.step < max_steps) & strategy.window_fits(s, window)
 
         state = jax.lax.while_loop(cond, body, state)
-    idx = jnp.arange(max_new_tokens)[None]
-    tokens = jnp.where(idx < state.length[:, None], state.tokens[:, :max_new_tokens], -1)
-    return DecodeOutput(
-        tokens=tokens,
-        length=state.length,
-        steps=state.steps,
-        hit_max=state.hit_max,
-        num_forwards=state.step,
-        stats=strategy.finish(models, state),
-    )
+    return _output(strategy, models, state, max_new_tokens)
 
 
 def decode(
@@ -292,20 +308,11 @@ class Resumable:
 @functools.partial(jax.jit, static_argnames=("strategy", "models", "max_new_tokens"))
 def _start(params, batch: PromptBatch, *, strategy, models, max_new_tokens) -> DecodeState:
     models = dict(models)
-    b = batch.batch_size
     carry = strategy.init(models, params, batch, max_new_tokens)
     windows = strategy.windows(models, batch, max_new_tokens)
     if len(windows) > 1:  # segments run at the full budget: one shape for every segment
         carry = strategy.resize(models, carry, windows[-1])
-    return DecodeState(
-        tokens=jnp.full((b, max_new_tokens + strategy.max_chunk), -1, jnp.int32),
-        length=jnp.zeros((b,), jnp.int32),
-        done=jnp.zeros((b,), bool),
-        hit_max=jnp.zeros((b,), bool),
-        steps=jnp.zeros((b,), jnp.int32),
-        step=jnp.zeros((), jnp.int32),
-        carry=carry,
-    )
+    return _initial_state(strategy, models, params, batch, max_new_tokens, carry)
 
 
 @functools.partial(
@@ -324,15 +331,12 @@ def _advance(
 ) -> DecodeState:
     models = dict(models)
     max_steps = strategy.max_steps(max_new_tokens)
-    eos = strategy.eos(models)
     stop = state.step + num_steps
-
-    def body(s: DecodeState):
-        return commit(s, strategy.step(models, params, s, keys, sampling), max_new_tokens, eos)
 
     def cond(s: DecodeState):
         return ~jnp.all(s.done) & (s.step < max_steps) & (s.step < stop)
 
+    body = _body(strategy, models, params, keys, sampling, max_new_tokens)
     return jax.lax.while_loop(cond, body, state)
 
 
@@ -374,13 +378,4 @@ def advance(
 
 def output(run: Resumable) -> DecodeOutput:
     """The `DecodeOutput` of a (finished or not) resumable decode, as `decode` returns it."""
-    state, n = run.state, run.max_new_tokens
-    idx = jnp.arange(n)[None]
-    return DecodeOutput(
-        tokens=jnp.where(idx < state.length[:, None], state.tokens[:, :n], -1),
-        length=state.length,
-        steps=state.steps,
-        hit_max=state.hit_max,
-        num_forwards=state.step,
-        stats=run.strategy.finish(dict(run.models), state),
-    )
+    return _output(run.strategy, dict(run.models), run.state, run.max_new_tokens)
