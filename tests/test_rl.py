@@ -194,3 +194,32 @@ def test_bandit_with_adam_learns_best_arm():
     probs = np.asarray(jax.nn.softmax(params))
     assert probs[2] > 0.8
     assert probs[2] == pytest.approx(0.97337747, abs=1e-3)
+
+
+def test_clip_fraction_of_negative_advantages_alone():
+    """One row with A < 0: only its ratio below 1 - eps is clipped (1 of 3); a rule that
+    checks the lower bound for A > 0 instead counts none (a mutant the other examples missed:
+    their rows made both rules count the same number)."""
+    lp = jnp.log(jnp.array([[0.6, 1.5, 1.0]], jnp.float32))
+    _, m = grpo_loss(lp, jnp.zeros((1, 3)), jnp.array([-1.0]), jnp.ones((1, 3)))
+    assert float(m["clip_frac"]) == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("which", ["valid", "logp_old", "logp_ref"])
+def test_shape_mismatch_is_a_one_line_error(which):
+    """A smaller mask, old log-prob or reference than logp [N, T] is an error naming it, not
+    a silent broadcast."""
+    from jaxtts.errors import ConfigError
+
+    lp = jnp.zeros((2, 3))
+    args = dict(logp_old=jnp.zeros((2, 3)), valid=jnp.ones((2, 3)), logp_ref=jnp.zeros((2, 3)))
+    args[which] = jnp.zeros((2, 2))
+    with pytest.raises(ConfigError, match="grpo_loss"):
+        grpo_loss(
+            lp,
+            args["logp_old"],
+            jnp.ones((2,)),
+            args["valid"],
+            kl_beta=0.1,
+            logp_ref=args["logp_ref"],
+        )
