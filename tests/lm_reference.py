@@ -137,3 +137,16 @@ def run_in_segments(strategy, models, params, batch, keys, *, max_new_tokens, sa
         st = driver.advance(st, params, keys, num_steps=k, sampling=sampling)
         n += 1
     return driver.output(st), n
+
+
+def assert_same_decode(got, want, stats: bool = False) -> None:
+    """Two DecodeOutputs agree token for token: tokens, lengths, steps, cap flags (and every
+    strategy statistic when `stats`)."""
+    import numpy as np
+
+    for name in ("tokens", "length", "steps", "hit_max"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    if stats:
+        assert set(got.stats) == set(want.stats)
+        for k, v in want.stats.items():
+            np.testing.assert_array_equal(got.stats[k], v, err_msg=k)
