@@ -14,6 +14,9 @@ own backbone). Steps and KV bytes are per
 second of generated audio. WER: the domain-LM WER of the row with the same strategy and folder in
 an evaluate `results.json` (`--eval`, any number, comma-separated): the full test split as the
 README's table. The paper's figure and this project's target are printed beside each row.
+`--merge <earlier JSON>` keeps an earlier run's other rows in the table (a new method's rows
+next to the measured ones); `--steps_only` adds step statistics to an earlier run's rows
+without timing.
 
 Run it on a quiet machine: every number is wall time. Every row x batch compiles its decode
 shapes first (~30 s each for the 12-layer backbone on 2 CPU cores, several text-length buckets
@@ -104,6 +107,18 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", default="1,8")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="out/methods_speed.json")
+    ap.add_argument(
+        "--merge",
+        default="",
+        help="an earlier --out JSON: its rows not measured now are kept in the table",
+    )
+    ap.add_argument(
+        "--steps_only",
+        action="store_true",
+        help="no timing: decode each row once per batch size and add the step statistics "
+        "(steps, batch steps, tokens per step) to the matching rows of --merge, keeping their "
+        "measured times (decoding is seeded, so the steps are those of the timed run)",
+    )
     args = ap.parse_args(argv)
 
     import jax
@@ -144,6 +159,8 @@ def main(argv=None) -> int:
         return {
             "lm_rtf": sum(r.info["lm_s"] for r in res) / audio,
             "steps_per_audio_s": sum(r.info["steps"] for r in res) / audio,
+            # the steps the batches ran (each until its longest row ended) per audio second
+            "batch_steps_per_audio_s": sum(r.info["batch_step_share"] for r in res) / audio,
             "tokens_per_step": sum(r.info["num_tokens"] for r in res)
             / max(1, sum(r.info["steps"] for r in res)),
             "kv_mb_per_audio_s": sum(r.info["kv_cache_bytes"] for r in res) / audio / 2**20,
@@ -151,6 +168,21 @@ def main(argv=None) -> int:
         }
 
     wers = wer_lookup([p for p in args.eval.split(",") if p])
+    earlier = json.loads(Path(args.merge).read_text()) if args.merge else []
+    if args.steps_only:
+        if not earlier:
+            print("error: --steps_only: expected --merge <earlier JSON>", file=sys.stderr)
+            return 2
+        for e in earlier:
+            for b in batches:
+                if (e["strategy"], e["folder"]) in rows and f"b{b}" in e:
+                    m = run(e["strategy"], e["folder"], b)
+                    e[f"b{b}"].update({k: v for k, v in m.items() if "step" in k})
+                    print(f"  steps {e['strategy']}@{e['folder']} b{b}: {m}", flush=True)
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        Path(args.out).write_text(json.dumps(earlier, indent=1))
+        print(f"-> {args.out}")
+        return 0
     meas: dict = {}
     for i, b in enumerate(batches):  # one batch size after another; the JSON grows with each
         for strategy, folder in rows:  # compile every shape of this batch size before timing
@@ -165,11 +197,12 @@ def main(argv=None) -> int:
             for strategy, folder in rows:
                 meas.setdefault((strategy, folder, b), []).append(run(strategy, folder, b))
         print(f"batch {b}: {args.rounds} rounds done", flush=True)
-        report(rows, batches[: i + 1], meas, wers, args.out, final=i == len(batches) - 1)
+        keep = [e for e in earlier if (e["strategy"], e["folder"]) not in rows]
+        report(rows, batches[: i + 1], meas, wers, args.out, i == len(batches) - 1, keep)
     return 0
 
 
-def report(rows, batches, meas, wers, out, final: bool) -> list:
+def report(rows, batches, meas, wers, out, final: bool, keep=()) -> list:
     """The table of the batch sizes measured so far: printed and written to `out` (JSON), so a
     run stopped at its time limit keeps the batch sizes it finished."""
     table = []
@@ -182,6 +215,7 @@ def report(rows, batches, meas, wers, out, final: bool) -> list:
             ms = meas[(strategy, folder, b)]
             entry[f"b{b}"] = {k: statistics.median(m[k] for m in ms) for k in ms[0]}
         table.append(entry)
+    table = list(keep) + table  # rows of an earlier run (--merge), as they were measured
     far = {e["backbone"]: e for e in table if e["strategy"] == "far"}
     b0 = batches[0]
     lines = ["\n| method | run | backbone | WER % | " + " | ".join(
@@ -193,10 +227,13 @@ def report(rows, batches, meas, wers, out, final: bool) -> list:
         paper, target, allowance = paper_row(e["strategy"])
         cells = []
         for b in batches:
-            up = ref[f"b{b}"]["lm_rtf"] / e[f"b{b}"]["lm_rtf"] if ref else None
+            if f"b{b}" not in e:  # a kept row not measured at this batch size
+                cells += ["—", "—"]
+                continue
+            up = ref[f"b{b}"]["lm_rtf"] / e[f"b{b}"]["lm_rtf"] if ref and f"b{b}" in ref else None
             e[f"b{b}"]["speed_vs_far"] = up
             cells += [f"{e[f'b{b}']['lm_rtf']:.4f}", f"{up:.2f}x" if up else "—"]
-        up0 = e[f"b{b0}"].get("speed_vs_far")
+        up0 = e.get(f"b{b0}", {}).get("speed_vs_far")
         holds = "—"
         if target is not None and up0 is not None:
             wer_ok = (

@@ -246,15 +246,17 @@ class Device:
     cbytes: int = 4
     peak: float = 0.0  # FLOP/s (used when no per-M curve)
     curve: list | None = None  # [[M, FLOP/s], ...] achieved matmul throughput by rows
-    fixed_by_batch: dict | None = None  # {batch: [o_f, o_l]} fitted on real decode steps
+    # {batch: [o_f, o_l] or [o_f, o_l, o_s]} fitted on real decode steps
+    fixed_by_batch: dict | None = None
 
-    def fixed(self, b: int) -> tuple[float, float]:
-        """(per-forward, per-layer) fixed cost at batch b: the fit at the nearest calibrated
-        batch (log scale), else the constants."""
+    def fixed(self, b: int) -> tuple[float, float, float]:
+        """(per-forward, per-layer, per extra token slot) fixed cost at batch b: the fit at
+        the nearest calibrated batch (log scale), else the constants (no slot term)."""
         if not self.fixed_by_batch:
-            return self.o_f, self.o_l
+            return self.o_f, self.o_l, 0.0
         near = min(self.fixed_by_batch, key=lambda k: abs(math.log(int(k)) - math.log(b)))
-        return tuple(self.fixed_by_batch[near])
+        f = list(self.fixed_by_batch[near])
+        return f[0], f[1], f[2] if len(f) > 2 else 0.0
 
     def flops_rate(self, m: float) -> float:
         if not self.curve:
@@ -271,8 +273,10 @@ class Device:
     def forward_time(self, f: Forward, b: int) -> dict:
         compute = f.flops(b) / self.flops_rate(b * f.q)
         memory = f.bytes(b, self.wbytes, self.cbytes) / self.bw
-        o_f, o_l = self.fixed(b)
-        fixed = o_f + o_l * f.layers
+        o_f, o_l, o_s = self.fixed(b)
+        # the slot term: what a forward of q tokens per row costs beyond one token's (its
+        # heads' sampling, cache writes), fitted on car:3 against far
+        fixed = o_f + o_l * f.layers + o_s * max(0.0, f.q - 1)
         return {
             "compute": compute,
             "memory": memory,
@@ -290,12 +294,19 @@ class Device:
 def lm_rtf(
     dev: Device, strategy: str, lm: LMShape, stats: dict, b: int, context: float, extra=None
 ) -> dict:
-    """Predicted LM seconds per audio second at batch b (rows decode in parallel: a step
-    serves b rows, so the time per audio second divides by b)."""
+    """Predicted LM seconds per audio second at batch b. A step serves b rows, and a batch
+    steps until its longest row ends: with the measured `batch_steps_per_audio_s` (the steps
+    the batches ran per audio second, methods_speed.py) the time is step time x those steps;
+    without it (predictions from batch-1 statistics) rows are taken as equally long, step
+    time x steps per audio second / b."""
     fw = step_forwards(strategy, lm, stats, context, extra)
     st = dev.step_time(fw, b)
     steps = float(stats["steps_per_audio_s"])
-    return dict(st, lm_rtf=st["time"] * steps / b, steps_per_audio_s=steps)
+    if b > 1 and "batch_steps_per_audio_s" in stats:
+        batch_steps = float(stats["batch_steps_per_audio_s"])
+    else:
+        batch_steps = steps / b
+    return dict(st, lm_rtf=st["time"] * batch_steps, steps_per_audio_s=steps)
 
 
 # ----------------------------------------------------------------------------- calibration
@@ -392,10 +403,12 @@ def calibrate(
 def fit_fixed_costs(
     model: dict, bw: float, curve: list, batches=(1, 8), depths=(1, 4), tokens: int = 64
 ) -> dict:
-    """{batch: [o_f, o_l]}: the fixed costs of real decode steps. FAR decodes `tokens` tokens
-    (EOS suppressed) with random weights of the `small` shapes at two depths; the measured
-    time per step minus what the FLOP and byte terms predict for it is the fixed part, split
-    into a per-layer slope and a per-forward intercept. (A synthetic fused layer measures far
+    """{batch: [o_f, o_l, o_s]}: the fixed costs of real decode steps. FAR decodes `tokens`
+    tokens (EOS suppressed) with random weights of the `small` shapes at two depths; the
+    measured time per step minus what the FLOP and byte terms predict for it is the fixed
+    part, split into a per-layer slope and a per-forward intercept. CAR c=3 at the first
+    depth gives the per-slot term: what each extra token of a step costs beyond its FLOPs and
+    bytes (its head's sampling, cache writes). (A synthetic fused layer measures far
     less than a real one: ~15 separate ops, attention over the cache, the heads' sampling.)"""
     import importlib.util
 
@@ -434,30 +447,35 @@ def fit_fixed_costs(
                 jax.jit(TTSLM(cfg).init)(jax.random.key(0), one, np.array([4]), one, np.array([4]))
             )["params"]
             batch, keys = bd.random_batch(np.random.default_rng(0), cfg, b, text_len, prompt_len)
-            walls = []
-            for _ in range(3):
-                _, wall, _ = bd.time_decode(
-                    registry.get("far"),
-                    {"target": TTSLM(cfg)},
-                    {"target": params},
-                    batch,
-                    keys,
-                    tokens,
-                    sampling,
-                    repeats=1,
-                )
-                walls.append(wall)
-            per_step = sorted(walls)[1] / tokens
             lm = LMShape.from_config(cfg)
-            pred = dev.step_time(
-                step_forwards("far", lm, {}, text_len + prompt_len + tokens / 2), b
-            )
-            resid[depth] = per_step - max(pred["compute"], pred["memory"])
+            runs = ["far", "car:3"] if depth == depths[0] else ["far"]
+            for strategy in runs:
+                walls, steps = [], 1
+                for _ in range(3):
+                    o, wall, _ = bd.time_decode(
+                        registry.get(strategy),
+                        {"target": TTSLM(cfg)},
+                        {"target": params},
+                        batch,
+                        keys,
+                        tokens,
+                        sampling,
+                        repeats=1,
+                    )
+                    walls.append(wall)
+                    steps = max(1, int(np.max(np.asarray(o.steps))))
+                per_step = sorted(walls)[1] / steps
+                pred = dev.step_time(
+                    step_forwards(strategy, lm, {}, text_len + prompt_len + tokens / 2), b
+                )
+                resid[(strategy, depth)] = per_step - max(pred["compute"], pred["memory"])
         d0, d1 = depths
-        o_l = max(0.0, (resid[d1] - resid[d0]) / (d1 - d0))
-        out[b] = [max(0.0, resid[d0] - o_l * d0), o_l]
+        o_l = max(0.0, (resid[("far", d1)] - resid[("far", d0)]) / (d1 - d0))
+        o_s = max(0.0, (resid[("car:3", d0)] - resid[("far", d0)]) / 2)
+        out[b] = [max(0.0, resid[("far", d0)] - o_l * d0), o_l, o_s]
         print(
-            f"batch {b}: fixed {1e3 * out[b][0]:.2f} ms per forward + {1e3 * o_l:.2f} ms per layer"
+            f"batch {b}: fixed {1e3 * out[b][0]:.2f} ms per forward + {1e3 * o_l:.2f} ms per "
+            f"layer + {1e3 * o_s:.2f} ms per extra token slot"
         )
     return out
 

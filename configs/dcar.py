@@ -40,6 +40,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             guidance=(2, 3),  # action-guidance set: the best fixed CAR chunk sizes
             chase_then_exceed=True,  # half of each group decoded with fixed guidance sizes
             gamma=0.1,  # out-of-range penalty weight
+            reward_metric="wer",  # the reward's error rate: 'wer' (the paper) | 'cer'
             group_size=8,  # G rollouts per prompt (even)
             prompts_per_step=4,  # P prompts per step (N = P * G rollouts, one batch)
             min_seconds=3.0,  # training utterances at least this long

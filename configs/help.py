@@ -164,6 +164,8 @@ HELP = {
     "dcpo.guidance": "action-guidance set: chunk sizes in range (e.g. '(2,3)'); penalty outside",
     "dcpo.chase_then_exceed": "half of each group decoded with fixed sizes from the guidance set",
     "dcpo.gamma": "out-of-range penalty weight in the reward",
+    "dcpo.reward_metric": "the reward's error rate: wer (the paper) or cer (finer; a weak "
+    "reward ASR's per-sentence WER is too coarse to rank chunk sizes)",
     "dcpo.group_size": "G: rollouts per prompt (even; advantages are normalised per group)",
     "dcpo.prompts_per_step": "P: prompts per step (P x G rollouts decoded in one batch)",
     "dcpo.min_seconds": "training utterances at least this long qualify as prompts",

@@ -8,6 +8,8 @@ Variants (`--config configs/tldr.py:<variant>`):
   small_p2 / small_p8                  patch size 2 / 8
   small_meanpool / small_nolora / small_nospk   the paper's ablations (compressor = mean
                pool; lora_rank 0; no speaker embedding)
+  deep / deep_p2   P = 4 / 2 on pretrained/car_deep (12 layers): the 2-layer extractor is
+               1/6 of the backbone, the paper's ratio (4 next to 24)
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
@@ -30,6 +32,8 @@ VARIANTS = (
     "small_meanpool",
     "small_nolora",
     "small_nospk",
+    "deep",
+    "deep_p2",
 )
 
 
@@ -88,6 +92,9 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         t.lora_rank = 0
     elif v == "small_nospk":
         t.speaker = False
+    elif v in ("deep", "deep_p2"):
+        t.backbone = "pretrained/car_deep"
+        t.patch = 2 if v == "deep_p2" else 4
     elif v == "tiny":
         t.update(
             corpus_utterances=40,

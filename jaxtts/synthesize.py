@@ -199,20 +199,13 @@ class Synthesizer:
             key = id(prompt)
             if key not in cache:
                 cache[key] = engine.encode_prompt(prompt)
-            p_ids, p_units = cache[key]
-            limit = max(8, engine.max_text_symbols)
-            frontend = engine.frontend
             try:
-                pieces = split_text(text, lambda s, n=limit, f=frontend: len(f.encode(s)) <= n)
-                encoded = [frontend.encode(p) for p in pieces]
+                line_rows = self._text_rows(i, text, *cache[key])
             except TextError as e:
                 results[i] = self._skipped(i, text, str(e))
                 continue
-            pieces_of[i] = len(pieces)
-            for j, ids in enumerate(encoded):
-                rows.append(
-                    (i, j, np.concatenate([p_ids, ids]).astype(np.int32), p_units, p_ids.size)
-                )
+            pieces_of[i] = len(line_rows)
+            rows += line_rows
 
         # 2. batches of similar length; fewer rows than batch_size run as a smaller power-of-two
         # batch (one text: batch 1), not padded up to batch_size
@@ -243,6 +236,9 @@ class Synthesizer:
                 "sample_rate": self.sample_rate,
                 "num_tokens": int(sum(p["num_tokens"] for p in parts)),
                 "steps": int(sum(p["steps"] for p in parts)),
+                # this row's share of the steps its batches ran (a batch steps until its
+                # longest row ends): summed over rows, the steps the decode loops ran
+                "batch_step_share": float(sum(p["batch_step_share"] for p in parts)),
                 "num_forwards": int(sum(p["steps"] + 1 for p in parts)),  # + prefill
                 "hit_max": bool(any(p["hit_max"] for p in parts)),
                 "lm_s": float(sum(p["lm_s"] for p in parts)),
@@ -261,6 +257,29 @@ class Synthesizer:
             results[i] = SynthResult(i, texts[i], wav.astype(np.float32), tokens, info)
         return [results[i] for i in range(len(texts))]
 
+    def _text_rows(self, i: int, text: str, p_ids: np.ndarray, p_units: np.ndarray) -> list:
+        """Line i -> its rows (i, piece, prompt + piece text ids, prompt units, prompt
+        transcript length): pieces that fit the model's text length. TextError: unspeakable."""
+        limit = max(8, self.engine.max_text_symbols)
+        frontend = self.engine.frontend
+        pieces = split_text(text, lambda s, n=limit, f=frontend: len(f.encode(s)) <= n)
+        return [
+            (
+                i,
+                j,
+                np.concatenate([p_ids, frontend.encode(p)]).astype(np.int32),
+                p_units,
+                p_ids.size,
+            )
+            for j, p in enumerate(pieces)
+        ]
+
+    def stream(self, text: str, prompt: Prompt | None = None, **kw):
+        """One text as audio chunks while it decodes: `jaxtts.stream.stream` (its arguments)."""
+        from jaxtts.stream import stream  # stream imports this module's helpers' users
+
+        return stream(self, text, prompt, **kw)
+
     def _skipped(self, i: int, text: str, reason: str) -> SynthResult:
         log.warning("line %d: skipped (%s)", i + 1, reason)
         return SynthResult(
@@ -272,12 +291,12 @@ class Synthesizer:
             skipped=reason,
         )
 
-    def _run_batch(
-        self, rows, options: DecodeOptions, seed: int, batch_size: int, vocode: bool = True
-    ):
-        engine = self.engine
+    def _prompt_batch(self, rows, batch_size: int, seed: int) -> tuple[PromptBatch, object]:
+        """Rows (line, piece, prompt + target text ids, prompt units, prompt transcript
+        length) -> (a PromptBatch of max(len(rows), batch_size) rows, widths bucketed; the last
+        row repeated to fill it: one compiled shape), per-row keys)."""
         n = len(rows)
-        b = max(n, batch_size)  # the last batch is filled up: one compiled shape
+        b = max(n, batch_size)
         x = _bucket(max(r[2].size for r in rows), 64)
         p = _bucket(max(len(r[3]) for r in rows), self._prompt_bucket)
         units = rows[0][3]
@@ -294,7 +313,16 @@ class Synthesizer:
         # a row's key depends only on (seed, line index, piece index): not on its batch
         ids = [line * _MAX_PIECES + piece for line, piece, *_ in rows]
         keys = row_keys(seed, ids + [0] * (b - n))
-        batch = PromptBatch(text, text_len, prompt, prompt_len, prompt_text_len)
+        return PromptBatch(text, text_len, prompt, prompt_len, prompt_text_len), keys
+
+    def _run_batch(
+        self, rows, options: DecodeOptions, seed: int, batch_size: int, vocode: bool = True
+    ):
+        engine = self.engine
+        n = len(rows)
+        batch, keys = self._prompt_batch(rows, batch_size, seed)
+        b, x = batch.text.shape
+        p = batch.prompt.shape[1]
 
         shape = (engine.compile_key(options), b, x, p)
         compile_s = 0.0
@@ -308,6 +336,7 @@ class Synthesizer:
         lm_s = (time.perf_counter() - t0) / n
         res = {}
         t1 = time.perf_counter()
+        batch_steps = int(np.max(out.steps))  # every row of the batch, filler rows included
         for k in range(n):
             line, piece, ids, unit, _ = rows[k]
             length = int(out.length[k])
@@ -320,6 +349,7 @@ class Synthesizer:
                 "tokens": gen,
                 "num_tokens": length,
                 "steps": int(out.steps[k]),
+                "batch_step_share": batch_steps / n,
                 "hit_max": bool(out.hit_max[k]),
                 "lm_s": lm_s,
                 "compile_s": compile_s,

@@ -295,6 +295,14 @@ def test_out_of_range_and_reward_hand_computed():
     np.testing.assert_allclose(r, [-(0.30 - 0.10) - 0.05, 0.0, -(0.50 - 0.20)], atol=1e-7)
 
 
+def test_reward_metric_is_checked():
+    from jaxtts.methods.dcar.dcpo import check_reward_metric
+
+    assert check_reward_metric("cer") == "cer"
+    with pytest.raises(ConfigError, match=r"dcpo.reward_metric='mer': expected one of"):
+        check_reward_metric("mer")
+
+
 def test_chase_then_exceed_groups():
     from jaxtts.methods.dcar.dcpo import chase_groups
 
@@ -332,7 +340,7 @@ def test_dcpo_loss_masks_inner_positions_and_moves_toward_reward():
         "advantages": adv,
         "forced": jnp.zeros(n, jnp.int32),
     }
-    for k in ("reward", "wer", "mean_chunk", "out_of_range"):
+    for k in ("reward", "wer", "cer", "mean_chunk", "out_of_range"):
         batch[k] = jnp.zeros(n)
     loss, m = task.loss(params, batch, None, train=True, step=jnp.asarray(0))
     # ratio 1, KL 0 at the start: loss = -(sum_valid A) / #valid

@@ -41,6 +41,14 @@ def test_wer_details_and_empty_reference():
         M.wer(["a"], [])
 
 
+def test_sentence_cer_hand_made_pairs():
+    # "the cat" (7 characters, the space counts) vs "the bat": 1 substitution
+    cer = M.sentence_cer(["The cat!", "a dog", "", "", "ab"], ["the bat", "", "", "uh", "abcd"])
+    np.testing.assert_allclose(cer, [1 / 7, 1.0, 0.0, 1.0, 2 / 2])
+    with pytest.raises(ValueError, match="2 references but 1 hypotheses"):
+        M.sentence_cer(["a", "b"], ["a"])
+
+
 def test_normalisation_matches_both_sides():
     assert M.normalize_for_wer("Dr. Smith, 5 cats!") == "doctor smith five cats"
     assert M.wer(["Dr. Smith, 5 cats!"], ["doctor smith five cats"]) == 0.0

@@ -92,6 +92,11 @@ class SpeechTokenizer(abc.ABC):
     def fitted(self) -> bool:
         return True
 
+    @property
+    def lookahead_tokens(self) -> int:
+        """How many later tokens a token's decoded frames depend on (0: frame-local)."""
+        return 0
+
     @abc.abstractmethod
     def fit(self, mels: Sequence[np.ndarray], **kw) -> SpeechTokenizer:
         """Learns the tokenizer from log-mels ([T_i, n_mels] each); returns self."""
@@ -385,6 +390,15 @@ class KMeansTokenizer(SpeechTokenizer):
 
             z = z + token_decoder.apply(self.conv_decoder, tokens[None])[0]  # [T, f M]
         return z
+
+    @property
+    def lookahead_tokens(self) -> int:
+        """W of the context decoder + L * (k // 2) of the conv decoder (its 'same' convolutions)."""
+        r = 0
+        if self.conv_decoder is not None:
+            n, kk = self.conv_decoder["conv"].shape[:2]
+            r = n * (kk // 2)
+        return self.context_window + r
 
     # -- context decoder
     @property

@@ -91,23 +91,33 @@ class GriffinLim(Vocoder):
         return s.T.astype(np.float32)  # [T, F]
 
     def mel_to_audio(self, mel: np.ndarray) -> np.ndarray:
-        cfg = self.mel_cfg
         mag = self.linear_magnitude(mel) ** self.power  # [T, F]
-        t = mag.shape[0]
-        if t == 0:
+        if mag.shape[0] == 0:
             return np.zeros((0,), np.float32)
-        length = (t - 1) * cfg.hop_length
-        rng = np.random.default_rng(self.seed)
+        wav, _ = self.phase_retrieval(mag)
+        peak = float(np.abs(wav).max())
+        return (wav / peak * 0.9 if peak > 0.9 else wav).astype(np.float32)  # [N]
+
+    def phase_retrieval(
+        self, mag: np.ndarray, init: np.ndarray | None = None, seed: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Fast Griffin-Lim on a magnitude spectrogram [T, F] -> (audio float32 [(T - 1) hop],
+        unit phases complex64 [T, F]). `init` [T0, F] (T0 <= T) starts the first T0 frames
+        from known phases instead of random ones (the streaming vocoder, `jaxtts.stream`,
+        continues the previous window's phases)."""
+        cfg = self.mel_cfg
+        length = (mag.shape[0] - 1) * cfg.hop_length
+        rng = np.random.default_rng(self.seed if seed is None else seed)
         angles = np.exp(2j * np.pi * rng.random(mag.shape)).astype(np.complex64)  # [T, F]
+        if init is not None and len(init):
+            angles[: len(init)] = init
         prev = np.zeros_like(angles)
         for _ in range(self.n_iter):
             rebuilt = stft(istft(mag * angles, cfg, length), cfg)  # [T, F]
             accel = rebuilt - (self.momentum / (1 + self.momentum)) * prev
             angles = accel / np.maximum(np.abs(accel), 1e-8)
             prev = rebuilt
-        wav = istft(mag * angles, cfg, length)
-        peak = float(np.abs(wav).max())
-        return (wav / peak * 0.9 if peak > 0.9 else wav).astype(np.float32)  # [N]
+        return istft(mag * angles, cfg, length), angles.astype(np.complex64)
 
 
 VOCODERS = {"griffin_lim": GriffinLim}

@@ -98,6 +98,23 @@ def wer_details(refs: list[str], hyps: list[str], normalize: bool = True) -> lis
     return out
 
 
+def sentence_cer(refs: list[str], hyps: list[str]) -> np.ndarray:
+    """Per-utterance character error rate float64 [N] on `normalize_for_wer` text (spaces
+    count as characters). An empty side: 0 when both are empty, else 1 (all deleted or all
+    inserted)."""
+    if len(refs) != len(hyps):
+        raise ValueError(f"cer: {len(refs)} references but {len(hyps)} hypotheses, expected equal")
+    out = np.zeros((len(refs),), np.float64)
+    for i, (ref, hyp) in enumerate(zip(refs, hyps, strict=True)):
+        ref, hyp = normalize_for_wer(ref), normalize_for_wer(hyp)
+        if not ref or not hyp:
+            out[i] = 0.0 if ref == hyp else 1.0
+            continue
+        o = jiwer.process_characters(ref, hyp)
+        out[i] = (o.substitutions + o.deletions + o.insertions) / len(ref)
+    return out
+
+
 def corpus_wer(details: list[WerDetail]) -> float:
     """Total edits / total reference words (0.0 for an empty list)."""
     errors = sum(d.errors for d in details)

@@ -19,7 +19,10 @@ One step (`RolloutSource.get_batch`, on-policy: it reads the current policy from
 3. **Reward** (`rewards`): tokens -> mel (tokenizer codebook) -> the JAX CTC ASR (greedy) ->
    per-row WER against the text, relative to the ASR's WER on the ground-truth audio:
        R = -(WER(gen) - WER(gt)) - gamma * mean_t dist(c_t, [min G, max G])
-   where dist is how far a chosen size lies outside the guidance range.
+   where dist is how far a chosen size lies outside the guidance range. With
+   `dcpo.reward_metric = "cer"` the per-row CER replaces the WER (both relative to the
+   ground truth's): a deviation from the paper for a weak reward ASR whose per-sentence WER is
+   too coarse to rank chunk sizes (benchmarks/dcar_reward_noise.py, RESULTS §deep-dcar).
 4. Group-normalised advantages (`group_advantages`), then the batch: the recorded policy
    inputs [N, S, D] (backbone hidden states at decision positions), actions, behaviour
    log-probs, the decision mask (only positions where a size was chosen; inner-chunk
@@ -53,6 +56,7 @@ from jaxtts.data.prepare import ensure_builtin_corpus
 from jaxtts.decode.driver import PromptBatch, decode
 from jaxtts.decode.sampling import SamplingConfig, row_keys
 from jaxtts.errors import ConfigError
+from jaxtts.eval.metrics import sentence_cer, wer_details
 from jaxtts.methods.dcar.policy import ChunkPolicy, PolicyConfig, action_logp
 from jaxtts.methods.dcar.strategies import DCAR
 from jaxtts.run_folder import record_fingerprint
@@ -146,7 +150,7 @@ class DCPOTask:
             logp_ref=logp_ref,
         )
         m = dict(m, kl_beta=beta)
-        for k in ("reward", "wer", "mean_chunk", "out_of_range"):
+        for k in ("reward", "wer", "cer", "mean_chunk", "out_of_range"):
             m[k] = jnp.mean(batch[k])
         fixed = batch["forced"] > 0
         m["reward_policy"] = jnp.sum(jnp.where(fixed, 0.0, batch["reward"])) / jnp.maximum(
@@ -167,6 +171,16 @@ class _Row:
     ids: np.ndarray  # int32 prompt transcript + target text ids
     prompt: np.ndarray  # int32 prompt tokens
     wer_gt: float
+    cer_gt: float = 0.0
+
+
+REWARD_METRICS = ("wer", "cer")
+
+
+def check_reward_metric(name) -> str:
+    if str(name) not in REWARD_METRICS:
+        raise ConfigError(f"dcpo.reward_metric={name!r}: expected one of {list(REWARD_METRICS)}")
+    return str(name)
 
 
 class RolloutSource:
@@ -183,6 +197,7 @@ class RolloutSource:
         k = engine.cfg.num_mtp_heads
         self.guidance = check_guidance(d.guidance, k)
         self.chase, self.gamma = bool(d.chase_then_exceed), float(d.gamma)
+        self.metric = check_reward_metric(d.get("reward_metric", "wer"))
         self.seed = int(config.train.seed)
         self.sampling = SamplingConfig.from_config(dict(engine.decode_config))  # the backbone's
         self.max_new = int(round(float(d.max_seconds) * engine.frame_rate))
@@ -208,15 +223,19 @@ class RolloutSource:
             "advantages": z,
             "reward": z,
             "wer": z,
+            "cer": z,
             "mean_chunk": z,
             "out_of_range": z,
             "forced": np.zeros((n,), np.int32),
         }
 
-    def rollout(self, policy_params, step: int) -> tuple[dict, dict]:
-        """Decode P*G rows with the policy; -> (batch, host stats incl. texts)."""
+    def rollout(self, policy_params, step: int, pick=None, forced=None) -> tuple[dict, dict]:
+        """Decode P*G rows with the policy; -> (batch, host stats incl. texts). `pick` ([P]
+        row indices) and `forced` ([P, G] fixed chunk sizes, 0 = the policy's) override the
+        step's own draw (benchmarks/dcar_reward_noise.py)."""
         rng = np.random.default_rng([self.seed, step])
-        pick = rng.choice(len(self.rows), self.prompts, replace=False)
+        drawn = rng.choice(len(self.rows), self.prompts, replace=False)
+        pick = drawn if pick is None else np.asarray(pick)
         rows = [self.rows[i] for i in pick for _ in range(self.group)]
         n = len(rows)
         text = np.zeros((n, self.x), np.int32)
@@ -229,7 +248,8 @@ class RolloutSource:
             prompt,
             np.array([r.prompt.size for r in rows], np.int32),
         )
-        forced = chase_groups(rng, self.prompts, self.group, self.guidance, self.chase)
+        drawn = chase_groups(rng, self.prompts, self.group, self.guidance, self.chase)
+        forced = drawn if forced is None else np.asarray(forced, np.int32)
         keys = row_keys(self.seed * 1_000_003 + step, range(n))
         params = {
             "target": self.engine.params,
@@ -255,15 +275,18 @@ class RolloutSource:
             for i in range(n)
         ]
         hyps = self.asr.transcribe_mels(mels)
-        from jaxtts.eval.metrics import wer_details
-
-        det = wer_details([r.text for r in rows], hyps)
+        texts = [r.text for r in rows]
+        det = wer_details(texts, hyps)
         wer_gen = np.array([d.errors / max(d.num_ref_words, 1) for d in det], np.float32)
-        wer_gt = np.array([r.wer_gt for r in rows], np.float32)
+        cer_gen = sentence_cer(texts, hyps).astype(np.float32)
+        if self.metric == "cer":
+            err_gen, err_gt = cer_gen, np.array([r.cer_gt for r in rows], np.float32)
+        else:
+            err_gen, err_gt = wer_gen, np.array([r.wer_gt for r in rows], np.float32)
         mask = decision_mask(out.steps, self.max_new)
         actions = np.asarray(out.stats["actions"])
         dist = out_of_range(actions, mask, self.guidance)
-        reward = rewards(wer_gen, wer_gt, dist, self.gamma)
+        reward = rewards(err_gen, err_gt, dist, self.gamma)
         adv = np.asarray(group_advantages(reward.reshape(self.prompts, self.group))).reshape(-1)
         b = {
             "inputs": np.asarray(out.stats["policy_inputs"], np.float32),
@@ -274,13 +297,14 @@ class RolloutSource:
             "advantages": adv,
             "reward": reward,
             "wer": wer_gen,
+            "cer": cer_gen,
             "mean_chunk": (length / steps).astype(np.float32),
             "out_of_range": dist,
             "forced": forced,
         }
         return b, {
             "hyps": hyps,
-            "texts": [r.text for r in rows],
+            "texts": texts,
             "hit_max": np.asarray(out.hit_max),
         }
 
@@ -335,7 +359,6 @@ def training_rows(config, engine, asr, progress: bool = True) -> list[_Row]:
     """Training utterances >= min_seconds with their prompt and the ASR's ground-truth WER."""
     from jaxtts.data.audio import utterance_mels
     from jaxtts.data.manifest import read_split
-    from jaxtts.eval.metrics import wer_details
     from jaxtts.synthesize import prompts_from_utterances
 
     d = config.dcpo
@@ -351,13 +374,21 @@ def training_rows(config, engine, asr, progress: bool = True) -> list[_Row]:
         )
     prompts = prompts_from_utterances(pool, utts)
     mels = utterance_mels(utts, progress=progress, desc="log-mel (ground truth)")
-    gt = wer_details([u.text for u in utts], asr.transcribe_mels(mels))
+    texts = [u.text for u in utts]
+    hyps = asr.transcribe_mels(mels)
+    gt, gt_cer = wer_details(texts, hyps), sentence_cer(texts, hyps)
     rows = []
-    for u, p, g in zip(utts, prompts, gt, strict=True):
+    for u, p, g, c in zip(utts, prompts, gt, gt_cer, strict=True):
         p_ids, p_units = engine.encode_prompt(p)
         ids = np.concatenate([p_ids, engine.frontend.encode(u.text)]).astype(np.int32)
         rows.append(
-            _Row(u.text, ids, np.asarray(p_units, np.int32), g.errors / max(g.num_ref_words, 1))
+            _Row(
+                u.text,
+                ids,
+                np.asarray(p_units, np.int32),
+                g.errors / max(g.num_ref_words, 1),
+                float(c),
+            )
         )
     return rows
 
@@ -410,6 +441,7 @@ __all__ = [
     "DCPOTask",
     "RolloutSource",
     "chase_groups",
+    "check_reward_metric",
     "decision_mask",
     "out_of_range",
     "rewards",

@@ -108,15 +108,13 @@ class LMEngine(Engine):
         strategy.check(models)
         return strategy.name
 
+    def decode_plan(self, batch: PromptBatch, options: DecodeOptions) -> tuple:
+        """(strategy, models, params) that decode `options.strategy` for `batch`: what
+        `generate` runs in one call and `jaxtts.stream` runs segment by segment."""
+        return registry.get(options.strategy), self.decode_models(), self.decode_params()
+
     def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
-        return self._generate(
-            registry.get(options.strategy),
-            self.decode_models(),
-            self.decode_params(),
-            batch,
-            keys,
-            options,
-        )
+        return self._generate(*self.decode_plan(batch, options), batch, keys, options)
 
     def _generate(self, strategy, models, params, batch, keys, options) -> Generated:
         out = jax.device_get(

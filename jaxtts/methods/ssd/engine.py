@@ -70,17 +70,11 @@ class SSDEngine(LMEngine):
             return "draft"
         return super().check_strategy(spec)
 
-    def generate(self, batch, keys, options):
+    def decode_plan(self, batch, options):
         if not isinstance(registry.get(options.strategy), Draft):
-            return super().generate(batch, keys, options)
-        return self._generate(
-            registry.get("far"),
-            {"target": self.draft},
-            {"target": self.draft_params},
-            batch,
-            keys,
-            options,
-        )
+            return super().decode_plan(batch, options)
+        # `draft`: the draft alone decodes FAR (its own quality)
+        return registry.get("far"), {"target": self.draft}, {"target": self.draft_params}
 
 
 def acceptance_schedule(

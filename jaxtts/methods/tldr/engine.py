@@ -106,10 +106,10 @@ class TLDREngine(LMEngine):
                 "prompt speech (pass a longer --prompt)"
             )
 
-    def generate(self, batch, keys, options):
+    def decode_plan(self, batch, options):
         if options.strategy == "tldr":
             self.check_reference(jax.device_get(batch.prompt_len))
-        return super().generate(batch, keys, options)
+        return super().decode_plan(batch, options)
 
     def memory_bytes(
         self, text_len: int, prompt_len: int, length: int, strategy: str | None = None

@@ -1,0 +1,103 @@
+"""The roofline cost model (benchmarks/roofline.py): counts by hand for one step of the tiny LM,
+step counts against a real decode, and the time formula with its fixed terms."""
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from lm_reference import TINY, batch_of, init_params, random_rows, run
+
+from jaxtts.decode import registry
+from jaxtts.decode.sampling import SamplingConfig, row_keys
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def roofline():
+    spec = importlib.util.spec_from_file_location("roofline", ROOT / "benchmarks" / "roofline.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["roofline"] = mod  # its dataclasses resolve their module while defined
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_tiny_lm_shape_counted_by_hand(roofline):
+    lm = roofline.LMShape.from_config(TINY)
+    d, nh, ff, v = 32, 2 * 16, 64, 128  # width, heads x head_dim, FFN, padded vocabulary
+    layer = 4 * d * nh + 3 * d * ff + 2 * d  # q k v o, SwiGLU wi_gate wi_up wo, two norms
+    assert lm.layer_w == layer == 10_304
+    assert lm.base_head_w == d * v + v  # kernel + bias
+    assert lm.mtp_head_w == 4 * (d * d + d) + d * v  # 4 residual blocks + bias-free out
+    assert (lm.layers, lm.attn, lm.vocab, lm.num_heads) == (2, 32, 128, 4)
+
+
+def test_far_step_flops_and_bytes_by_hand(roofline):
+    lm = roofline.LMShape.from_config(TINY)
+    (fw,) = roofline.step_forwards("far", lm, {}, context=100)
+    b, t = 8, 100
+    w = 2 * 10_304 + (32 * 128 + 128)  # two layers + the base head
+    # matmuls 2 per weight per row; attention: scores and values, 2 x 2 FLOPs per cached
+    # position per (head x dim) per layer
+    assert fw.flops(b) == 2 * b * w + 4 * b * 2 * 32 * t
+    # weights once (float32), K and V of every layer over T + 1 positions, logits written and read
+    assert fw.bytes(b, 4, 4) == 4 * w + b * 2 * 2 * 32 * (t + 1) * 4 + 2 * b * 128 * 4
+    (c3,) = roofline.step_forwards("car:3", lm, {}, context=100)
+    assert c3.q == 3 and c3.head_w == (32 * 128 + 128) + 2 * lm.mtp_head_w
+
+
+def test_step_time_formula_with_fixed_terms(roofline):
+    dev = roofline.Device(
+        "t", bw=1e9, o_f=0.0, o_l=0.0, peak=1e9, fixed_by_batch={1: [1e-3, 2e-4, 5e-4]}
+    )
+    f = roofline.Forward("target", layers=2, layer_w=1000, attn=8, q=3, context=10)
+    st = dev.forward_time(f, 1)
+    flops = 2 * 3 * 2000 + 4 * 3 * 2 * 8 * 10
+    nbytes = 4 * 2000 + 2 * 2 * 8 * 13 * 4
+    assert st["compute"] == pytest.approx(flops / 1e9)
+    assert st["memory"] == pytest.approx(nbytes / 1e9)
+    # per forward + per layer + per extra token slot (q - 1 = 2)
+    assert st["fixed"] == pytest.approx(1e-3 + 2 * 2e-4 + 2 * 5e-4)
+    assert st["time"] == pytest.approx(max(flops, nbytes) / 1e9 + st["fixed"])
+
+
+def test_lm_rtf_uses_the_steps_the_batches_ran(roofline):
+    lm = roofline.LMShape.from_config(TINY)
+    dev = roofline.Device("t", bw=1e9, o_f=1e-3, o_l=0.0, peak=1e12)
+    one = roofline.lm_rtf(dev, "far", lm, {"steps_per_audio_s": 25.0}, 1, 100)
+    step = dev.step_time(roofline.step_forwards("far", lm, {}, 100), 1)["time"]
+    assert one["lm_rtf"] == pytest.approx(25.0 * step)
+    step8 = dev.step_time(roofline.step_forwards("far", lm, {}, 100), 8)["time"]
+    equal = roofline.lm_rtf(dev, "far", lm, {"steps_per_audio_s": 25.0}, 8, 100)
+    assert equal["lm_rtf"] == pytest.approx(25.0 / 8 * step8)  # rows taken as equally long
+    stats = {"steps_per_audio_s": 25.0, "batch_steps_per_audio_s": 5.0}
+    padded = roofline.lm_rtf(dev, "far", lm, stats, 8, 100)
+    assert padded["lm_rtf"] == pytest.approx(5.0 * step8)  # the batches' own step count
+
+
+@pytest.mark.parametrize("strategy,chunk", [("far", 1), ("car:2", 2), ("car:3", 3)])
+def test_step_counts_of_a_real_decode(roofline, strategy, chunk):
+    """EOS suppressed: T tokens take ceil(T / c) steps, the count the model charges per token
+    (tokens per step = c), and the batch's steps are its longest row's."""
+    params = init_params()
+    rows = random_rows(3, seed=1)
+    batch = batch_of(rows)
+    tokens = 10
+    sampling = SamplingConfig(temperature=1.0, top_p=1.0, min_tokens=tokens)
+    out = run(
+        registry.get(strategy),
+        params,
+        batch,
+        row_keys(0, range(3)),
+        max_new_tokens=tokens,
+        sampling=sampling,
+    )
+    steps = np.asarray(out.steps)
+    assert list(np.asarray(out.length)) == [tokens] * 3
+    assert list(steps) == [math.ceil(tokens / chunk)] * 3
+    lm = roofline.LMShape.from_config(TINY)
+    (fw,) = roofline.step_forwards(strategy, lm, {"tokens_per_step": tokens / steps[0]}, 50)
+    assert fw.q == chunk

@@ -1,0 +1,91 @@
+"""Streaming synthesis (jaxtts/stream.py): the streamed tokens are the offline ones, the mel
+stage is exact at the tokenizer's lookahead, and the vocoder stage covers every sample once."""
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxtts.errors import ConfigError
+from jaxtts.stream import MelStream, VocoderStream
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = "Where did you put the keys?"
+
+
+@pytest.fixture(scope="module")
+def synth():
+    from jaxtts.synthesize import Synthesizer
+
+    return Synthesizer.from_workdir(ROOT / "pretrained" / "car_small")
+
+
+def _tokens(seed=0, n=40, k=1024):
+    return np.random.default_rng(seed).integers(0, k, n).astype(np.int32)
+
+
+@pytest.mark.parametrize("segment_steps", [1, 8])
+def test_streamed_tokens_and_length_equal_the_offline_synthesis(synth, segment_steps):
+    off = synth.synthesize([TEXT], None, strategy="car:3", batch_size=1, progress=False)[0]
+    chunks = list(synth.stream(TEXT, None, strategy="car:3", segment_steps=segment_steps))
+    assert chunks[-1].done and not any(c.done for c in chunks[:-1])
+    assert chunks[-1].tokens == off.tokens.size
+    wav = np.concatenate([c.audio for c in chunks])
+    assert wav.size == off.wav.size  # every sample once
+    if segment_steps == 1:  # one step of 3 tokens per segment: audio starts before the end
+        assert len(chunks) > 3 and chunks[0].elapsed_s < chunks[-1].elapsed_s
+
+
+def test_mel_stream_is_exact_at_the_tokenizers_lookahead(synth):
+    eng = synth.engine
+    tok = eng.tokenizer
+    gv, tok.gv_scale = tok.gv_scale, 1.0  # the postfilter's mean is the prefix's: left out here
+    try:
+        tokens = _tokens()
+        ms = MelStream(eng)
+        assert ms.lookahead == tok.lookahead_tokens == 5  # W 1 + 4 conv layers x (3 // 2)
+        parts = [ms.push(tokens[:n], final=False) for n in (3, 7, 8, 20, 33)]
+        parts.append(ms.push(tokens, final=True))
+        assert [p.shape[0] for p in parts] == [0, 4, 2, 24, 26, 24]  # 2 frames per token
+        np.testing.assert_allclose(np.concatenate(parts), eng.units_to_mel(tokens), atol=1e-5)
+        # lookahead 0: the last frames were decoded from a cut context, so they differ
+        ms0 = MelStream(eng, lookahead=0)
+        early = ms0.push(tokens[:20], final=False)
+        assert early.shape[0] == 40
+        assert np.abs(early[-2:] - eng.units_to_mel(tokens)[38:40]).max() > 1e-3
+    finally:
+        tok.gv_scale = gv
+
+
+def test_vocoder_stream_covers_every_sample_once(synth):
+    mel = synth.engine.units_to_mel(_tokens(1, 30))  # [60, M]
+    vs = VocoderStream(synth.vocoder)
+    sizes, out = [], []
+    for a, b in [(0, 1), (1, 9), (9, 30), (30, 44), (44, 60)]:
+        out.append(vs.push(mel[a:b], final=b == 60))
+        sizes.append(out[-1].size)
+    hop = synth.vocoder.mel_cfg.hop_length
+    # held back: the last 2 frames' samples wait for the next window
+    assert sizes == [0, (9 - 1 - 2) * hop, 21 * hop, 14 * hop, (59 - 41) * hop]
+    wav = np.concatenate(out)
+    assert wav.size == (60 - 1) * hop == synth.vocoder.mel_to_audio(mel).size
+    assert np.all(np.abs(wav) <= 1.0) and np.abs(wav).max() > 0.01
+    again = VocoderStream(synth.vocoder)
+    same = [
+        again.push(mel[a:b], final=b == 60)
+        for a, b in [(0, 1), (1, 9), (9, 30), (30, 44), (44, 60)]
+    ]
+    np.testing.assert_array_equal(np.concatenate(same), wav)  # deterministic
+
+
+def test_bad_stream_settings_are_one_line_errors(synth):
+    with pytest.raises(ConfigError, match="lookahead=-1: expected >= 0"):
+        MelStream(synth.engine, lookahead=-1)
+    with pytest.raises(ConfigError, match="context=2, hold=2"):
+        VocoderStream(synth.vocoder, context=2)
+    with pytest.raises(ConfigError, match="segment_steps=0"):
+        next(synth.stream(TEXT, None, segment_steps=0))
+    wrong = dataclasses.make_dataclass("W", [])()
+    with pytest.raises(ConfigError, match="Griffin-Lim"):
+        VocoderStream(wrong)
