@@ -41,6 +41,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             chase_then_exceed=True,  # half of each group decoded with fixed guidance sizes
             gamma=0.1,  # out-of-range penalty weight
             reward_metric="wer",  # the reward's error rate: 'wer' (the paper) | 'cer'
+            speed_weight=0.0,  # + this x the rollout's mean chunk size (0: the paper)
             group_size=8,  # G rollouts per prompt (even)
             prompts_per_step=4,  # P prompts per step (N = P * G rollouts, one batch)
             min_seconds=3.0,  # training utterances at least this long

@@ -166,6 +166,8 @@ HELP = {
     "dcpo.gamma": "out-of-range penalty weight in the reward",
     "dcpo.reward_metric": "the reward's error rate: wer (the paper) or cer (finer; a weak "
     "reward ASR's per-sentence WER is too coarse to rank chunk sizes)",
+    "dcpo.speed_weight": "reward + this x the rollout's mean chunk size (0 = the paper's "
+    "reward, which is maximal at the WER-best size)",
     "dcpo.group_size": "G: rollouts per prompt (even; advantages are normalised per group)",
     "dcpo.prompts_per_step": "P: prompts per step (P x G rollouts decoded in one batch)",
     "dcpo.min_seconds": "training utterances at least this long qualify as prompts",

@@ -293,6 +293,8 @@ def test_out_of_range_and_reward_hand_computed():
     np.testing.assert_allclose(out_of_range(actions, mask, (2,)), [(1 + 0 + 2 + 1) / 4, 1.0, 0])
     r = rewards([0.30, 0.10, 0.50], [0.10, 0.10, 0.20], dist, gamma=0.1)
     np.testing.assert_allclose(r, [-(0.30 - 0.10) - 0.05, 0.0, -(0.50 - 0.20)], atol=1e-7)
+    fast = rewards([0.30, 0.10, 0.50], [0.10, 0.10, 0.20], dist, 0.1, [2.0, 3.5, 1.0], 0.02)
+    np.testing.assert_allclose(fast - r, [0.04, 0.07, 0.02], atol=1e-7)
 
 
 def test_reward_metric_is_checked():

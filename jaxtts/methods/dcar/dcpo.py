@@ -21,8 +21,10 @@ One step (`RolloutSource.get_batch`, on-policy: it reads the current policy from
        R = -(WER(gen) - WER(gt)) - gamma * mean_t dist(c_t, [min G, max G])
    where dist is how far a chosen size lies outside the guidance range. With
    `dcpo.reward_metric = "cer"` the per-row CER replaces the WER (both relative to the
-   ground truth's): a deviation from the paper for a weak reward ASR whose per-sentence WER is
-   too coarse to rank chunk sizes (benchmarks/dcar_reward_noise.py, RESULTS §deep-dcar).
+   ground truth's), and `dcpo.speed_weight` > 0 adds speed_weight x the rollout's mean chunk
+   size: two deviations from the paper, for a weak reward ASR whose per-sentence WER is too
+   coarse to rank chunk sizes and a backbone whose WER-best size is the smallest one
+   (benchmarks/dcar_reward_noise.py, RESULTS §deep-dcar).
 4. Group-normalised advantages (`group_advantages`), then the batch: the recorded policy
    inputs [N, S, D] (backbone hidden states at decision positions), actions, behaviour
    log-probs, the decision mask (only positions where a size was chosen; inner-chunk
@@ -85,11 +87,15 @@ def out_of_range(actions: np.ndarray, mask: np.ndarray, guidance) -> np.ndarray:
     return (dist.sum(1) / np.maximum(m.sum(1), 1)).astype(np.float32)
 
 
-def rewards(wer_gen, wer_gt, dist, gamma: float) -> np.ndarray:
-    """R = -(WER(gen) - WER(gt)) - gamma * dist, float32 [N] (WERs as fractions)."""
-    return (-(np.asarray(wer_gen) - np.asarray(wer_gt)) - gamma * np.asarray(dist)).astype(
-        np.float32
-    )
+def rewards(wer_gen, wer_gt, dist, gamma: float, mean_chunk=None, speed: float = 0.0):
+    """R = -(WER(gen) - WER(gt)) - gamma * dist [+ speed * mean chunk], float32 [N] (WERs as
+    fractions). The speed term (`dcpo.speed_weight`, 0 in the paper) pays for tokens per step:
+    without it the reward is maximal at the WER-best size, and on this backbone that is the
+    smallest guidance size (benchmarks/dcar_reward_noise.py)."""
+    r = -(np.asarray(wer_gen) - np.asarray(wer_gt)) - gamma * np.asarray(dist)
+    if speed:
+        r = r + speed * np.asarray(mean_chunk)
+    return r.astype(np.float32)
 
 
 def chase_groups(
@@ -198,6 +204,9 @@ class RolloutSource:
         self.guidance = check_guidance(d.guidance, k)
         self.chase, self.gamma = bool(d.chase_then_exceed), float(d.gamma)
         self.metric = check_reward_metric(d.get("reward_metric", "wer"))
+        self.speed = float(d.get("speed_weight", 0.0))
+        if self.speed < 0:
+            raise ConfigError(f"dcpo.speed_weight={self.speed}: expected >= 0")
         self.seed = int(config.train.seed)
         self.sampling = SamplingConfig.from_config(dict(engine.decode_config))  # the backbone's
         self.max_new = int(round(float(d.max_seconds) * engine.frame_rate))
@@ -286,7 +295,8 @@ class RolloutSource:
         mask = decision_mask(out.steps, self.max_new)
         actions = np.asarray(out.stats["actions"])
         dist = out_of_range(actions, mask, self.guidance)
-        reward = rewards(err_gen, err_gt, dist, self.gamma)
+        mean_chunk = (length / steps).astype(np.float32)
+        reward = rewards(err_gen, err_gt, dist, self.gamma, mean_chunk, self.speed)
         adv = np.asarray(group_advantages(reward.reshape(self.prompts, self.group))).reshape(-1)
         b = {
             "inputs": np.asarray(out.stats["policy_inputs"], np.float32),
@@ -298,7 +308,7 @@ class RolloutSource:
             "reward": reward,
             "wer": wer_gen,
             "cer": cer_gen,
-            "mean_chunk": (length / steps).astype(np.float32),
+            "mean_chunk": mean_chunk,
             "out_of_range": dist,
             "forced": forced,
         }
