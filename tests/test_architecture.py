@@ -147,7 +147,7 @@ def test_per_row_dynamic_chunk_equals_fixed_chunks(params):
         one = run(
             registry.get("far" if c == 1 else f"car:{c}"),
             params,
-            batch_of([row]),
+            batch_of([row], 9, 6),
             row_keys(0, [i]),
             max_new_tokens=18,
             sampling=GREEDY,

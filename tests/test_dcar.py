@@ -144,7 +144,7 @@ def test_forced_rows_reproduce_car_and_others_follow_the_policy(params):
         ref = run(
             registry.get(spec),
             params,
-            batch_of([rows[i]]),
+            batch_of([rows[i]], 9, 6),  # singles share one shape (one compile)
             keys[i : i + 1],
             max_new_tokens=20,
             sampling=SAMPLE,
@@ -163,7 +163,7 @@ def test_dcar_batch_n_equals_batch_1(params, spec, sampling):
     big = run_dcar(spec, params, pp, batch_of(rows, 14, 8), row_keys(3, range(5)), sampling)
     chunks = set()
     for i, row in enumerate(rows):
-        one = run_dcar(spec, params, pp, batch_of([row]), row_keys(3, [i]), sampling)
+        one = run_dcar(spec, params, pp, batch_of([row], 9, 6), row_keys(3, [i]), sampling)
         n = int(one.length[0])
         assert int(big.length[i]) == n and int(big.steps[i]) == int(one.steps[0])
         np.testing.assert_array_equal(big.tokens[i, :n], one.tokens[0, :n])
@@ -225,7 +225,12 @@ def test_vadusa_batch_n_equals_batch_1(params, sampling):
     )
     for i, row in enumerate(rows):
         one = run(
-            strat, params, batch_of([row]), row_keys(2, [i]), max_new_tokens=20, sampling=sampling
+            strat,
+            params,
+            batch_of([row], 9, 6),
+            row_keys(2, [i]),
+            max_new_tokens=20,
+            sampling=sampling,
         )
         n = int(one.length[0])
         assert int(big.length[i]) == n

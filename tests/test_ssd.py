@@ -140,7 +140,12 @@ def test_ssd_batch_n_equals_batch_1(params, draft_params, sampling):
     )
     for i, row in enumerate(rows):
         one = run_ssd(
-            "ssd:L=3,beta=0.2", params, draft_params, batch_of([row]), row_keys(2, [i]), sampling
+            "ssd:L=3,beta=0.2",
+            params,
+            draft_params,
+            batch_of([row], 9, 6),
+            row_keys(2, [i]),
+            sampling,
         )
         n = int(one.length[0])
         assert int(big.length[i]) == n
