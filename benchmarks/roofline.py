@@ -246,17 +246,18 @@ class Device:
     cbytes: int = 4
     peak: float = 0.0  # FLOP/s (used when no per-M curve)
     curve: list | None = None  # [[M, FLOP/s], ...] achieved matmul throughput by rows
-    # {batch: [o_f, o_l] or [o_f, o_l, o_s]} fitted on real decode steps
+    # {batch: [o_f, o_l(, o_s, o_sl)]} fitted on real decode steps
     fixed_by_batch: dict | None = None
 
-    def fixed(self, b: int) -> tuple[float, float, float]:
-        """(per-forward, per-layer, per extra token slot) fixed cost at batch b: the fit at
-        the nearest calibrated batch (log scale), else the constants (no slot term)."""
+    def fixed(self, b: int) -> tuple[float, float, float, float]:
+        """(per forward, per layer, per extra token slot, per extra slot and layer) fixed
+        costs at batch b: the fit at the nearest calibrated batch (log scale), else the
+        constants (no slot terms)."""
         if not self.fixed_by_batch:
-            return self.o_f, self.o_l, 0.0
+            return self.o_f, self.o_l, 0.0, 0.0
         near = min(self.fixed_by_batch, key=lambda k: abs(math.log(int(k)) - math.log(b)))
-        f = list(self.fixed_by_batch[near])
-        return f[0], f[1], f[2] if len(f) > 2 else 0.0
+        f = list(self.fixed_by_batch[near]) + [0.0, 0.0]
+        return f[0], f[1], f[2], f[3]
 
     def flops_rate(self, m: float) -> float:
         if not self.curve:
@@ -273,10 +274,10 @@ class Device:
     def forward_time(self, f: Forward, b: int) -> dict:
         compute = f.flops(b) / self.flops_rate(b * f.q)
         memory = f.bytes(b, self.wbytes, self.cbytes) / self.bw
-        o_f, o_l, o_s = self.fixed(b)
-        # the slot term: what a forward of q tokens per row costs beyond one token's (its
-        # heads' sampling, cache writes), fitted on car:3 against far
-        fixed = o_f + o_l * f.layers + o_s * max(0.0, f.q - 1)
+        o_f, o_l, o_s, o_sl = self.fixed(b)
+        # the slot terms: what a forward of q tokens per row costs beyond one token's (its
+        # heads' sampling, cache writes, per-layer ops on more rows), fitted on car:3 vs far
+        fixed = o_f + o_l * f.layers + (o_s + o_sl * f.layers) * max(0.0, f.q - 1)
         return {
             "compute": compute,
             "memory": memory,
@@ -403,13 +404,14 @@ def calibrate(
 def fit_fixed_costs(
     model: dict, bw: float, curve: list, batches=(1, 8), depths=(1, 4), tokens: int = 64
 ) -> dict:
-    """{batch: [o_f, o_l, o_s]}: the fixed costs of real decode steps. FAR decodes `tokens`
+    """{batch: [o_f, o_l, o_s, o_sl]}: the fixed costs of real decode steps. FAR decodes `tokens`
     tokens (EOS suppressed) with random weights of the `small` shapes at two depths; the
     measured time per step minus what the FLOP and byte terms predict for it is the fixed
-    part, split into a per-layer slope and a per-forward intercept. CAR c=3 at the first
-    depth gives the per-slot term: what each extra token of a step costs beyond its FLOPs and
-    bytes (its head's sampling, cache writes). (A synthetic fused layer measures far
-    less than a real one: ~15 separate ops, attention over the cache, the heads' sampling.)"""
+    part, split into a per-layer slope and a per-forward intercept. CAR c=3 at the same
+    depths gives the per-slot terms: what each extra token of a step costs beyond its FLOPs
+    and bytes (its head's sampling, cache writes), per forward and per layer. (A synthetic
+    fused layer measures far less than a real one: ~15 separate ops, attention over the
+    cache, the heads' sampling.)"""
     import importlib.util
 
     import flax.linen as nn
@@ -448,8 +450,7 @@ def fit_fixed_costs(
             )["params"]
             batch, keys = bd.random_batch(np.random.default_rng(0), cfg, b, text_len, prompt_len)
             lm = LMShape.from_config(cfg)
-            runs = ["far", "car:3"] if depth == depths[0] else ["far"]
-            for strategy in runs:
+            for strategy in ("far", "car:3"):
                 walls, steps = [], 1
                 for _ in range(3):
                     o, wall, _ = bd.time_decode(
@@ -471,11 +472,14 @@ def fit_fixed_costs(
                 resid[(strategy, depth)] = per_step - max(pred["compute"], pred["memory"])
         d0, d1 = depths
         o_l = max(0.0, (resid[("far", d1)] - resid[("far", d0)]) / (d1 - d0))
-        o_s = max(0.0, (resid[("car:3", d0)] - resid[("far", d0)]) / 2)
-        out[b] = [max(0.0, resid[("far", d0)] - o_l * d0), o_l, o_s]
+        # per extra token slot: (car:3 - far) / 2 at each depth -> per forward + per layer
+        slot = {d: (resid[("car:3", d)] - resid[("far", d)]) / 2 for d in depths}
+        o_sl = max(0.0, (slot[d1] - slot[d0]) / (d1 - d0))
+        o_s = max(0.0, slot[d0] - o_sl * d0)
+        out[b] = [max(0.0, resid[("far", d0)] - o_l * d0), o_l, o_s, o_sl]
         print(
             f"batch {b}: fixed {1e3 * out[b][0]:.2f} ms per forward + {1e3 * o_l:.2f} ms per "
-            f"layer + {1e3 * o_s:.2f} ms per extra token slot"
+            f"layer; per extra token slot {1e3 * o_s:.2f} ms + {1e3 * o_sl:.2f} ms per layer"
         )
     return out
 

@@ -1,6 +1,7 @@
 """The roofline cost model (benchmarks/roofline.py): counts by hand for one step of the tiny LM,
 step counts against a real decode, and the time formula with its fixed terms."""
 
+import dataclasses
 import importlib.util
 import math
 import sys
@@ -51,7 +52,7 @@ def test_far_step_flops_and_bytes_by_hand(roofline):
 
 def test_step_time_formula_with_fixed_terms(roofline):
     dev = roofline.Device(
-        "t", bw=1e9, o_f=0.0, o_l=0.0, peak=1e9, fixed_by_batch={1: [1e-3, 2e-4, 5e-4]}
+        "t", bw=1e9, o_f=0.0, o_l=0.0, peak=1e9, fixed_by_batch={1: [1e-3, 2e-4, 5e-4, 1e-4]}
     )
     f = roofline.Forward("target", layers=2, layer_w=1000, attn=8, q=3, context=10)
     st = dev.forward_time(f, 1)
@@ -59,8 +60,10 @@ def test_step_time_formula_with_fixed_terms(roofline):
     nbytes = 4 * 2000 + 2 * 2 * 8 * 13 * 4
     assert st["compute"] == pytest.approx(flops / 1e9)
     assert st["memory"] == pytest.approx(nbytes / 1e9)
-    # per forward + per layer + per extra token slot (q - 1 = 2)
-    assert st["fixed"] == pytest.approx(1e-3 + 2 * 2e-4 + 2 * 5e-4)
+    # per forward + per layer + per extra token slot (q - 1 = 2), per forward and per layer
+    assert st["fixed"] == pytest.approx(1e-3 + 2 * 2e-4 + 2 * (5e-4 + 2 * 1e-4))
+    old = dataclasses.replace(dev, fixed_by_batch={1: [1e-3, 2e-4]})  # a calibration without
+    assert old.forward_time(f, 1)["fixed"] == pytest.approx(1e-3 + 2 * 2e-4)  # slot terms
     assert st["time"] == pytest.approx(max(flops, nbytes) / 1e9 + st["fixed"])
 
 
