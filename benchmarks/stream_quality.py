@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         for look in looks:
             list(synth.stream(texts[0], prompts[0], strategy=strategy, lookahead=look))  # compile
             wavs, first, first_len, done, mcd = [], [], [], [], []
-            for text, prompt, o in zip(texts, prompts, off, strict=True):
+            for k, (text, prompt, o) in enumerate(zip(texts, prompts, off, strict=True)):
                 chunks = list(
                     synth.stream(
                         text,
@@ -75,6 +75,7 @@ def main(argv=None) -> int:
                         strategy=strategy,
                         lookahead=look,
                         segment_steps=args.segment_steps,
+                        line=k,  # the offline call's key for line k
                     )
                 )
                 if chunks[-1].tokens != o.tokens.size:

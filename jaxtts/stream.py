@@ -50,6 +50,7 @@ class StreamChunk:
     tokens: int  # tokens decoded so far in this piece
     done: bool  # the last chunk of the text
     elapsed_s: float  # since the call started (the first chunk's: time to first audio)
+    token_ids: np.ndarray | None = None  # the last chunk: the text's tokens (pieces joined)
 
 
 class MelStream:
@@ -130,11 +131,13 @@ def stream(
     segment_steps: int = 8,
     lookahead: int | None = None,
     max_seconds: float | None = None,
+    line: int = 0,
     **sampling_overrides,
 ) -> Iterator[StreamChunk]:
     """Synthesize one text as a stream of `StreamChunk`s (`Synthesizer.stream`). The tokens are
-    those of `synth.synthesize([text], [prompt], seed=seed)`; the audio differs from the
-    offline audio by the windowed vocoder (and `lookahead` < R)."""
+    those the offline `synth.synthesize(texts, prompts, seed=seed)` gives the text at index
+    `line` (a row's sampling key is (seed, line, piece)); the audio differs from the offline
+    audio by the windowed vocoder (and `lookahead` < R)."""
     t0 = time.perf_counter()
     engine = synth.engine
     if not hasattr(engine, "decode_plan"):
@@ -148,10 +151,11 @@ def stream(
         strategy=strategy, max_seconds=max_seconds or None, **sampling_overrides
     )
     engine.check_strategy(options.strategy)
-    rows = synth._text_rows(0, text, *engine.encode_prompt(prompt))
+    rows = synth._text_rows(line, text, *engine.encode_prompt(prompt))
     if not rows:
         raise ConfigError("stream: empty text")
     gap = np.zeros(int(synth.join_silence_s * synth.sample_rate), np.float32)
+    pieces = []
     for j, row in enumerate(rows):
         if j:
             yield StreamChunk(gap, 0, False, time.perf_counter() - t0)
@@ -170,5 +174,8 @@ def stream(
             done = run.all_done()
             audio = voc.push(mels.push(np.asarray(tokens[:n]), done), done)
             last = done and j == len(rows) - 1
+            if done:
+                pieces.append(np.asarray(tokens[:n], np.int32))
             if audio.size or last:
-                yield StreamChunk(audio, int(n), last, time.perf_counter() - t0)
+                ids = np.concatenate(pieces) if last else None
+                yield StreamChunk(audio, int(n), last, time.perf_counter() - t0, ids)

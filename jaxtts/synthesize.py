@@ -599,7 +599,13 @@ def _stream_lines(synth, lines, prompt, out_dir, strategy, seed, max_seconds, sa
         try:
             with sf.SoundFile(path, "w", synth.sample_rate, 1, "PCM_16") as f:
                 for c in synth.stream(
-                    text, prompt, strategy=strategy, seed=seed, max_seconds=max_seconds, **sampling
+                    text,
+                    prompt,
+                    strategy=strategy,
+                    seed=seed,
+                    max_seconds=max_seconds,
+                    line=i,  # the sampling key of line i, as without --stream
+                    **sampling,
                 ):
                     if chunks == 0:
                         first = c.elapsed_s

@@ -105,18 +105,19 @@ def test_infer_stream_writes_the_same_tokens_chunk_by_chunk(trained, tmp_path):
     wd, _, _ = trained
     args = ["--workdir", str(wd), "--speaker", "spk01", "--max_seconds", "0.6"]
     args += ["--strategy", "car:2", "--text", "Hello world.", "--text", ""]
+    args += ["--text", "The dog ran home."]  # line 2: its key is (seed, 2), as offline
     proc = _run(["infer.py", *args, "--stream", "--out_dir", str(tmp_path / "s")])
     assert proc.returncode == 0, proc.stderr[-3000:]
     off = _run(["infer.py", *args, "--batch_size", "1", "--out_dir", str(tmp_path / "o")])
     assert off.returncode == 0, off.stderr[-3000:]
     rows = [json.loads(x) for x in (tmp_path / "s" / "results.jsonl").read_text().splitlines()]
-    want = json.loads((tmp_path / "o" / "results.jsonl").read_text().splitlines()[0])
+    offline = [json.loads(x) for x in (tmp_path / "o" / "results.jsonl").read_text().splitlines()]
     assert rows[1]["skipped"] == "empty line"
-    r = rows[0]
-    assert r["stream"] and r["num_tokens"] == want["num_tokens"] and r["chunks"] >= 1
-    assert 0 < r["first_audio_s"] <= r["wall_s"]
-    wav = load_audio(tmp_path / "s" / r["wav"], 16000, resample_to_rate=False)
-    assert wav.size == round(want["duration"] * 16000) == round(r["duration"] * 16000)
+    for r, want in ((rows[0], offline[0]), (rows[2], offline[2])):
+        assert r["stream"] and r["num_tokens"] == want["num_tokens"] and r["chunks"] >= 1
+        assert 0 < r["first_audio_s"] <= r["wall_s"]
+        wav = load_audio(tmp_path / "s" / r["wav"], 16000, resample_to_rate=False)
+        assert wav.size == round(want["duration"] * 16000) == round(r["duration"] * 16000)
 
 
 @pytest.mark.parametrize(

@@ -31,10 +31,27 @@ def test_streamed_tokens_and_length_equal_the_offline_synthesis(synth, segment_s
     chunks = list(synth.stream(TEXT, None, strategy="car:3", segment_steps=segment_steps))
     assert chunks[-1].done and not any(c.done for c in chunks[:-1])
     assert chunks[-1].tokens == off.tokens.size
+    np.testing.assert_array_equal(chunks[-1].token_ids, off.tokens)
     wav = np.concatenate([c.audio for c in chunks])
     assert wav.size == off.wav.size  # every sample once
     if segment_steps == 1:  # one step of 3 tokens per segment: audio starts before the end
         assert len(chunks) > 3 and chunks[0].elapsed_s < chunks[-1].elapsed_s
+
+
+def test_stream_of_line_k_has_the_offline_key_of_line_k(synth, tiny_corpus):
+    from jaxtts.data.manifest import read_split
+    from jaxtts.synthesize import prompts_from_utterances
+
+    pool = read_split(tiny_corpus, "test")
+    utts = pool[:3]
+    prompts = prompts_from_utterances(pool, utts)
+    texts = [u.text for u in utts]
+    off = synth.synthesize(texts, prompts, strategy="far", batch_size=2, progress=False)
+    for k in (0, 2):
+        chunks = list(synth.stream(texts[k], prompts[k], strategy="far", line=k))
+        np.testing.assert_array_equal(chunks[-1].token_ids, off[k].tokens)
+    other = list(synth.stream(texts[2], prompts[2], strategy="far", line=0))
+    assert not np.array_equal(other[-1].token_ids, off[2].tokens)  # another key
 
 
 def test_mel_stream_is_exact_at_the_tokenizers_lookahead(synth):
