@@ -28,15 +28,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="out/ctc_wer.json")
     args = ap.parse_args(argv)
 
-    from jaxtts.data.manifest import read_split
     from jaxtts.evaluate import split_specs
     from jaxtts.methods.ctc_asr import CTCASR, error_rates
-    from jaxtts.synthesize import Synthesizer, prompts_from_utterances
+    from jaxtts.synthesize import Synthesizer, zero_shot_sentences
 
-    pool = read_split(args.corpus, "test")
-    utts = pool[: args.num]
-    prompts = prompts_from_utterances(pool, utts)
-    texts = [u.text for u in utts]
+    texts, prompts = zero_shot_sentences(args.corpus, args.num)
     asr = CTCASR.load("pretrained/ctc_asr")
     synths: dict = {}
     rows = []
@@ -59,7 +55,7 @@ def main(argv=None) -> int:
                 "wer_ctc": r["wer"],
                 "cer_ctc": r["cer"],
                 "capped": capped,
-                "num_utts": len(utts),
+                "num_utts": len(texts),
             }
         )
         print(
@@ -68,7 +64,7 @@ def main(argv=None) -> int:
             flush=True,
         )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"rows": rows, "num_utts": len(utts)}, indent=1))
+    Path(args.out).write_text(json.dumps({"rows": rows, "num_utts": len(texts)}, indent=1))
     return 0
 
 

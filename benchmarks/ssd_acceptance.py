@@ -30,14 +30,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="out/ssd_acceptance.json")
     args = ap.parse_args(argv)
 
-    from jaxtts.data.manifest import read_split
-    from jaxtts.synthesize import Synthesizer, prompts_from_utterances
+    from jaxtts.synthesize import Synthesizer, zero_shot_sentences
 
     synth = Synthesizer.from_workdir(args.workdir)
-    pool = read_split(args.corpus, "test")
-    utts = pool[: args.num]
-    prompts = prompts_from_utterances(pool, utts)
-    texts = [u.text for u in utts]
+    texts, prompts = zero_shot_sentences(args.corpus, args.num)
     eng = synth.engine
     rows = []
     print(

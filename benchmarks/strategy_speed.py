@@ -33,18 +33,14 @@ def main(argv=None) -> int:
 
     import jax
 
-    from jaxtts.data.manifest import read_split
     from jaxtts.evaluate import split_specs
-    from jaxtts.synthesize import Synthesizer, prompts_from_utterances
+    from jaxtts.synthesize import Synthesizer, zero_shot_sentences
 
     synth = Synthesizer.from_workdir(args.workdir)
-    pool = read_split(args.corpus, args.split)
-    utts = pool[: args.num]
-    prompts = prompts_from_utterances(pool, utts)
-    texts = [u.text for u in utts]
+    texts, prompts = zero_shot_sentences(args.corpus, args.num, args.split)
     print(
         f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}); "
-        f"{args.workdir}; {len(utts)} {args.split} sentences",
+        f"{args.workdir}; {len(texts)} {args.split} sentences",
         flush=True,
     )
     rows = []

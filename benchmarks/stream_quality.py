@@ -40,16 +40,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="out/stream_quality.json")
     args = ap.parse_args(argv)
 
-    from jaxtts.data.manifest import read_split
     from jaxtts.eval.metrics import mel_cepstral_distortion
     from jaxtts.methods.ctc_asr import CTCASR, error_rates
-    from jaxtts.synthesize import Synthesizer, prompts_from_utterances
+    from jaxtts.synthesize import Synthesizer, zero_shot_sentences
 
     synth = Synthesizer.from_workdir(args.workdir)
-    pool = read_split(args.corpus, "test")
-    utts = pool[: args.num]
-    prompts = prompts_from_utterances(pool, utts)
-    texts = [u.text for u in utts]
+    texts, prompts = zero_shot_sentences(args.corpus, args.num)
     asr = CTCASR.load("pretrained/ctc_asr")
     sr = synth.sample_rate
     r_tok = synth.engine.tokenizer.lookahead_tokens

@@ -88,6 +88,18 @@ def prompts_from_utterances(pool: Sequence, targets: Sequence) -> list[Prompt]:
     return [Prompt.from_utterance(by_id[pid[t.id]]) for t in targets]
 
 
+def zero_shot_sentences(
+    corpus_dir: str | Path, num: int, split: str = "test"
+) -> tuple[list[str], list[Prompt]]:
+    """(texts, prompts) of the first `num` sentences of a corpus split, each with the zero-shot
+    prompt the evaluation gives it (another utterance of its speaker): the benchmarks' input."""
+    from jaxtts.data.manifest import read_split
+
+    pool = read_split(corpus_dir, split)
+    utts = pool[:num]
+    return [u.text for u in utts], prompts_from_utterances(pool, utts)
+
+
 @dataclasses.dataclass
 class SynthResult:
     index: int
