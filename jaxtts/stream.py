@@ -67,7 +67,9 @@ class MelStream:
         self.emitted = 0  # frames
 
     def push(self, tokens: np.ndarray, final: bool) -> np.ndarray:
-        """All tokens decoded so far int [n] -> new final frames float32 [m, n_mels]."""
+        """All tokens decoded so far int [n] -> new final frames float32 [m, n_mels]. The whole
+        prefix is decoded again each call (the postfilter's mean needs it): numpy work that
+        grows with the prefix, a few ms per call at a few hundred tokens."""
         n = int(tokens.size)
         ready = (n if final else max(0, n - self.lookahead)) * self.frames_per_token
         if ready <= self.emitted:

@@ -240,7 +240,7 @@ class RolloutSource:
 
     def rollout(self, policy_params, step: int, pick=None, forced=None) -> tuple[dict, dict]:
         """Decode P*G rows with the policy; -> (batch, host stats incl. texts). `pick` ([P]
-        row indices) and `forced` ([P, G] fixed chunk sizes, 0 = the policy's) override the
+        row indices) and `forced` ([P*G] fixed chunk sizes, 0 = the policy's) override the
         step's own draw (benchmarks/dcar_reward_noise.py)."""
         rng = np.random.default_rng([self.seed, step])
         drawn = rng.choice(len(self.rows), self.prompts, replace=False)
