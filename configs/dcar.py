@@ -6,7 +6,11 @@ Variants (`--config configs/dcar.py:<variant>`):
          (shipped backbone and ASR)
   small  the shipped policy: pretrained/car_small + pretrained/ctc_asr, 8 prompts x 8
          rollouts a step, guidance {2, 3}
-  deep   the policy of pretrained/car_deep (12 layers), guidance {2, 3, 4}, 100 steps
+  deep   the policy of pretrained/car_deep (12 layers), guidance {2, 3, 4}, 100 steps, the
+         paper's reward (it settles on c = 2: benchmarks/RESULTS.md, section deep-dcar)
+  deep_cs  the shipped pretrained/dcar_deep: `deep` with a per-sentence CER reward plus
+         0.026 x the rollout's mean chunk, 60 steps; decodes by drawing from the policy
+         (`policy.pick = sample`: its argmax is one size, its draws are dynamic)
 
   python train.py --config configs/dcar.py:small --workdir runs/dcar
   python train.py --config configs/dcar.py:small --workdir runs/dcar_234 \
@@ -18,7 +22,7 @@ import ml_collections as mlc
 
 from configs import common
 
-VARIANTS = ("tiny", "small", "deep")
+VARIANTS = ("tiny", "small", "deep", "deep_cs")
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
@@ -32,7 +36,8 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     config.variant = v
     config.task = "dcar"
     # one causal layer over the backbone's hidden states (width = the backbone's d_model)
-    config.policy = mlc.ConfigDict(dict(num_heads=4, head_dim=64, d_ff=1024))
+    # pick: how decoding uses it by default, 'argmax' (`dcar`) or 'sample' (`dcar:sample`)
+    config.policy = mlc.ConfigDict(dict(num_heads=4, head_dim=64, d_ff=1024, pick="argmax"))
     config.dcpo = mlc.ConfigDict(
         dict(
             backbone="pretrained/car_small",  # frozen TTS LM (run folder)
@@ -65,9 +70,13 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         checkpoint_every=25,
     )
     config.mesh = common.mesh_config()
-    if v == "deep":
+    if v in ("deep", "deep_cs"):
         config.dcpo.update(backbone="pretrained/car_deep", guidance=(2, 3, 4))
         config.train.update(steps=100)
+    if v == "deep_cs":
+        config.dcpo.update(reward_metric="cer", speed_weight=0.026)
+        config.policy.pick = "sample"
+        config.train.update(steps=60)
     if v == "tiny":
         config.policy.update(num_heads=2, head_dim=16, d_ff=64)
         config.data.corpus_utterances = 40  # built in seconds on a fresh clone

@@ -481,6 +481,10 @@ def _summarise(
         steps = total("steps")  # decoding steps after prefill: tokens / steps = mean chunk
         tokens = total("num_tokens")
         out["mean_chunk"] = tokens / steps if steps and tokens is not None else None
+        hists = [s.info.get("chunk_hist") for s in ok]
+        if hists and all(h is not None for h in hists):  # DCAR: share of decisions per size
+            h = np.sum(hists, axis=0)
+            out["chunk_share"] = [float(v) for v in h / max(h.sum(), 1)]
         hit = [s.info.get("hit_max") for s in ok]
         out["no_eos"] = (
             float(np.mean([bool(h) for h in hit]))

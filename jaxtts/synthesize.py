@@ -265,6 +265,8 @@ class Synthesizer:
             info["rtf"] = info["wall_s"] / audio_s if audio_s > 0 else None
             info["capped_pieces"] = int(sum(p["hit_max"] for p in parts))
             info["max_seconds"] = options.max_seconds
+            if "chunk_hist" in parts[0]:  # [K] decisions per chunk size 1..K
+                info["chunk_hist"] = [int(v) for v in sum(p["chunk_hist"] for p in parts)]
             tokens = np.concatenate([p["tokens"] for p in parts])
             results[i] = SynthResult(i, texts[i], wav.astype(np.float32), tokens, info)
         return [results[i] for i in range(len(texts))]
@@ -369,6 +371,8 @@ class Synthesizer:
                     ids.size, len(unit), length, options.strategy
                 ),
             }
+            if "chunk_hist" in out.stats:  # DCAR: how often the row took each chunk size
+                res[(line, piece)]["chunk_hist"] = np.asarray(out.stats["chunk_hist"][k])
         voc_s = (time.perf_counter() - t1) / n
         for v in res.values():
             v["vocoder_s"] = voc_s

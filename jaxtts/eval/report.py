@@ -127,6 +127,16 @@ def markdown_report(results: dict) -> str:
             breakdown,
             "",
         ]
+    shares = [(r["name"], r["chunk_share"]) for r in results["rows"] if r.get("chunk_share")]
+    if shares:
+        out += [
+            "## Chunk sizes chosen (share of decisions)",
+            "",
+            "| row | " + " | ".join(f"c={c + 1}" for c in range(len(shares[0][1]))) + " |",
+            "|---|" + "--:|" * len(shares[0][1]),
+        ]
+        out += [f"| {n} | " + " | ".join(f"{100 * v:.1f} %" for v in h) + " |" for n, h in shares]
+        out.append("")
     if results.get("warnings"):
         out += ["## Warnings", ""] + [f"- {w}" for w in results["warnings"]] + [""]
     fails = [

@@ -333,9 +333,12 @@ class RolloutSource:
 
 def config_policy(config, engine) -> PolicyConfig:
     p = dict(config.policy)
+    p.pop("pick", None)  # how decoding uses the policy (the engine's default strategy)
     unknown = sorted(set(p) - {"num_heads", "head_dim", "d_ff"})
     if unknown:
-        raise ConfigError(f"policy.{unknown[0]}: unknown key, expected num_heads, head_dim, d_ff")
+        raise ConfigError(
+            f"policy.{unknown[0]}: unknown key, expected num_heads, head_dim, d_ff, pick"
+        )
     return PolicyConfig(d_model=engine.cfg.d_model, num_actions=engine.cfg.num_mtp_heads, **p)
 
 

@@ -18,12 +18,15 @@ from jaxtts.run_folder import RunFolder, check_trained_on, resolve_run
 class DCAREngine(LMEngine):
     family = "dcar"
 
-    def __init__(self, base: LMEngine, policy, policy_params, backbone_path: str):
+    def __init__(
+        self, base: LMEngine, policy, policy_params, backbone_path: str, pick: str = "argmax"
+    ):
         args, kw = base._backbone_args()
         super().__init__(*args, **kw)
         self.policy, self.policy_params = policy, policy_params
         self.backbone_path = backbone_path
-        self.decode_config = {**base.decode_config, "strategy": "dcar"}
+        # the default strategy: the policy's argmax, or a draw from it (`policy.pick`)
+        self.decode_config = {**base.decode_config, "strategy": f"dcar:{pick}"}
 
     @classmethod
     def from_run(cls, run: RunFolder, step: int | None = None) -> DCAREngine:
@@ -64,7 +67,12 @@ class DCAREngine(LMEngine):
             jnp.array([2]),
         )
         params, _ = run.load_params(like, step)
-        return cls(base, policy, params["policy"], str(bpath))
+        pick = str(config.policy.get("pick", "argmax"))
+        if pick not in ("argmax", "sample"):
+            raise CheckpointError(
+                f"{run.config_path}: policy.pick is '{pick}', expected 'argmax' or 'sample'"
+            )
+        return cls(base, policy, params["policy"], str(bpath), pick)
 
     def decode_models(self) -> dict:
         return {"target": self.model, "policy": self.policy}
@@ -113,3 +121,41 @@ def chunk_schedule(
     )
     probs = np.asarray(jax.nn.softmax(logits[0], axis=-1))
     return np.asarray(out.tokens[0, :n]), np.asarray(out.stats["actions"][0, :s]), probs
+
+
+def teacher_forced_choices(engine: DCAREngine, utts, chunk: int = 3, batch_size: int = 16):
+    """The policy's distribution along the ground-truth tokens of `utts` (teacher forcing, no
+    decode loop): each utterance's tokens as if decoded with fixed chunks of `chunk` after its
+    prompt (another utterance of its speaker, as in training); decision j reads the backbone's
+    hidden state of position P + j * chunk (P: the prompt's length), as it does when decoding.
+    -> probs float32 [S, K] over every decision of every utterance."""
+    import jax
+    import numpy as np
+
+    from jaxtts.methods.lm.diagnostics import _loader
+    from jaxtts.methods.lm.model import with_bos
+
+    loader = _loader(engine, utts, None, batch_size)
+    cfg, model, policy = engine.cfg, engine.model, engine.policy
+
+    @jax.jit
+    def choices(params, batch):
+        x, x_len = with_bos(batch["speech"], batch["speech_len"], cfg)
+        _, hidden = model.apply(
+            {"params": params["target"]}, batch["text"], batch["text_len"], x, x_len
+        )  # [B, T, D]
+        p = batch["prompt_len"][:, None]  # [B, 1]
+        j = jnp.arange(hidden.shape[1] // chunk + 1)[None]  # [1, S] decisions
+        pos = p + j * chunk  # [B, S] positions whose hidden state decision j reads
+        n = jnp.sum(pos < batch["speech_len"][:, None], 1)  # [B] decisions before the end
+        h = jnp.take_along_axis(hidden, jnp.minimum(pos, hidden.shape[1] - 1)[..., None], 1)
+        logits = policy.apply({"params": params["policy"]}, h, n)  # [B, S, K]
+        return jax.nn.softmax(logits, -1), n
+
+    out = []
+    for s in range(len(loader)):
+        b = {k: jnp.asarray(v) for k, v in loader.get_batch(s).items()}
+        probs, n = jax.device_get(choices(engine.decode_params(), b))
+        real = np.asarray(b["text_len"]) > 0
+        out += [probs[r, : n[r]] for r in range(len(n)) if real[r]]
+    return np.concatenate(out).astype(np.float32)
