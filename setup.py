@@ -18,6 +18,9 @@ INSTALL_REQUIRES = [
     "pocketsphinx>=5.0",
     "tensorboardX>=2.6",
     "matplotlib>=3.8",
+    # python -m jaxtts.serve: the HTTP server (no HTTP written by hand)
+    "fastapi>=0.110",
+    "uvicorn>=0.29",
 ]
 
 EXTRAS = {
@@ -34,6 +37,7 @@ EXTRAS = {
         "nbclient>=0.10",
         "nbformat>=5.10",
         "ipykernel>=6.29",
+        "httpx>=0.27",  # tests/test_serve.py: FastAPI's TestClient and a streaming client
     ],
     # benchmarks/peer_decode.py: HF `generate` as the peer (torch 2.13.0 is the CPU build
     # that pip finds on these machines; never a core dependency)
@@ -46,6 +50,7 @@ setup(
     version="0.1.0",
     description="Fast, robust autoregressive TTS (CAR/DCAR, SSD, MDM, PALLE, TLDR) in JAX/Flax",
     packages=find_packages(include=["jaxtts", "jaxtts.*"]),
+    package_data={"jaxtts": ["serve_page.html"]},
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

@@ -1,0 +1,486 @@
+"""An HTTP server for one shipped model: streamed speech in the shape of OpenAI's
+`/v1/audio/speech`, on the loopback interface (FastAPI + uvicorn).
+
+    python -m jaxtts.serve --workdir pretrained/car_small --port 8000
+    curl -s localhost:8000/v1/audio/speech -H 'content-type: application/json' \
+        -d '{"input": "Where did you put the keys?", "voice": "spk03"}' -o keys.wav
+
+Endpoints:
+- `POST /v1/audio/speech`: JSON `{input, voice, strategy, response_format, stream, seed,
+  max_seconds}`. `voice` is a corpus speaker or utterance id (`spk03`), or an uploaded prompt
+  `{"wav_base64": <a wav file, base64>, "text": <its transcript>}`. `response_format`: `wav`
+  (16-bit mono, a streaming header whose sizes say "unknown") or `pcm` (raw s16le). With
+  `stream` (the default) the body is sent chunk by chunk as the LM decodes
+  (`jaxtts.stream`); without it, once the utterance is done. The response's `X-Request-Id`
+  names the request for `GET /v1/requests/{id}`.
+- `GET /v1/requests/{id}`: a finished request's tokens, time to first audio, audio seconds and
+  status (`done`, `cancelled`, `failed`): the last `--keep_requests` requests.
+- `GET /health`, `GET /metrics` (counters, queue depth, time-to-first-audio percentiles).
+- `GET /`: a page with a text box, voice and strategy pickers and a player that starts on the
+  first chunk.
+
+Scheduling (this version): one worker thread owns the device and serves one request at a
+time, decoding `segment_steps` steps between chunks; requests wait in a bounded queue
+(`--max_queue`), and past it get a 503 with Retry-After. A client that disconnects cancels its
+request at the next segment boundary. Continuous batching (several requests sharing the
+decode loop's slots) is not built yet: throughput under concurrent clients is that of one
+stream at a time (benchmarks/RESULTS.md §serve).
+
+Bad input is a 4xx with a one-line JSON `{"error": ...}` naming the field, and the server
+goes on serving everyone else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import collections
+import dataclasses
+import io
+import itertools
+import logging
+import queue
+import struct
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+
+from jaxtts.errors import ConfigError, JaxttsError
+
+log = logging.getLogger("jaxtts.serve")
+
+FORMATS = ("wav", "pcm")
+MAX_PROMPT_SECONDS = 20.0
+_DONE = object()  # end of a job's chunk queue
+
+
+def wav_header(sample_rate: int, num_samples: int | None = None) -> bytes:
+    """A 44-byte RIFF header of 16-bit mono PCM; `num_samples=None` (streaming): the sizes
+    are 0xFFFFFFFF, which players read as "until the end of the stream"."""
+    data = 0xFFFFFFFF if num_samples is None else 2 * num_samples
+    riff = 0xFFFFFFFF if num_samples is None else 36 + data
+    return (
+        b"RIFF"
+        + struct.pack("<I", riff)
+        + b"WAVEfmt "
+        + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, 2 * sample_rate, 2, 16)
+        + b"data"
+        + struct.pack("<I", data)
+    )
+
+
+def pcm16(audio: np.ndarray) -> bytes:
+    """float32 [n] in [-1, 1] -> little-endian int16 bytes."""
+    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+
+
+class RequestError(JaxttsError):
+    """A request the server rejects: an HTTP status and a one-line message."""
+
+    def __init__(self, status: int, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.headers = status, headers or {}
+
+
+@dataclasses.dataclass
+class Job:
+    id: str
+    text: str
+    prompt: object  # Prompt | None
+    strategy: str
+    seed: int
+    max_seconds: float | None
+    chunks: queue.Queue = dataclasses.field(default_factory=queue.Queue)
+    cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
+    status: str = "queued"
+    tokens: list | None = None
+    first_audio_s: float | None = None  # from submission to the first audio chunk's decode
+    audio_s: float = 0.0
+    error: str | None = None
+    submitted: float = dataclasses.field(default_factory=time.perf_counter)
+
+    def record(self) -> dict:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "strategy": self.strategy,
+            "seed": self.seed,
+            "tokens": self.tokens,
+            "first_audio_ms": None if self.first_audio_s is None else 1e3 * self.first_audio_s,
+            "audio_seconds": self.audio_s,
+            "error": self.error,
+        }
+
+
+class Server:
+    """The model, the request queue and the worker thread that owns the device."""
+
+    def __init__(
+        self,
+        synth,
+        workdir: str,
+        max_queue: int = 16,
+        segment_steps: int = 4,
+        max_chars: int = 600,
+        keep_requests: int = 256,
+    ):
+        self.synth, self.workdir = synth, workdir
+        self.engine = synth.engine
+        self.sample_rate = synth.sample_rate
+        self.segment_steps, self.max_chars = segment_steps, max_chars
+        self.strategies = self._strategies()
+        self.voices = self._voices()
+        self.jobs: queue.Queue = queue.Queue(maxsize=max_queue)
+        self.done: collections.OrderedDict[str, Job] = collections.OrderedDict()
+        self.keep_requests = keep_requests
+        self.ids = itertools.count(1)
+        self.lock = threading.Lock()
+        self.metrics = collections.Counter()
+        self.ttfa: collections.deque = collections.deque(maxlen=1000)  # seconds
+        self.active: Job | None = None
+        self.worker = threading.Thread(target=self._work, name="jaxtts-decode", daemon=True)
+        self.worker.start()
+
+    # -- set-up
+    def _strategies(self) -> list[str]:
+        default = self.engine.decode_config.get("strategy", "far")
+        out = [default]
+        for s in ("far", "car:2", "car:3", "vadusa:2", "dcar", "dcar:sample", "tldr"):
+            try:
+                self.engine.check_strategy(s)
+            except JaxttsError:
+                continue
+            if s not in out:
+                out.append(s)
+        return out
+
+    def _voices(self) -> dict[str, object]:
+        """Corpus speakers -> their first test utterance (the prompts `infer.py --speaker`
+        takes); empty when the corpus is not built (uploaded prompts still work)."""
+        from jaxtts.synthesize import resolve_prompt
+
+        out = {}
+        for spk in [f"spk{i:02d}" for i in range(10)]:
+            try:
+                out[spk] = resolve_prompt(self.workdir, speaker=spk)
+            except JaxttsError:
+                continue
+        return out
+
+    def warm_up(self, seconds: float = 1.0) -> None:
+        """Compile every strategy's segment program before the first request (a few seconds
+        each on a CPU) so that no request pays for compilation."""
+        prompt = next(iter(self.voices.values()), None)
+        for s in self.strategies:
+            for _ in self.synth.stream(
+                "Warm up.",
+                prompt,
+                strategy=s,
+                max_seconds=seconds,
+                segment_steps=self.segment_steps,
+            ):
+                pass
+
+    # -- requests
+    def parse(self, body: dict) -> Job:
+        """The JSON body of /v1/audio/speech -> a Job (RequestError 400 naming the field)."""
+        from jaxtts.data.prompt import Prompt
+
+        if not isinstance(body, dict):
+            raise RequestError(400, "body: expected a JSON object")
+        known = {"input", "voice", "strategy", "response_format", "stream", "seed", "max_seconds"}
+        extra = sorted(set(body) - known - {"model", "speed"})
+        if extra:
+            raise RequestError(400, f"{extra[0]}: unknown field, expected one of {sorted(known)}")
+        text = body.get("input")
+        if not isinstance(text, str) or not text.strip():
+            raise RequestError(400, "input: expected a non-empty string of text")
+        if len(text) > self.max_chars:
+            raise RequestError(400, f"input: {len(text)} characters, the limit is {self.max_chars}")
+        strategy = body.get("strategy") or self.strategies[0]
+        if not isinstance(strategy, str):
+            raise RequestError(400, "strategy: expected a string")
+        try:
+            self.engine.check_strategy(strategy)
+            self.engine.options(strategy=strategy)
+        except JaxttsError as e:
+            raise RequestError(400, f"strategy: {e}") from None
+        fmt = body.get("response_format", "wav")
+        if fmt not in FORMATS:
+            raise RequestError(400, f"response_format: {fmt!r}, expected one of {list(FORMATS)}")
+        seed = body.get("seed", 0)
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise RequestError(400, f"seed: {seed!r}, expected an integer >= 0")
+        max_s = body.get("max_seconds")
+        if max_s is not None and (not isinstance(max_s, int | float) or not 0 < max_s <= 60):
+            raise RequestError(400, f"max_seconds: {max_s!r}, expected a number in (0, 60]")
+        voice = body.get("voice")
+        if voice is None:
+            prompt = None
+        elif isinstance(voice, str):
+            if voice not in self.voices:
+                raise RequestError(
+                    400, f"voice: unknown voice {voice!r}, expected one of {sorted(self.voices)}"
+                )
+            prompt = self.voices[voice]
+        elif isinstance(voice, dict):
+            wav_b64, ptext = voice.get("wav_base64"), voice.get("text")
+            if not isinstance(wav_b64, str) or not isinstance(ptext, str) or not ptext.strip():
+                raise RequestError(
+                    400, "voice: expected {'wav_base64': <wav file, base64>, 'text': <transcript>}"
+                )
+            prompt = Prompt(
+                "upload", "", ptext.strip(), self._decode_wav(wav_b64), self.sample_rate
+            )
+        else:
+            raise RequestError(400, "voice: expected a speaker name or {'wav_base64', 'text'}")
+        job = Job(f"req{next(self.ids)}", text.strip(), prompt, strategy, seed, max_s)
+        job.format = fmt  # type: ignore[attr-defined]
+        job.stream = bool(body.get("stream", True))  # type: ignore[attr-defined]
+        return job
+
+    def _decode_wav(self, b64: str) -> np.ndarray:
+        import soundfile as sf
+
+        try:
+            raw = base64.b64decode(b64, validate=True)
+            wav, sr = sf.read(io.BytesIO(raw), dtype="float32", always_2d=True)
+        except Exception as e:  # noqa: BLE001 - any decoder failure is the upload's fault
+            msg = str(e).splitlines()[0].split(": ")[-1] if str(e) else type(e).__name__
+            raise RequestError(400, f"voice.wav_base64: not a readable wav file ({msg})") from None
+        wav = wav.mean(axis=1)
+        if wav.size == 0:
+            raise RequestError(400, "voice.wav_base64: the wav holds no samples")
+        if wav.size / sr > MAX_PROMPT_SECONDS:
+            raise RequestError(
+                400,
+                f"voice.wav_base64: {wav.size / sr:.1f} s of audio, the limit is "
+                f"{MAX_PROMPT_SECONDS:.0f} s",
+            )
+        if sr != self.sample_rate:
+            import librosa
+
+            wav = librosa.resample(wav, orig_sr=sr, target_sr=self.sample_rate)
+        return wav.astype(np.float32)
+
+    def submit(self, job: Job) -> None:
+        try:
+            self.jobs.put_nowait(job)
+        except queue.Full:
+            self.metrics["rejected_busy"] += 1
+            raise RequestError(
+                503,
+                f"server busy: {self.jobs.maxsize} requests are waiting; retry later",
+                {"Retry-After": "1"},
+            ) from None
+        self.metrics["requests"] += 1
+
+    def request(self, rid: str) -> dict:
+        with self.lock:
+            job = self.done.get(rid)
+        if job is None:
+            raise RequestError(404, f"request {rid!r}: unknown or no longer kept")
+        return job.record()
+
+    # -- the worker: the only thread that runs JAX
+    def _work(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            self.active = job
+            try:
+                self._run(job)
+            finally:
+                self.active = None
+                with self.lock:
+                    self.done[job.id] = job
+                    while len(self.done) > self.keep_requests:
+                        self.done.popitem(last=False)
+                job.chunks.put(_DONE)
+
+    def _run(self, job: Job) -> None:
+        if job.cancelled.is_set():
+            job.status = "cancelled"
+            self.metrics["cancelled"] += 1
+            return
+        job.status = "running"
+        try:
+            for chunk in self.synth.stream(
+                job.text,
+                job.prompt,
+                strategy=job.strategy,
+                seed=job.seed,
+                segment_steps=self.segment_steps,
+                max_seconds=job.max_seconds,
+            ):
+                if job.cancelled.is_set():  # the client left: free the device now
+                    job.status = "cancelled"
+                    self.metrics["cancelled"] += 1
+                    return
+                if chunk.audio.size:
+                    if job.first_audio_s is None:
+                        job.first_audio_s = time.perf_counter() - job.submitted
+                        self.ttfa.append(job.first_audio_s)
+                    job.audio_s += chunk.audio.size / self.sample_rate
+                    job.chunks.put(chunk.audio)
+                if chunk.done:
+                    job.tokens = [int(t) for t in chunk.token_ids]
+        except JaxttsError as e:
+            job.status, job.error = "failed", str(e)
+            self.metrics["failed"] += 1
+            job.chunks.put(e)
+            return
+        except Exception as e:  # noqa: BLE001 - a bug must not stop the worker
+            log.exception("request %s failed", job.id)
+            job.status, job.error = "failed", f"{type(e).__name__}: {e}"
+            self.metrics["failed"] += 1
+            job.chunks.put(e)
+            return
+        job.status = "done"
+        self.metrics["completed"] += 1
+        self.metrics["audio_ms"] += int(1e3 * job.audio_s)
+
+    def snapshot(self) -> dict:
+        t = np.asarray(self.ttfa, np.float64) * 1e3
+        pct = {f"p{q}": float(np.percentile(t, q)) if t.size else None for q in (50, 90, 99)}
+        keys = ("requests", "completed", "cancelled", "failed", "rejected_busy")
+        return {
+            **{k: int(self.metrics[k]) for k in keys},
+            "audio_seconds": self.metrics["audio_ms"] / 1e3,
+            "queued": self.jobs.qsize(),
+            "active": None if self.active is None else self.active.id,
+            "time_to_first_audio_ms": pct,
+        }
+
+    def close(self) -> None:
+        self.jobs.put(None)
+
+
+def create_app(server: Server):
+    """The FastAPI app of a `Server`."""
+    app = FastAPI(title="jaxtts", docs_url=None, redoc_url=None)
+
+    @app.exception_handler(RequestError)
+    async def _request_error(request, e: RequestError):
+        return JSONResponse({"error": str(e)}, status_code=e.status, headers=e.headers)
+
+    @app.get("/health")
+    async def health():
+        return {
+            "status": "ok",
+            "model": server.workdir,
+            "family": server.engine.family,
+            "strategies": server.strategies,
+            "voices": sorted(server.voices),
+            "sample_rate": server.sample_rate,
+        }
+
+    @app.get("/metrics")
+    async def metrics():
+        return server.snapshot()
+
+    @app.get("/v1/requests/{rid}")
+    async def request_record(rid: str):
+        return server.request(rid)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def page():
+        return (Path(__file__).parent / "serve_page.html").read_text()
+
+    @app.post("/v1/audio/speech")
+    async def speech(request: Request):
+        try:
+            body = await request.json()
+        except Exception:  # noqa: BLE001 - any parse failure is the client's
+            raise RequestError(400, "body: not valid JSON") from None
+        job = server.parse(body)
+        server.submit(job)
+        media = "audio/wav" if job.format == "wav" else "audio/L16"
+        headers = {"X-Request-Id": job.id, "X-Sample-Rate": str(server.sample_rate)}
+
+        async def next_chunk():
+            return await asyncio.to_thread(job.chunks.get)
+
+        if not job.stream:
+            pieces = []
+            try:
+                while (c := await next_chunk()) is not _DONE:
+                    if isinstance(c, Exception):
+                        raise RequestError(_status(c), f"synthesis failed: {c}")
+                    pieces.append(c)
+            finally:
+                job.cancelled.set()  # a no-op once done; frees the slot if the client left
+            audio = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+            data = pcm16(audio)
+            if job.format == "wav":
+                data = wav_header(server.sample_rate, audio.size) + data
+            return Response(data, media_type=media, headers=headers)
+
+        async def body_iter():
+            try:
+                if job.format == "wav":
+                    yield wav_header(server.sample_rate)
+                while (c := await next_chunk()) is not _DONE:
+                    if isinstance(c, Exception):
+                        return  # headers are sent: the stream ends early; the record says why
+                    yield pcm16(c)
+            finally:
+                job.cancelled.set()  # the client left (or the stream ended): free the device
+
+        return StreamingResponse(body_iter(), media_type=media, headers=headers)
+
+    return app
+
+
+def _status(e: Exception) -> int:
+    return 400 if isinstance(e, ConfigError) else 500
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m jaxtts.serve", description=__doc__.split("\n\n")[0]
+    )
+    ap.add_argument("--workdir", required=True, help="a run folder, e.g. pretrained/car_small")
+    ap.add_argument("--host", default="127.0.0.1", help="interface (default: loopback only)")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--max_queue", type=int, default=16, help="waiting requests before 503")
+    ap.add_argument("--segment_steps", type=int, default=4, help="decode steps per chunk")
+    ap.add_argument("--max_chars", type=int, default=600, help="longest input text accepted")
+    ap.add_argument("--keep_requests", type=int, default=256, help="records for /v1/requests")
+    ap.add_argument("--no_warmup", action="store_true", help="skip compiling before serving")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    try:
+        import uvicorn
+
+        from jaxtts.synthesize import Synthesizer
+
+        synth = Synthesizer.from_workdir(args.workdir)
+        server = Server(
+            synth,
+            args.workdir,
+            max_queue=args.max_queue,
+            segment_steps=args.segment_steps,
+            max_chars=args.max_chars,
+            keep_requests=args.keep_requests,
+        )
+        if not args.no_warmup:
+            log.info("compiling %s (once, before serving)", ", ".join(server.strategies))
+            server.warm_up()
+    except JaxttsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    log.info("serving %s on http://%s:%d/", args.workdir, args.host, args.port)
+    uvicorn.run(create_app(server), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
