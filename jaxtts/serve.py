@@ -439,6 +439,29 @@ def create_app(server: Server):
     return app
 
 
+class LiveServer:
+    """uvicorn serving `app` on a free loopback port in a daemon thread (tests and
+    benchmarks: real sockets, so a client can leave mid-stream). `.url`, `.close()`."""
+
+    def __init__(self, app, host: str = "127.0.0.1", timeout: float = 30.0):
+        import uvicorn
+
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=0, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        t0 = time.perf_counter()
+        while not self.server.started:
+            if time.perf_counter() - t0 > timeout or not self.thread.is_alive():
+                raise RuntimeError("the server did not start")
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://{host}:{port}"
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
 def _status(e: Exception) -> int:
     return 400 if isinstance(e, ConfigError) else 500
 

@@ -59,27 +59,6 @@ def _client(synth, **kw):
     return server, TestClient(create_app(server))
 
 
-class _Live:
-    """uvicorn serving an app on a free loopback port, in a thread (real sockets: a client
-    can leave mid-stream, which the in-process TestClient cannot do)."""
-
-    def __init__(self, app):
-        import uvicorn
-
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        _wait(lambda: self.server.started)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-
-    def close(self):
-        self.server.should_exit = True
-        self.thread.join(10)
-
-
 def _wait(cond, timeout=10.0):
     t0 = time.time()
     while not cond():
@@ -145,11 +124,11 @@ def test_bad_requests_are_one_line_4xx_and_the_server_keeps_serving():
 def test_full_queue_is_503_with_retry_after_and_a_left_client_frees_the_device():
     import httpx
 
-    from jaxtts.serve import create_app
+    from jaxtts.serve import LiveServer, create_app
 
     synth = _Synth(chunks=3)
     server, _ = _client(synth, max_queue=1)
-    live = _Live(create_app(server))
+    live = LiveServer(create_app(server))
     try:
         with httpx.Client(base_url=live.url, timeout=20) as c:
             # request 1 streams: its first chunk arrives, then the client leaves mid-stream

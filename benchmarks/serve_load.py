@@ -1,0 +1,182 @@
+"""Load generator for `python -m jaxtts.serve`: time to first audio, latency and throughput
+against the number of concurrent clients, on the loopback interface.
+
+    python benchmarks/serve_load.py --workdir pretrained/car_small --strategies far,car:3 \
+        --clients 1,2,4,8 --requests 16 --out out/serve_load
+
+Starts the server in this process (uvicorn on a free loopback port, warmed up first) unless
+`--url` names a running one. Each client is a thread with its own HTTP connection that sends
+its share of `--requests` streamed requests one after another (10-word test sentences of the
+built-in corpus, voice spk03, seed = request index) and reads each body to the end. Time to
+first audio: from sending the request to the first audio byte after the 44-byte wav header, at
+the client. Throughput: audio seconds received per wall second. Writes <out>.json and
+<out>.png (p50 / p99 latency and throughput against clients, one line per strategy) and prints
+a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+SENTENCES = [
+    "The old farmer sold three cows at the market on Monday.",
+    "Where did you put the keys that were on the kitchen table?",
+    "My sister will visit us with her two children next week.",
+    "A small bird sang in the garden before the rain began.",
+]
+
+
+def one_request(client, body: dict) -> dict:
+    t0 = time.perf_counter()
+    first, n = None, 0
+    with client.stream("POST", "/v1/audio/speech", json=body) as r:
+        if r.status_code != 200:
+            return {"status": r.status_code, "error": r.read().decode()[:200]}
+        for piece in r.iter_bytes():
+            n += len(piece)
+            if first is None and n > 44:
+                first = time.perf_counter() - t0
+    return {
+        "status": 200,
+        "ttfa_s": first,
+        "latency_s": time.perf_counter() - t0,
+        "audio_s": max(0, n - 44) / 2 / 16000,
+    }
+
+
+def load(url: str, strategy: str, clients: int, requests: int) -> dict:
+    import httpx
+
+    out: list[dict] = []
+    lock = threading.Lock()
+    todo = iter(range(requests))
+
+    def client_loop():
+        with httpx.Client(base_url=url, timeout=600) as c:
+            while True:
+                with lock:
+                    i = next(todo, None)
+                if i is None:
+                    return
+                body = {
+                    "input": SENTENCES[i % len(SENTENCES)],
+                    "voice": "spk03",
+                    "strategy": strategy,
+                    "seed": i,
+                }
+                res = one_request(c, body)
+                with lock:
+                    out.append(res)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    ok = [r for r in out if r["status"] == 200]
+    ttfa = np.array([r["ttfa_s"] for r in ok if r["ttfa_s"] is not None]) * 1e3
+    lat = np.array([r["latency_s"] for r in ok]) * 1e3
+    audio = sum(r["audio_s"] for r in ok)
+    return {
+        "strategy": strategy,
+        "clients": clients,
+        "requests": requests,
+        "ok": len(ok),
+        "errors": len(out) - len(ok),
+        "ttfa_ms_p50": float(np.percentile(ttfa, 50)) if ttfa.size else None,
+        "ttfa_ms_p99": float(np.percentile(ttfa, 99)) if ttfa.size else None,
+        "latency_ms_p50": float(np.percentile(lat, 50)) if lat.size else None,
+        "latency_ms_p99": float(np.percentile(lat, 99)) if lat.size else None,
+        "audio_s": audio,
+        "wall_s": wall,
+        "throughput": audio / wall,
+    }
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a0, a1) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for s in dict.fromkeys(r["strategy"] for r in rows):
+        rs = [r for r in rows if r["strategy"] == s]
+        x = [r["clients"] for r in rs]
+        a0.plot(x, [r["latency_ms_p50"] for r in rs], "o-", label=f"{s} p50")
+        a0.plot(x, [r["latency_ms_p99"] for r in rs], "s--", label=f"{s} p99")
+        a0.plot(x, [r["ttfa_ms_p50"] for r in rs], "^:", label=f"{s} first audio p50")
+        a1.plot(x, [r["throughput"] for r in rs], "o-", label=s)
+    a0.set_xlabel("concurrent clients"), a0.set_ylabel("ms"), a0.set_yscale("log")
+    a1.set_xlabel("concurrent clients"), a1.set_ylabel("audio s / wall s")
+    for a in (a0, a1):
+        a.set_xscale("log", base=2), a.grid(alpha=0.3), a.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workdir", default="pretrained/car_small")
+    ap.add_argument("--url", default=None, help="a running server (default: start one here)")
+    ap.add_argument("--strategies", default="far,car:3")
+    ap.add_argument("--clients", default="1,2,4,8")
+    ap.add_argument("--requests", type=int, default=16, help="requests per (strategy, clients)")
+    ap.add_argument("--segment_steps", type=int, default=4)
+    ap.add_argument("--out", default="out/serve_load")
+    args = ap.parse_args()
+    strategies = args.strategies.split(",")
+    live = None
+    url = args.url
+    if url is None:
+        from jaxtts.serve import LiveServer, Server, create_app
+        from jaxtts.synthesize import Synthesizer
+
+        synth = Synthesizer.from_workdir(args.workdir)
+        server = Server(synth, args.workdir, max_queue=256, segment_steps=args.segment_steps)
+        server.strategies = strategies  # warm up only these
+        server.warm_up()
+        live = LiveServer(create_app(server))
+        url = live.url
+    rows = []
+    try:
+        for s in strategies:
+            load(url, s, 1, 2)  # warm the connection and this text length
+            for n in [int(c) for c in args.clients.split(",")]:
+                r = load(url, s, n, max(args.requests, n))
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+    finally:
+        if live is not None:
+            live.close()
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out + ".json", "w") as f:
+        json.dump({"workdir": args.workdir, "rows": rows}, f, indent=1)
+    plot(rows, args.out + ".png")
+    print(
+        "| strategy | clients | first audio p50 / p99 ms | latency p50 / p99 ms | "
+        "audio s / wall s | vs 1 client |"
+    )
+    print("|---|--:|--:|--:|--:|--:|")
+    for r in rows:
+        base = next(b for b in rows if b["strategy"] == r["strategy"])["throughput"]
+        print(
+            f"| {r['strategy']} | {r['clients']} | {r['ttfa_ms_p50']:.0f} / {r['ttfa_ms_p99']:.0f}"
+            f" | {r['latency_ms_p50']:.0f} / {r['latency_ms_p99']:.0f} | {r['throughput']:.2f}"
+            f" | {r['throughput'] / base:.2f}x |"
+        )
+
+
+if __name__ == "__main__":
+    main()
