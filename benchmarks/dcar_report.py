@@ -1,7 +1,7 @@
 """DCPO curves (reward, reward-ASR WER, mean chunk of the policy's rollouts, KL) of one or
 more DCAR runs, and the histogram of the chunk sizes a policy chooses on test sentences.
 
-    python benchmarks/dcar_report.py --out benchmarks/dcar --policy pretrained/dcar --num 240 \
+    python benchmarks/dcar_report.py --out benchmarks/dcar --policy pretrained/dcar_deep --num 240 \
         --runs runs/dcar,runs/dcar_nochase,runs/dcar_nopenalty,runs/dcar_234
 
 Writes <out>_curves.png, <out>_chunks.png and prints a markdown table (time per step and per
@@ -123,7 +123,7 @@ def chunk_histogram(policy: str, corpus: str, num: int, out: str, sample: bool =
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", default="runs/dcar")
-    ap.add_argument("--policy", default="pretrained/dcar")
+    ap.add_argument("--policy", default="pretrained/dcar_deep")
     ap.add_argument("--corpus", default="data/builtin")
     ap.add_argument("--num", type=int, default=240)
     ap.add_argument("--out", default="out/dcar")

@@ -1,6 +1,6 @@
 """What a DCAR step costs next to `car:c`: a policy that always picks c, the policy's own cost.
 
-    python benchmarks/dcar_step.py --backbone pretrained/car_deep --policy pretrained/dcar
+    python benchmarks/dcar_step.py --backbone pretrained/car_deep --policy pretrained/dcar_deep
 
 A fixed-length decode (EOS suppressed: `--tokens` per row, random text and prompt of the
 benchmark's sizes, the backbone's own sampling settings) of the backbone with
@@ -28,7 +28,7 @@ from benchmarks.decode import random_batch, time_decode  # noqa: E402
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backbone", default="pretrained/car_small")
-    ap.add_argument("--policy", default="pretrained/dcar")
+    ap.add_argument("--policy", default="pretrained/dcar_deep")
     ap.add_argument("--chunks", default="2,3")
     ap.add_argument("--batch", default="1,8")
     ap.add_argument("--tokens", type=int, default=150)

@@ -2,7 +2,7 @@
 target forward for a grid of draft lengths L and tolerances beta, on the first N test
 sentences with their zero-shot prompts (the run's sampling settings).
 
-    python benchmarks/ssd_acceptance.py --workdir pretrained/ssd --num 40 \
+    python benchmarks/ssd_acceptance.py --workdir pretrained/ssd_deep --num 40 \
         --L 1,2,3,4,5 --beta 0,0.1,0.2,0.4,0.6
 
 (A batch whose padded shape is new is decoded twice, compile then timed, with the same keys:
@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workdir", default="pretrained/ssd")
+    ap.add_argument("--workdir", default="pretrained/ssd_deep")
     ap.add_argument("--corpus", default="data/builtin")
     ap.add_argument("--num", type=int, default=40)
     ap.add_argument("--L", default="1,2,3,4,5")

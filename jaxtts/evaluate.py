@@ -698,8 +698,8 @@ _EXAMPLES = """examples:
   # a trained model with FAR and CAR c=3, no SIM column
   python -m jaxtts.evaluate --workdir runs/car_small --strategies far,car:3 --speaker_encoder none
   # every shipped method in one table (a row's own run folder after '@')
-  python -m jaxtts.evaluate --num 40 --rows "" --strategies far@pretrained/car_small,\\
-dcar@pretrained/dcar,ssd:L=3,beta=0@pretrained/ssd,tldr@pretrained/tldr,palle@pretrained/palle
+  python -m jaxtts.evaluate --num 40 --rows "" --strategies far@pretrained/car_deep,\\
+dcar@pretrained/dcar_deep,ssd:L=3,beta=0@pretrained/ssd_deep,tldr@pretrained/tldr_deep,palle@pretrained/palle
   # MDM, 8 frames per step with argmax values, beside the backbone's sampled FAR
   python -m jaxtts.evaluate --rows "" \\
       --strategies far@pretrained/car_small,topk:8+greedy@pretrained/mdm
@@ -798,7 +798,7 @@ def split_specs(text: str) -> list[str]:
     for piece in (p.strip() for p in text.split(",")):
         if not piece:
             continue
-        head = piece.split("@")[0]  # 'beta=0.4@pretrained/ssd': a setting, then the run
+        head = piece.split("@")[0]  # 'beta=0.4@pretrained/ssd_deep': a setting, then the run
         setting = ":" not in head and ("=" in head or head.replace(".", "", 1).isdigit())
         if setting and out and ":" in out[-1]:
             out[-1] += "," + piece

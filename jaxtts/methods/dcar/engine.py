@@ -1,9 +1,10 @@
 """The DCAR engine: the frozen TTS backbone + a trained chunk-size policy (a DCPO run folder).
 
-`infer.py --workdir runs/dcar` (or `pretrained/dcar`) loads the backbone named in the run's
+`infer.py --workdir runs/dcar` (or `pretrained/dcar_deep`) loads the backbone named in the run's
 `data.json` (`backbone`, a run folder path, relative to the working directory or the
 repository) and checks that the policy was trained on a backbone of the same width, heads and
-tokenizer; every LM strategy (far, car:c, vadusa:tau) runs too, and `dcar` is the default.
+tokenizer; every LM strategy (far, car:c, vadusa:tau) runs too, and `dcar` (or `dcar:sample`,
+the run's `policy.pick`) is the default.
 """
 
 from __future__ import annotations

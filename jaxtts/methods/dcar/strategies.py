@@ -90,7 +90,7 @@ class DCAR(_SpeechSlots, Strategy):
         if "policy" not in models:
             raise ConfigError(
                 "strategy dcar needs a chunk-size policy: load a DCAR run "
-                "(--workdir runs/dcar or pretrained/dcar)"
+                "(--workdir runs/dcar or pretrained/dcar_deep)"
             )
         k, a = models["target"].cfg.num_mtp_heads, models["policy"].cfg.num_actions
         if a != k:

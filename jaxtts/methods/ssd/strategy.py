@@ -126,7 +126,7 @@ class SSD(Strategy):
         if "draft" not in models:
             raise ConfigError(
                 "strategy ssd needs a draft model: load an SSD run "
-                "(--workdir runs/ssd or pretrained/ssd)"
+                "(--workdir runs/ssd or pretrained/ssd_deep)"
             )
         t, d = models["target"].cfg, models["draft"].cfg
         for key in ("num_speech_tokens", "num_text_symbols", "d_model"):
