@@ -2,7 +2,7 @@
 output length: tokens/s, LM-RTF and backbone forwards per audio second, batch 1 and 8.
 
     python benchmarks/tldr_speed.py                          # every variant of configs/tldr.py
-    python benchmarks/tldr_speed.py --variants small,small_p2 --runs pretrained/tldr_p2
+    python benchmarks/tldr_speed.py --variants deep_p2 --runs pretrained/tldr_deep
 
 Speed does not depend on the weights once the length is fixed: EOS is suppressed until
 `--tokens` (`SamplingConfig.min_tokens`), so every row of every variant generates exactly

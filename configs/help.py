@@ -159,6 +159,7 @@ HELP = {
     "policy.num_heads": "policy layer: attention heads",
     "policy.head_dim": "policy layer: width of one head",
     "policy.d_ff": "policy layer: SwiGLU width",
+    "policy.pick": "decoding's default use of the policy: argmax (dcar) or sample (dcar:sample)",
     "dcpo.backbone": "the frozen TTS LM run folder the policy decodes with (pretrained/car_small)",
     "dcpo.reward_asr": "the frozen CTC ASR run folder that scores rollouts (pretrained/ctc_asr)",
     "dcpo.guidance": "action-guidance set: chunk sizes in range (e.g. '(2,3)'); penalty outside",

@@ -17,6 +17,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
+# compiled programs are kept between runs (the 12-layer rows compile one decode per text-length
+# bucket: minutes on 2 cores the first time); git-ignored, delete it freely
+export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$PWD/.cache/jax}"
+mkdir -p "$JAX_COMPILATION_CACHE_DIR"
 MODEL=${MODEL:-pretrained/car_deep}
 NUM=${NUM:-24}
 # the corpus: data/builtin, or $JAXTTS_DATA_DIR/builtin (as the corpus build and evaluate use)

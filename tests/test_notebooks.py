@@ -1,6 +1,7 @@
 """Every notebook in notebooks/ runs top to bottom (tiny mode: JAXTTS_NOTEBOOK_TINY=1) in a real
 Jupyter kernel; a cell that raises fails the test with the cell's error."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
     monkeypatch.setenv("JAXTTS_NOTEBOOK_TINY", "1")
-    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+    # one device, and the suite's other XLA flags (scripts/test.sh: the faster CPU compiles)
+    other = [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
+    monkeypatch.setenv("XLA_FLAGS", " ".join(["--xla_force_host_platform_device_count=1", *other]))
     monkeypatch.setenv("JAXTTS_DATA_DIR", str(tmp_path / "data"))  # tiny corpus, not data/
     monkeypatch.setenv("JAXTTS_NOTEBOOK_WORKDIR", str(tmp_path / "run"))
     nb = nbformat.read(path, as_version=4)

@@ -17,6 +17,9 @@ FOLDER_MAX_BYTES = {"car_deep": 32 * 2**20}  # the deep backbone may take up to 
 PALLE_CE_BOUND, PALLE_GAP_BOUND = 5.0, 2.0  # palle_par 3.78 / palle 3.61 nats, gaps 4.79 / 4.42
 TLDR_CE_BOUND, TLDR_GAP_BOUND = 2.5, 2.0  # tldr_deep 1.33 nats, gap 5.84; untrained 7.3, 0.04
 DEEP_CE_TOLERANCE = 0.05  # nats: car_deep vs car_small on the tiny corpus (MODEL_CARD.md)
+# teacher-forced checks read the 40 tiny-corpus utterances as ONE batch: one compiled shape per
+# model (three length buckets at 16 rows compiled three programs, most of these tests' time)
+TF_BATCH = 40
 MDM_NLL_BOUND, MDM_GAP_BOUND = 3.0, 0.15  # shipped 2.42 nats/bin, gap 0.65; step 750: 3.27, 0.03
 
 
@@ -57,7 +60,7 @@ def test_car_small_reads_its_text(lm_engine, tiny_corpus):
     near 0.2 nats (benchmarks/RESULTS.md section 6)."""
     from jaxtts.methods.lm.diagnostics import text_information
 
-    info = text_information(lm_engine, _utts(tiny_corpus))
+    info = text_information(lm_engine, _utts(tiny_corpus), batch_size=TF_BATCH)
     assert info.tokens > 1000
     assert info.ce_right[0] < 3.5, info
     assert info.gap[0] > 0.5, info
@@ -79,7 +82,8 @@ def test_car_deep_reads_its_text_as_well_as_its_shallow_origin(lm_engine, tiny_c
         layer = deep.params["stack"][f"layer_{i}"]
         assert np.abs(np.asarray(layer["mlp"]["wo"]["kernel"])).max() > 1e-3, i
     utts = _utts(tiny_corpus)
-    small, big = text_information(lm_engine, utts), text_information(deep, utts)
+    small = text_information(lm_engine, utts, batch_size=TF_BATCH)
+    big = text_information(deep, utts, batch_size=TF_BATCH)
     assert abs(big.ce_right[0] - small.ce_right[0]) < DEEP_CE_TOLERANCE, (big, small)
     assert big.gap[0] > 0.5, big
 
@@ -197,7 +201,7 @@ def test_dcar_deep_policy_is_dynamic_and_keeps_to_its_guidance(tiny_corpus):
 
     eng = load_engine(PRETRAINED / "dcar_deep")
     assert eng.decode_config["strategy"] == "dcar:sample"
-    probs = teacher_forced_choices(eng, _utts(tiny_corpus), chunk=3)
+    probs = teacher_forced_choices(eng, _utts(tiny_corpus), chunk=3, batch_size=TF_BATCH)
     assert len(probs) > 500
     share = probs.mean(0)  # [K] sizes 1..4
     assert share[1:].sum() >= 0.85, share
@@ -232,7 +236,7 @@ def test_tldr_reads_its_text(tiny_corpus, name):
     from jaxtts.engine import load_engine
     from jaxtts.methods.tldr.task import text_information
 
-    info = text_information(load_engine(PRETRAINED / name), _utts(tiny_corpus))
+    info = text_information(load_engine(PRETRAINED / name), _utts(tiny_corpus), batch_size=TF_BATCH)
     assert info.tokens > 1000
     assert info.ce_right[0] < TLDR_CE_BOUND, info
     assert info.gap[0] > TLDR_GAP_BOUND, info
@@ -247,7 +251,7 @@ def test_palle_reads_its_text(tiny_corpus, name):
     from jaxtts.engine import load_engine
     from jaxtts.methods.palle.task import text_information
 
-    info = text_information(load_engine(PRETRAINED / name), _utts(tiny_corpus))
+    info = text_information(load_engine(PRETRAINED / name), _utts(tiny_corpus), batch_size=TF_BATCH)
     assert info.tokens > 1000
     assert info.ce_right[0] < PALLE_CE_BOUND, info
     assert info.gap[0] > PALLE_GAP_BOUND, info
@@ -268,7 +272,7 @@ def test_mdm_reads_its_text_and_times_it(tiny_corpus):
 
     eng = load_engine(PRETRAINED / "mdm")
     utts = _utts(tiny_corpus)
-    info = text_information(eng, utts)
+    info = text_information(eng, utts, batch_size=TF_BATCH)
     assert info["frames"] > 5000
     assert info["nll_right"] < MDM_NLL_BOUND, info
     assert info["nll_wrong"] - info["nll_right"] > MDM_GAP_BOUND, info

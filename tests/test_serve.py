@@ -135,6 +135,8 @@ def test_full_queue_is_503_with_retry_after_and_a_left_client_frees_the_device()
             with c.stream("POST", "/v1/audio/speech", json={"input": "one"}) as r1:
                 rid1 = r1.headers["x-request-id"]
                 synth.release.release()
+                _wait(lambda: server.active is not None)
+                job1 = server.active
                 got = b""
                 for piece in r1.iter_bytes():
                     got += piece
@@ -145,7 +147,9 @@ def test_full_queue_is_503_with_retry_after_and_a_left_client_frees_the_device()
                 r3 = c.post("/v1/audio/speech", json={"input": "three"})
                 assert r3.status_code == 503 and r3.headers["retry-after"] == "1"
                 assert "server busy" in r3.json()["error"]
-            # closed: request 1 stops at its next chunk, and request 2 then runs to its end
+            # closed: the server sees the disconnect and flags request 1, which stops at its
+            # next chunk; request 2 then runs to its end
+            _wait(lambda: job1.cancelled.is_set())
             for _ in range(4):
                 synth.release.release()
             _wait(lambda: server.snapshot()["completed"] == 1)

@@ -27,7 +27,8 @@ class DCAREngine(LMEngine):
         self.policy, self.policy_params = policy, policy_params
         self.backbone_path = backbone_path
         # the default strategy: the policy's argmax, or a draw from it (`policy.pick`)
-        self.decode_config = {**base.decode_config, "strategy": f"dcar:{pick}"}
+        strategy = "dcar" if pick == "argmax" else f"dcar:{pick}"
+        self.decode_config = {**base.decode_config, "strategy": strategy}
 
     @classmethod
     def from_run(cls, run: RunFolder, step: int | None = None) -> DCAREngine:
