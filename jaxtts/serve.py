@@ -96,6 +96,8 @@ class Job:
     strategy: str
     seed: int
     max_seconds: float | None
+    format: str = "wav"  # response_format: wav | pcm
+    stream: bool = True  # send chunks as they decode
     chunks: queue.Queue = dataclasses.field(default_factory=queue.Queue)
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
     status: str = "queued"
@@ -240,10 +242,10 @@ class Server:
             )
         else:
             raise RequestError(400, "voice: expected a speaker name or {'wav_base64', 'text'}")
-        job = Job(f"req{next(self.ids)}", text.strip(), prompt, strategy, seed, max_s)
-        job.format = fmt  # type: ignore[attr-defined]
-        job.stream = bool(body.get("stream", True))  # type: ignore[attr-defined]
-        return job
+        stream = body.get("stream", True)
+        if not isinstance(stream, bool):
+            raise RequestError(400, f"stream: {stream!r}, expected true or false")
+        return Job(f"req{next(self.ids)}", text.strip(), prompt, strategy, seed, max_s, fmt, stream)
 
     def _decode_wav(self, b64: str) -> np.ndarray:
         import soundfile as sf
