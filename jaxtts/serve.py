@@ -307,11 +307,18 @@ class Server:
                         self.done.popitem(last=False)
                 job.chunks.put(_DONE)
 
+    def _end(self, job: Job, status: str, error: Exception | None = None) -> None:
+        job.status = status
+        self.metrics[status if status != "done" else "completed"] += 1
+        if error is not None:
+            job.error = (
+                str(error) if isinstance(error, JaxttsError) else f"{type(error).__name__}: {error}"
+            )
+            job.chunks.put(error)
+
     def _run(self, job: Job) -> None:
         if job.cancelled.is_set():
-            job.status = "cancelled"
-            self.metrics["cancelled"] += 1
-            return
+            return self._end(job, "cancelled")
         job.status = "running"
         try:
             for chunk in self.synth.stream(
@@ -323,9 +330,7 @@ class Server:
                 max_seconds=job.max_seconds,
             ):
                 if job.cancelled.is_set():  # the client left: free the device now
-                    job.status = "cancelled"
-                    self.metrics["cancelled"] += 1
-                    return
+                    return self._end(job, "cancelled")
                 if chunk.audio.size:
                     if job.first_audio_s is None:
                         job.first_audio_s = time.perf_counter() - job.submitted
@@ -334,20 +339,12 @@ class Server:
                     job.chunks.put(chunk.audio)
                 if chunk.done:
                     job.tokens = [int(t) for t in chunk.token_ids]
-        except JaxttsError as e:
-            job.status, job.error = "failed", str(e)
-            self.metrics["failed"] += 1
-            job.chunks.put(e)
-            return
-        except Exception as e:  # noqa: BLE001 - a bug must not stop the worker
-            log.exception("request %s failed", job.id)
-            job.status, job.error = "failed", f"{type(e).__name__}: {e}"
-            self.metrics["failed"] += 1
-            job.chunks.put(e)
-            return
-        job.status = "done"
-        self.metrics["completed"] += 1
+        except Exception as e:  # noqa: BLE001 - a bad request or a bug must not stop the worker
+            if not isinstance(e, JaxttsError):
+                log.exception("request %s failed", job.id)
+            return self._end(job, "failed", e)
         self.metrics["audio_ms"] += int(1e3 * job.audio_s)
+        self._end(job, "done")
 
     def snapshot(self) -> dict:
         t = np.asarray(self.ttfa, np.float64) * 1e3
