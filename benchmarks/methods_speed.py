@@ -36,6 +36,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.timing_lock import exclusive  # noqa: E402
+
 # (strategy prefix, the paper's speed-up over its AR baseline, this project's target at batch
 # 1, the WER allowance over FAR in points); first match wins
 PAPER = [
@@ -96,7 +98,13 @@ def wer_lookup(paths: list[str]) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rows", required=True, help="<strategy>@<run folder>, comma-separated")
+    ap.add_argument("--rows", default="", help="<strategy>@<run folder>, comma-separated")
+    ap.add_argument(
+        "--combine",
+        default="",
+        help="no timing: --out JSONs of separate runs (one process per row, gpu_check.sh), "
+        "comma-separated, joined into one table with each row's speed against FAR",
+    )
     ap.add_argument("--eval", default="", help="evaluate results.json files (WER column)")
     ap.add_argument("--corpus", default="data/builtin")
     ap.add_argument(
@@ -120,6 +128,22 @@ def main(argv=None) -> int:
         "measured times (decoding is seeded, so the steps are those of the timed run)",
     )
     args = ap.parse_args(argv)
+    if args.combine:
+        table = []
+        for p in args.combine.split(","):
+            if not Path(p).is_file():
+                print(f"  (--combine: {p}: no such file; its rows are missing)", file=sys.stderr)
+                continue
+            table += json.loads(Path(p).read_text())
+        if not table:
+            print(f"error: --combine: {args.combine}: no rows", file=sys.stderr)
+            return 2
+        batches = sorted({int(k[1:]) for e in table for k in e if k[0] == "b" and k[1:].isdigit()})
+        report([], batches, {}, {}, args.out, True, table)
+        return 0
+    if not args.rows:
+        print("error: expected --rows (or --combine)", file=sys.stderr)
+        return 2
 
     import jax
 
@@ -193,9 +217,10 @@ def main(argv=None) -> int:
             print(
                 f"  warm-up {strategy}@{folder} b{b}: {time.perf_counter() - t0:.0f} s", flush=True
             )
-        for _ in range(args.rounds):
-            for strategy, folder in rows:
-                meas.setdefault((strategy, folder, b), []).append(run(strategy, folder, b))
+        with exclusive(f"{args.rows} b{b}"):  # gpu_check.sh: one process times at a time
+            for _ in range(args.rounds):
+                for strategy, folder in rows:
+                    meas.setdefault((strategy, folder, b), []).append(run(strategy, folder, b))
         print(f"batch {b}: {args.rounds} rounds done", flush=True)
         keep = [e for e in earlier if (e["strategy"], e["folder"]) not in rows]
         report(rows, batches[: i + 1], meas, wers, args.out, i == len(batches) - 1, keep)
@@ -245,11 +270,12 @@ def report(rows, batches, meas, wers, out, final: bool, keep=()) -> list:
             holds = "yes" if up0 >= target and wer_ok else "no"
             holds += "" if e["wer"] is not None and ref and ref["wer"] is not None else " (no WER)"
         e["holds"] = holds
+        first = next(e[f"b{b}"] for b in batches if f"b{b}" in e)  # steps: the first measured
         wer = f"{e['wer']:.1f} ({e['wer_source']})" if e["wer"] is not None else "—"
         lines.append(
             f"| {e['strategy']} | {e['folder']} | {e['backbone']} | {wer} | "
             + " | ".join(cells)
-            + f" | {e[f'b{b0}']['steps_per_audio_s']:.1f} | {e[f'b{b0}']['kv_mb_per_audio_s']:.2f}"
+            + f" | {first['steps_per_audio_s']:.1f} | {first['kv_mb_per_audio_s']:.2f}"
             f" | {paper} | {f'{target:.1f}x' if target else '—'} | {holds} |"
         )
     print("\n".join(lines) + ("" if final else "\n(more batch sizes follow)"), flush=True)

@@ -23,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.timing_lock import exclusive  # noqa: E402
 
 # dense bf16 FLOP/s by the vendors' datasheets (SXM parts), matched against device_kind
 DATASHEET_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "TPU v5 lite": 197e12}
@@ -104,15 +105,16 @@ def main(argv=None) -> int:
     except Exception as e:  # noqa: BLE001 - cost analysis is best effort per backend
         print(f"(no XLA cost analysis: {e})")
     times = []
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        state, m = trainer.train_step(state, dev_batch, key)
-        jax.block_until_ready(m)
-        times.append(time.perf_counter() - t0)
+    with exclusive("train"):  # gpu_check.sh: one process times at a time
+        for _ in range(a.steps):
+            t0 = time.perf_counter()
+            state, m = trainer.train_step(state, dev_batch, key)
+            jax.block_until_ready(m)
+            times.append(time.perf_counter() - t0)
+        n_dev = jax.device_count()
+        peak = matmul_rate("bfloat16" if cfg.dtype == "bfloat16" else "float32") * n_dev
     step_s = float(np.median(times))
     tokens = b * (a.text + a.speech + 1)
-    n_dev = jax.device_count()
-    peak = matmul_rate("bfloat16" if cfg.dtype == "bfloat16" else "float32") * n_dev
     res = {
         "config": a.config,
         "device": jax.devices()[0].device_kind,
