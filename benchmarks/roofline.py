@@ -42,6 +42,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.timing_lock import exclusive  # noqa: E402
+
 DEVICES = {
     # name: (peak FLOP/s, bandwidth B/s, bytes per weight, per-forward s, per-layer s)
     # per-forward / per-layer overheads on accelerators are ASSUMED (kernel launches inside a
@@ -315,8 +317,6 @@ def lm_rtf(
 
 def _timeit(fn, *args, reps: int = 20) -> float:
     import jax
-
-    from benchmarks.timing_lock import exclusive
 
     jax.block_until_ready(fn(*args))  # compiles
     ts = []

@@ -60,11 +60,14 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import grain
 import numpy as np
 
 from jaxtts.errors import ConfigError, DataError
+
+if TYPE_CHECKING:  # grain is imported where a loader is built: decoding needs none
+    import grain
 
 __all__ = [
     "BucketedLoader",
@@ -499,6 +502,8 @@ class BucketedLoader(abc.ABC):
     def dataset(self) -> grain.MapDataset:
         """grain MapDataset whose element `step` is `get_batch(step)` (endless unless
         num_epochs)."""
+        import grain  # imported on use: decoding and one-batch benchmarks need no loader
+
         return grain.MapDataset.source(self)
 
     def iterator(
@@ -514,6 +519,8 @@ class BucketedLoader(abc.ABC):
         if start_step < 0 or (num_steps is not None and num_steps < 0):
             raise ConfigError(f"start_step={start_step}, num_steps={num_steps}: expected >= 0")
         stop = None if num_steps is None else start_step + num_steps
+        import grain
+
         ds = self.dataset()[start_step:stop]
         opts = grain.ReadOptions(
             num_threads=num_threads if prefetch else 0, prefetch_buffer_size=prefetch

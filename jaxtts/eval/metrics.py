@@ -29,7 +29,6 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-import jiwer
 import numpy as np
 
 from jaxtts.errors import AudioError
@@ -93,6 +92,8 @@ def wer_details(refs: list[str], hyps: list[str], normalize: bool = True) -> lis
         if n_ref == 0 or n_hyp == 0:  # jiwer needs a non-empty side; the counts are trivial
             out.append(WerDetail(ref, hyp, n_ref, 0, 0, n_ref, n_hyp))
             continue
+        import jiwer  # (imported on use: decoding benchmarks import this module without it)
+
         o = jiwer.process_words(ref, hyp)
         out.append(WerDetail(ref, hyp, n_ref, o.hits, o.substitutions, o.deletions, o.insertions))
     return out
@@ -110,6 +111,8 @@ def sentence_cer(refs: list[str], hyps: list[str]) -> np.ndarray:
         if not ref or not hyp:
             out[i] = 0.0 if ref == hyp else 1.0
             continue
+        import jiwer
+
         o = jiwer.process_characters(ref, hyp)
         out[i] = (o.substitutions + o.deletions + o.insertions) / len(ref)
     return out
