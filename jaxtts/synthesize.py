@@ -163,6 +163,11 @@ class Synthesizer:
         n_prompt = int(round(engine.prompt_seconds * engine.frame_rate))
         self._prompt_bucket = max(16, n_prompt)  # full-length prompts: one width
         self.compile_times: dict[tuple, float] = {}  # compiled shape -> seconds (once each)
+        # True: a batch whose text width has no compiled program yet takes the narrowest wider
+        # one already compiled (same strategy, rows and prompt width), its text padded: one
+        # compile where there would be one per width, for a few masked positions per step.
+        # `jaxtts.evaluate` turns it on (it warms up with its longest text first).
+        self.reuse_wider = False
 
     @classmethod
     def from_workdir(
@@ -305,14 +310,20 @@ class Synthesizer:
             skipped=reason,
         )
 
-    def _prompt_batch(self, rows, batch_size: int, seed: int) -> tuple[PromptBatch, object]:
+    def _prompt_batch(
+        self, rows, batch_size: int, seed: int, compile_key=None
+    ) -> tuple[PromptBatch, object]:
         """Rows (line, piece, prompt + target text ids, prompt units, prompt transcript
         length) -> (a PromptBatch of max(len(rows), batch_size) rows, widths bucketed; the last
-        row repeated to fill it: one compiled shape), per-row keys)."""
+        row repeated to fill it: one compiled shape), per-row keys). With `reuse_wider` and
+        the strategy's `compile_key`, the text width may be that of a wider compiled shape."""
         n = len(rows)
         b = max(n, batch_size)
         x = _bucket(max(r[2].size for r in rows), 64)
         p = _bucket(max(len(r[3]) for r in rows), self._prompt_bucket)
+        if self.reuse_wider and compile_key is not None:
+            wider = [w for k, bb, w, pp in self.compile_times if (k, bb, pp) == (compile_key, b, p)]
+            x = min([w for w in wider if w >= x], default=x)
         units = rows[0][3]
         text = np.zeros((b, x), np.int32)
         text_len = np.zeros((b,), np.int32)
@@ -334,7 +345,7 @@ class Synthesizer:
     ):
         engine = self.engine
         n = len(rows)
-        batch, keys = self._prompt_batch(rows, batch_size, seed)
+        batch, keys = self._prompt_batch(rows, batch_size, seed, engine.compile_key(options))
         b, x = batch.text.shape
         p = batch.prompt.shape[1]
 
@@ -455,6 +466,7 @@ def make_synthesizer(workdir: str, strategy: str, **sampling):
     """`jaxtts.evaluate` model rows: a `synth(texts, prompts)` callable for one strategy
     (`sampling`: greedy / temperature / top_k / top_p overrides of the run's decode config)."""
     synth = Synthesizer.from_workdir(workdir)
+    synth.reuse_wider = True  # one compiled text width per row (evaluate warms up the longest)
     synth.engine.check_strategy(strategy)
     synth.engine.options(strategy=strategy, **sampling)  # bad values: one-line errors now
 

@@ -396,6 +396,29 @@ def test_compile_total_equals_per_shape_sum(trained, tiny_corpus):
     assert sorted(k[1] for k in shapes) == [1, 2, 3, 4]
 
 
+def test_reuse_wider_compiles_once_and_changes_no_token(trained, tiny_corpus):
+    from jaxtts.data.manifest import read_split
+    from jaxtts.synthesize import Prompt, Synthesizer
+
+    wd, _, _ = trained
+    prompt = Prompt.from_utterance(read_split(tiny_corpus, "dev")[0])
+    long = "Where did you put the keys that were on the kitchen table this morning, and why?"
+    short = "Hi."
+    kw = dict(max_seconds=0.3, progress=False, vocode=False)
+    plain = Synthesizer.from_workdir(wd)
+    ref = plain.synthesize([short], prompt, **kw)[0]
+    reuse = Synthesizer.from_workdir(wd)
+    reuse.reuse_wider = True
+    reuse.synthesize([long], prompt, **kw)
+    (wide,) = reuse.compile_times
+    got = reuse.synthesize([short], prompt, **kw)[0]
+    (narrow,) = plain.compile_times
+    assert narrow[2] < wide[2]  # the short text alone compiles a narrower width
+    assert list(reuse.compile_times) == [wide]  # ... here it took the wide program
+    assert got.info["compile_s"] == 0.0
+    np.testing.assert_array_equal(got.tokens, ref.tokens)  # padding changes no token
+
+
 @pytest.mark.parametrize("entry", [["train.py"], ["infer.py"], ["-m", "jaxtts.evaluate"]])
 def test_help_exits_zero(entry):
     proc = _run([*entry, "--help"], timeout=120)
