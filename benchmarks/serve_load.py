@@ -104,6 +104,102 @@ def load(url: str, strategy: str, clients: int, requests: int) -> dict:
     }
 
 
+def _rss_mb() -> float:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def soak(url: str, synth, strategy: str, clients: int, requests: int, leave_every: int) -> dict:
+    """`requests` streamed requests from `clients` threads; every `leave_every`-th client
+    request reads its first audio chunk and disconnects. Then every completed request's tokens
+    (its /v1/requests record) are compared with the offline synthesis of its text and seed,
+    and this process's resident memory (the server runs here) before and after."""
+    import httpx
+
+    from jaxtts.synthesize import resolve_prompt
+
+    rss0 = _rss_mb()
+    out: dict[int, dict] = {}
+    lock = threading.Lock()
+    todo = iter(range(requests))
+
+    def client_loop():
+        with httpx.Client(base_url=url, timeout=600) as c:
+            while True:
+                with lock:
+                    i = next(todo, None)
+                if i is None:
+                    return
+                body = {
+                    "input": SENTENCES[i % len(SENTENCES)],
+                    "voice": "spk03",
+                    "strategy": strategy,
+                    "seed": i,
+                }
+                leave = i % leave_every == leave_every - 1
+                res = {"leave": leave}
+                with c.stream("POST", "/v1/audio/speech", json=body) as r:
+                    res["status"], res["id"] = r.status_code, r.headers.get("x-request-id")
+                    n = 0
+                    for piece in r.iter_bytes():
+                        n += len(piece)
+                        if leave and n > 44:
+                            break  # closing the response mid-stream: the client is gone
+                    res["bytes"] = n
+                with lock:
+                    out[i] = res
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    time.sleep(1.0)  # the last cancellations reach their segment boundary
+    rss1 = _rss_mb()
+    prompt = resolve_prompt("pretrained/car_small", speaker="spk03")
+    same = differ = cancelled = missing = 0
+    with httpx.Client(base_url=url, timeout=60) as c:
+        for i in range(requests):
+            res = out.get(i)
+            if res is None or res["status"] != 200:
+                missing += 1
+                continue
+            rec = c.get(f"/v1/requests/{res['id']}").json()
+            if res["leave"]:
+                cancelled += rec["status"] == "cancelled"
+                continue
+            (off,) = synth.synthesize(
+                [SENTENCES[i % len(SENTENCES)]],
+                prompt,
+                strategy=strategy,
+                seed=i,
+                progress=False,
+                vocode=False,
+            )
+            ok = rec["status"] == "done" and rec["tokens"] == off.tokens.tolist()
+            same += ok
+            differ += not ok
+    res = {
+        "strategy": strategy,
+        "clients": clients,
+        "requests": requests,
+        "left_mid_stream": sum(r["leave"] for r in out.values()),
+        "left_and_recorded_cancelled": cancelled,
+        "completed_equal_offline": same,
+        "completed_differ": differ,
+        "lost": missing,
+        "wall_s": wall,
+        "rss_mb_before": rss0,
+        "rss_mb_after": rss1,
+    }
+    print(json.dumps(res), flush=True)
+    return res
+
+
 def plot(rows: list[dict], path: str) -> None:
     import matplotlib
 
@@ -134,9 +230,20 @@ def main() -> None:
     ap.add_argument("--clients", default="1,2,4,8")
     ap.add_argument("--requests", type=int, default=16, help="requests per (strategy, clients)")
     ap.add_argument("--segment_steps", type=int, default=4)
+    ap.add_argument("--slots", type=int, default=8, help="the server's --slots")
+    ap.add_argument(
+        "--soak",
+        default="",
+        help="CLIENTS,REQUESTS,LEAVE_EVERY (e.g. 32,200,8): after the table, that many requests "
+        "with every LEAVE_EVERY-th client leaving mid-stream; completed ones vs offline",
+    )
     ap.add_argument("--out", default="out/serve_load")
     args = ap.parse_args()
     strategies = args.strategies.split(",")
+    if args.soak and args.url:
+        sys.exit(
+            "error: --soak compares with offline synthesis here: start the server here (no --url)"
+        )
     live = None
     url = args.url
     if url is None:
@@ -144,7 +251,13 @@ def main() -> None:
         from jaxtts.synthesize import Synthesizer
 
         synth = Synthesizer.from_workdir(args.workdir)
-        server = Server(synth, args.workdir, max_queue=256, segment_steps=args.segment_steps)
+        server = Server(
+            synth,
+            args.workdir,
+            max_queue=256,
+            segment_steps=args.segment_steps,
+            slots=args.slots,
+        )
         server.strategies = strategies  # warm up only these
         server.warm_up()
         live = LiveServer(create_app(server))
@@ -157,12 +270,17 @@ def main() -> None:
                 r = load(url, s, n, max(args.requests, n))
                 rows.append(r)
                 print(json.dumps(r), flush=True)
+        soaked = None
+        if args.soak:
+            n, m, k = (int(x) for x in args.soak.split(","))
+            soaked = soak(url, synth, strategies[0], n, m, k)
+            soaked["compilations_since_warmup"] = server.snapshot()["compilations_since_warmup"]
     finally:
         if live is not None:
             live.close()
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".json", "w") as f:
-        json.dump({"workdir": args.workdir, "rows": rows}, f, indent=1)
+        json.dump({"workdir": args.workdir, "rows": rows, "soak": soaked}, f, indent=1)
     plot(rows, args.out + ".png")
     print(
         "| strategy | clients | first audio p50 / p99 ms | latency p50 / p99 ms | "

@@ -19,12 +19,16 @@ Endpoints:
 - `GET /`: a page with a text box, voice and strategy pickers and a player that starts on the
   first chunk.
 
-Scheduling (this version): one worker thread owns the device and serves one request at a
-time, decoding `segment_steps` steps between chunks; requests wait in a bounded queue
-(`--max_queue`), and past it get a 503 with Retry-After. A client that disconnects cancels its
-request at the next segment boundary. Continuous batching (several requests sharing the
-decode loop's slots) is not built yet: throughput under concurrent clients is that of one
-stream at a time (benchmarks/RESULTS.md §serve).
+Scheduling: one worker thread owns the device. For the step-wise families (far, car, vadusa,
+dcar, ssd, tldr) it batches continuously (`jaxtts.decode.slots`): each strategy has `--slots`
+rows of one decode loop; a request is prefilled into a free row at a segment boundary, every
+occupied row advances `segment_steps` steps at a time, and each row's new tokens become audio
+(`jaxtts.stream`'s MelStream and VocoderStream) sent to its client; a row that ends frees its
+slot. Shapes never change after warm-up (`/metrics` counts compilations since then), and a
+request's tokens are those of its offline synthesis whatever shares the loop. Other families
+(MDM, PALLE) are served one request at a time. Requests beyond the slots wait in a bounded
+queue (`--max_queue`), and past it get a 503 with Retry-After. A client that disconnects frees
+its slot at the next segment boundary.
 
 Bad input is a 4xx with a one-line JSON `{"error": ...}` naming the field, and the server
 goes on serving everyone else.
@@ -131,11 +135,17 @@ class Server:
         segment_steps: int = 4,
         max_chars: int = 600,
         keep_requests: int = 256,
+        slots: int = 8,
     ):
         self.synth, self.workdir = synth, workdir
         self.engine = synth.engine
         self.sample_rate = synth.sample_rate
         self.segment_steps, self.max_chars = segment_steps, max_chars
+        # a request's longest audio: the run's decode budget (the slots are allocated for it)
+        self.max_seconds = float(self.engine.options().max_seconds)
+        self.batching = slots > 0 and hasattr(self.engine, "decode_plan")
+        self.scheduler = SlotScheduler(self, slots) if self.batching else None
+        self.compiles = _CompileCounter()
         self.strategies = self._strategies()
         self.voices = self._voices()
         self.jobs: queue.Queue = queue.Queue(maxsize=max_queue)
@@ -146,7 +156,8 @@ class Server:
         self.metrics = collections.Counter()
         self.ttfa: collections.deque = collections.deque(maxlen=1000)  # seconds
         self.active: Job | None = None
-        self.worker = threading.Thread(target=self._work, name="jaxtts-decode", daemon=True)
+        work = self.scheduler.work if self.batching else self._work
+        self.worker = threading.Thread(target=work, name="jaxtts-decode", daemon=True)
         self.worker.start()
 
     # -- set-up
@@ -175,11 +186,17 @@ class Server:
                 continue
         return out
 
-    def warm_up(self, seconds: float = 1.0) -> None:
+    def warm_up(self, seconds: float = 1.0, strategies: list[str] | None = None) -> None:
         """Compile every strategy's segment program before the first request (a few seconds
         each on a CPU) so that no request pays for compilation."""
         prompt = next(iter(self.voices.values()), None)
-        for s in self.strategies:
+        for s in strategies or self.strategies:
+            if self.batching:  # a request through the slots: prefill, insert, advance, free
+                job = Job("warm-up", "Warm up.", prompt, s, 0, seconds)
+                self.submit(job, count=False)
+                while job.chunks.get() is not _DONE:
+                    pass
+                continue
             for _ in self.synth.stream(
                 "Warm up.",
                 prompt,
@@ -188,6 +205,7 @@ class Server:
                 segment_steps=self.segment_steps,
             ):
                 pass
+        self.compiles.mark()
 
     # -- requests
     def parse(self, body: dict) -> Job:
@@ -220,8 +238,12 @@ class Server:
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise RequestError(400, f"seed: {seed!r}, expected an integer >= 0")
         max_s = body.get("max_seconds")
-        if max_s is not None and (not isinstance(max_s, int | float) or not 0 < max_s <= 60):
-            raise RequestError(400, f"max_seconds: {max_s!r}, expected a number in (0, 60]")
+        if max_s is not None and (
+            not isinstance(max_s, int | float) or not 0 < max_s <= self.max_seconds
+        ):
+            raise RequestError(
+                400, f"max_seconds: {max_s!r}, expected a number in (0, {self.max_seconds:g}]"
+            )
         voice = body.get("voice")
         if voice is None:
             prompt = None
@@ -271,7 +293,7 @@ class Server:
             wav = librosa.resample(wav, orig_sr=sr, target_sr=self.sample_rate)
         return wav.astype(np.float32)
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job, count: bool = True) -> None:
         try:
             self.jobs.put_nowait(job)
         except queue.Full:
@@ -281,7 +303,8 @@ class Server:
                 f"server busy: {self.jobs.maxsize} requests are waiting; retry later",
                 {"Retry-After": "1"},
             ) from None
-        self.metrics["requests"] += 1
+        if count:
+            self.metrics["requests"] += 1
 
     def request(self, rid: str) -> dict:
         with self.lock:
@@ -301,15 +324,34 @@ class Server:
                 self._run(job)
             finally:
                 self.active = None
-                with self.lock:
-                    self.done[job.id] = job
-                    while len(self.done) > self.keep_requests:
-                        self.done.popitem(last=False)
-                job.chunks.put(_DONE)
+                self._finish(job)
+
+    def _finish(self, job: Job) -> None:
+        """Keep the job's record and close its chunk queue (it ended: done, cancelled, failed)."""
+        with self.lock:
+            self.done[job.id] = job
+            while len(self.done) > self.keep_requests:
+                self.done.popitem(last=False)
+        job.chunks.put(_DONE)
+
+    def _first_audio(self, job: Job, audio: np.ndarray) -> None:
+        """Send a chunk of audio to the job's client (and note its time to first audio)."""
+        if not audio.size:
+            return
+        if job.first_audio_s is None:
+            job.first_audio_s = time.perf_counter() - job.submitted
+            if job.id != "warm-up":
+                self.ttfa.append(job.first_audio_s)
+        job.audio_s += audio.size / self.sample_rate
+        job.chunks.put(audio)
 
     def _end(self, job: Job, status: str, error: Exception | None = None) -> None:
         job.status = status
+        if job.id == "warm-up":
+            return
         self.metrics[status if status != "done" else "completed"] += 1
+        if status == "done":
+            self.metrics["audio_ms"] += int(1e3 * job.audio_s)
         if error is not None:
             job.error = (
                 str(error) if isinstance(error, JaxttsError) else f"{type(error).__name__}: {error}"
@@ -331,19 +373,13 @@ class Server:
             ):
                 if job.cancelled.is_set():  # the client left: free the device now
                     return self._end(job, "cancelled")
-                if chunk.audio.size:
-                    if job.first_audio_s is None:
-                        job.first_audio_s = time.perf_counter() - job.submitted
-                        self.ttfa.append(job.first_audio_s)
-                    job.audio_s += chunk.audio.size / self.sample_rate
-                    job.chunks.put(chunk.audio)
+                self._first_audio(job, chunk.audio)
                 if chunk.done:
                     job.tokens = [int(t) for t in chunk.token_ids]
         except Exception as e:  # noqa: BLE001 - a bad request or a bug must not stop the worker
             if not isinstance(e, JaxttsError):
                 log.exception("request %s failed", job.id)
             return self._end(job, "failed", e)
-        self.metrics["audio_ms"] += int(1e3 * job.audio_s)
         self._end(job, "done")
 
     def snapshot(self) -> dict:
@@ -354,12 +390,195 @@ class Server:
             **{k: int(self.metrics[k]) for k in keys},
             "audio_seconds": self.metrics["audio_ms"] / 1e3,
             "queued": self.jobs.qsize(),
-            "active": None if self.active is None else self.active.id,
+            "active": (
+                self.scheduler.active_ids()
+                if self.batching
+                else []
+                if self.active is None
+                else [self.active.id]
+            ),
+            "slots": self.scheduler.num_slots if self.batching else 1,
+            "peak_active": self.scheduler.peak if self.batching else None,
+            "compilations_since_warmup": self.compiles.since_mark(),
             "time_to_first_audio_ms": pct,
         }
 
     def close(self) -> None:
         self.jobs.put(None)
+
+
+class _CompileCounter:
+    """XLA backend compilations in this process (jax.monitoring), and since `mark()`."""
+
+    def __init__(self):
+        import jax
+
+        self.count, self.marked = 0, 0
+
+        def on_event(event: str, duration: float, **kw) -> None:
+            if event == "/jax/core/compile/backend_compile_duration":
+                self.count += 1
+
+        jax.monitoring.register_event_duration_secs_listener(on_event)
+
+    def mark(self) -> None:
+        self.marked = self.count
+
+    def since_mark(self) -> int:
+        return self.count - self.marked
+
+
+@dataclasses.dataclass
+class _Row:
+    """A request in a slot: its pieces (synthesizer rows) and the streams of the current one."""
+
+    job: Job
+    rows: list  # (line, piece, text ids, prompt units, prompt transcript length)
+    cap: int  # the request's token budget (its max_seconds)
+    slot: int
+    pool: object  # the Slots of its strategy
+    piece: int = 0
+    mels: object = None
+    voc: object = None
+    tokens: list = dataclasses.field(default_factory=list)  # finished pieces' tokens
+
+
+class SlotScheduler:
+    """Continuous batching for `Server` (see the module docstring): the worker thread's loop."""
+
+    def __init__(self, server: Server, num_slots: int):
+        self.server, self.num_slots = server, int(num_slots)
+        self.pools: dict[str, object] = {}  # strategy -> Slots
+        self.rows: dict[tuple[str, int], _Row] = {}  # (strategy, slot) -> its request
+        self.peak = 0  # most requests decoded together so far
+        synth = server.synth
+        # widths every request fits: the longest text piece plus a prompt's transcript share
+        # (64 ids: ~5 s of speech), and full-length prompts
+        from jaxtts.synthesize import _bucket
+
+        self.text_width = _bucket(server.engine.max_text_symbols + 64, 64)
+        self.prompt_width = synth._prompt_bucket
+
+    def active_ids(self) -> list[str]:
+        return [r.job.id for r in self.rows.values()]
+
+    def pool(self, strategy: str, options):
+        if strategy not in self.pools:
+            from jaxtts.decode.slots import Slots
+
+            engine = self.server.engine
+            _, units = engine.encode_prompt(None)
+            strat, models, params = engine.decode_plan(None, options)
+            self.pools[strategy] = Slots(
+                strat,
+                models,
+                params,
+                num_slots=self.num_slots,
+                text_width=self.text_width,
+                prompt_width=self.prompt_width,
+                prompt_example=units,
+                max_new_tokens=engine.max_new_units(
+                    engine.options(strategy=strategy, max_seconds=self.server.max_seconds)
+                ),
+                sampling=options.sampling,
+            )
+        return self.pools[strategy]
+
+    def work(self) -> None:
+        server = self.server
+        while True:
+            # admit: one request per free row (all strategies share `num_slots` requests)
+            while len(self.rows) < self.num_slots:
+                try:
+                    job = server.jobs.get(timeout=None if not self.rows else 0)
+                except queue.Empty:
+                    break
+                if job is None:
+                    return
+                self._admit(job)
+            for strategy, pool in list(self.pools.items()):
+                mine = {k[1]: r for k, r in self.rows.items() if k[0] == strategy}
+                if not mine:
+                    continue
+                try:
+                    pool.advance(server.segment_steps)
+                    length, tokens, done, _ = pool.read()
+                except Exception as e:  # noqa: BLE001 - a bug must not stop the worker
+                    log.exception("decoding %s failed", strategy)
+                    for slot, r in mine.items():
+                        self._close(strategy, slot, r, "failed", e)
+                    continue
+                for slot, r in mine.items():
+                    self._emit(strategy, slot, r, length[slot], tokens[slot], bool(done[slot]))
+
+    def _admit(self, job: Job) -> None:
+        server, engine = self.server, self.server.engine
+        if job.cancelled.is_set():
+            server._end(job, "cancelled")
+            return server._finish(job)
+        try:
+            options = engine.options(strategy=job.strategy, max_seconds=job.max_seconds or None)
+            rows = server.synth._text_rows(0, job.text, *engine.encode_prompt(job.prompt))
+            if not rows:
+                raise ConfigError("input: no pronounceable text")
+            pool = self.pool(options.strategy, options)
+            slot = next(i for i in range(self.num_slots) if (options.strategy, i) not in self.rows)
+            r = _Row(job, rows, engine.max_new_units(options), slot, pool)
+            self._start_piece(r)
+        except Exception as e:  # noqa: BLE001 - a bad request must not stop the worker
+            if not isinstance(e, JaxttsError):
+                log.exception("request %s failed", job.id)
+            server._end(job, "failed", e)
+            return server._finish(job)
+        job.status = "running"
+        self.rows[(options.strategy, slot)] = r
+        self.peak = max(self.peak, len(self.rows))
+
+    def _start_piece(self, r: _Row) -> None:
+        from jaxtts.decode.sampling import row_keys
+        from jaxtts.stream import MelStream, VocoderStream
+        from jaxtts.synthesize import _MAX_PIECES
+
+        line, piece, ids, units, n_ptext = r.rows[r.piece]
+        try:
+            r.pool.insert(
+                r.slot, (ids, units, n_ptext), row_keys(r.job.seed, [line * _MAX_PIECES + piece])
+            )
+        except ValueError as e:
+            raise ConfigError(f"input: a piece too long for the server's slots ({e})") from None
+        r.mels = MelStream(self.server.engine)
+        r.voc = VocoderStream(self.server.synth.vocoder)
+
+    def _emit(self, strategy: str, slot: int, r: _Row, n: int, tokens, done: bool) -> None:
+        """A segment's new tokens of one row -> audio for its client; the row's end."""
+        server, job = self.server, r.job
+        if job.cancelled.is_set():  # the client left: free the slot now
+            return self._close(strategy, slot, r, "cancelled")
+        n = min(int(n), r.cap)
+        done = done or n >= r.cap
+        try:
+            toks = np.asarray(tokens[:n], np.int32)
+            server._first_audio(job, r.voc.push(r.mels.push(toks, done), done))
+        except Exception as e:  # noqa: BLE001
+            log.exception("request %s failed", job.id)
+            return self._close(strategy, slot, r, "failed", e)
+        if not done:
+            return
+        r.tokens.append(toks)
+        r.piece += 1
+        if r.piece < len(r.rows):  # the next piece in the same slot, after a short pause
+            server._first_audio(
+                job, np.zeros(int(server.synth.join_silence_s * server.sample_rate), np.float32)
+            )
+            return self._start_piece(r)
+        job.tokens = [int(t) for t in np.concatenate(r.tokens)]
+        self._close(strategy, slot, r, "done")
+
+    def _close(self, strategy, slot, r: _Row, status: str, error=None) -> None:
+        r.pool.free(slot)
+        del self.rows[(strategy, slot)]
+        self.server._end(r.job, status, error)
+        self.server._finish(r.job)
 
 
 def create_app(server: Server):
@@ -474,6 +693,9 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--max_queue", type=int, default=16, help="waiting requests before 503")
     ap.add_argument("--segment_steps", type=int, default=4, help="decode steps per chunk")
+    ap.add_argument(
+        "--slots", type=int, default=8, help="requests decoded together (0: one at a time)"
+    )
     ap.add_argument("--max_chars", type=int, default=600, help="longest input text accepted")
     ap.add_argument("--keep_requests", type=int, default=256, help="records for /v1/requests")
     ap.add_argument("--no_warmup", action="store_true", help="skip compiling before serving")
@@ -492,6 +714,7 @@ def main(argv=None) -> int:
             segment_steps=args.segment_steps,
             max_chars=args.max_chars,
             keep_requests=args.keep_requests,
+            slots=args.slots,
         )
         if not args.no_warmup:
             log.info("compiling %s (once, before serving)", ", ".join(server.strategies))

@@ -212,3 +212,36 @@ def test_served_tokens_are_the_offline_synthesis(served, tiny_corpus):
     assert rec["tokens"] == rec2["tokens"] == off.tokens.tolist()
     assert "<textarea" in c.get("/").text
     assert c.get("/health").json()["sample_rate"] == 16000
+
+
+def test_concurrent_requests_share_the_slots_keep_their_tokens_and_compile_nothing(served):
+    """Five requests of different lengths, seeds and two strategies at once: they decode
+    together in the slots (peak > 1), each carries the tokens of its offline synthesis, and
+    nothing compiles after the warm-up (shapes are static)."""
+    synth, server, _ = served
+    server.warm_up(seconds=0.5, strategies=["far", "car:3"])
+    texts = [
+        ("Hi there.", "far", 1),
+        ("The cat sat on the mat.", "car:3", 2),
+        ("Where did you put the keys that were on the table?", "far", 3),
+        ("Yes.", "car:3", 4),
+        ("Seven old farmers sold their cows on a rainy Monday.", "far", 5),
+    ]
+    jobs = []
+    for text, strategy, seed in texts:
+        job = server.parse({"input": text, "strategy": strategy, "seed": seed, "max_seconds": 3})
+        server.submit(job)
+        jobs.append(job)
+    from jaxtts.serve import _DONE
+
+    for job in jobs:
+        while (c := job.chunks.get(timeout=300)) is not _DONE:
+            assert not isinstance(c, Exception), c
+        assert job.status == "done", job.error
+    m = server.snapshot()
+    assert m["peak_active"] > 1 and m["compilations_since_warmup"] == 0
+    for job, (text, strategy, seed) in zip(jobs, texts, strict=True):
+        (off,) = synth.synthesize(
+            [text], None, strategy=strategy, seed=seed, max_seconds=3, progress=False
+        )
+        assert job.tokens == off.tokens.tolist(), text

@@ -231,8 +231,11 @@ def sample_tokens(keys: jax.Array, logits: jax.Array, s: SamplingConfig) -> jax.
 
 
 def step_keys(keys: jax.Array, step: jax.Array) -> jax.Array:
-    """Per-row keys for decoding step `step`: fold_in(row key, step)."""
-    return jax.vmap(lambda k: jax.random.fold_in(k, step))(keys)
+    """Per-row keys for decoding step `step` (one for all rows, or int [B]: each row's own
+    step count, so that a row's draws do not depend on when it joined a batch):
+    fold_in(row key, step)."""
+    step = jnp.broadcast_to(jnp.asarray(step, jnp.uint32), keys.shape)
+    return jax.vmap(jax.random.fold_in)(keys, step)
 
 
 def row_keys(seed: int, row_ids: np.ndarray | list[int]) -> jax.Array:

@@ -139,7 +139,7 @@ class DCAR(_SpeechSlots, Strategy):
         )  # [B, A]
         if self.sample:
             pkeys = jax.vmap(lambda key: jax.random.fold_in(key, POLICY_KEY_SALT))(
-                step_keys(keys, state.step)
+                step_keys(keys, state.steps)
             )
             chosen = jax.vmap(jax.random.categorical)(pkeys, logits) + 1
         else:
@@ -225,7 +225,7 @@ class VADUSA(_SpeechSlots, Strategy):
         ch: ChunkCarry = state.carry["chunk"]
         logits = model.apply(p, ch.hidden, method="heads")  # [B, K, V]
         logits = suppress_early_eos(logits, state.length, sampling, model.cfg.eos)
-        toks = sample_tokens(step_keys(keys, state.step), logits, sampling)  # [B, K]
+        toks = sample_tokens(step_keys(keys, state.steps), logits, sampling)  # [B, K]
         start = ch.cache.speech_len
         h, cache = model.apply(p, toks, ch.cache, method="extend")  # [B, K, D]
         base = model.apply(p, h[:, :-1], method="base_logits")  # [B, K-1, V]

@@ -105,7 +105,7 @@ def chunk_step(
     """Sample `heads` tokens per row from heads 1..heads, keep count[b] of them (int32 [B])."""
     logits = model.apply({"params": params}, carry.hidden, heads, method="heads")  # [B, C, V]
     logits = suppress_early_eos(logits, state.length, sampling, model.cfg.eos)
-    toks = sample_tokens(step_keys(keys, state.step), logits, sampling)  # [B, C]
+    toks = sample_tokens(step_keys(keys, state.steps), logits, sampling)  # [B, C]
     hidden, cache = extend_rows(model, params, toks, count, carry.cache)
     return Proposal(tokens=toks, count=count, carry=ChunkCarry(cache, hidden))
 

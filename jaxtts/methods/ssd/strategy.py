@@ -167,7 +167,7 @@ class SSD(Strategy):
         tp, dp = {"params": params["target"]}, {"params": params["draft"]}
         c: SSDCarry = state.carry
         L, eos = self.draft_len, tm.cfg.eos
-        k = step_keys(keys, state.step)  # [B]
+        k = step_keys(keys, state.steps)  # [B]
         fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
 
         # 1. draft: pending tokens (1 or 2 per row), then L - 1 more single-token forwards

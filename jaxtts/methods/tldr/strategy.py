@@ -95,7 +95,7 @@ class TLDR(Strategy):
         c: TLDRCarry = state.carry
         cfg = m.cfg
         b, n = state.length.shape[0], self.patch
-        k = step_keys(keys, state.step)  # [B]
+        k = step_keys(keys, state.steps)  # [B]
         slots = m.apply(p, c.hidden, c.speaker, method="extract_slots")  # [B, L, S, E]
         inputs = jnp.full((b, 1), cfg.start, jnp.int32)  # [B, i + 1]
         for i in range(n):
