@@ -26,7 +26,9 @@ class _Engine:
             raise ConfigError(f"--strategy {s!r}: unknown strategy")
 
     def options(self, **kw):
-        return kw
+        import types
+
+        return types.SimpleNamespace(**{"max_seconds": 12.0, **kw})
 
 
 class _Synth:

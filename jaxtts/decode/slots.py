@@ -102,6 +102,9 @@ class Slots:
         self.state = self._start(empty)
         self.state = self.state.replace(done=jnp.ones((num_slots,), bool))
         self.keys = jax.random.split(jax.random.key(0), num_slots)  # placeholders
+        # committed to the device like every later state (jit outputs are): one signature,
+        # so the first insert / advance compile what every later call runs
+        self.state, self.keys = jax.device_put((self.state, self.keys), jax.devices()[0])
 
     def batch(self, rows) -> PromptBatch:
         """Rows (text ids, prompt units, prompt transcript length) -> a PromptBatch at the
