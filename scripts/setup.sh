@@ -2,7 +2,8 @@
 # Installs everything jaxtts needs on a fresh Debian/Ubuntu machine: espeak-ng (system package,
 # used to build the corpus and as phonemizer), libsndfile, CMU SphinxTrain + sphinxbase-utils +
 # pocketsphinx tools (MAP adaptation of the evaluation ASR to the corpus voices: bw, map_adapt,
-# sphinx_fe, pocketsphinx_mdef_convert), and the Python packages (pinned in
+# sphinx_fe, pocketsphinx_mdef_convert), Chromium's headless shell (the served page's browser
+# test), and the Python packages (pinned in
 # setup.py) including the `test` extra (tensorflow-datasets + tensorflow-cpu). Idempotent: a
 # second run only checks.
 set -euo pipefail
@@ -19,8 +20,11 @@ want_apt=()
 [ -x /usr/lib/sphinxtrain/map_adapt ] || want_apt+=(sphinxtrain)
 command -v sphinx_fe >/dev/null 2>&1 || want_apt+=(sphinxbase-utils)
 command -v pocketsphinx_mdef_convert >/dev/null 2>&1 || want_apt+=(pocketsphinx)
+# optional: the headless browser of the served page's test (tests/test_serve_browser.py)
+browser_apt=()
+command -v chromium-headless-shell >/dev/null 2>&1 || browser_apt+=(chromium-headless-shell)
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-if [ ${#need_apt[@]} -gt 0 ] || [ ${#want_apt[@]} -gt 0 ]; then
+if [ ${#need_apt[@]} -gt 0 ] || [ ${#want_apt[@]} -gt 0 ] || [ ${#browser_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq || echo "[setup] warning: apt-get update failed"
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -32,6 +36,13 @@ if [ ${#want_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${want_apt[@]}" >/dev/null \
     || echo "[setup] warning: could not install ${want_apt[*]}; the evaluation ASR will use" \
             "the stock acoustic model (WER floor ~13 % instead of ~2 % on the built-in corpus)"
+fi
+
+if [ ${#browser_apt[@]} -gt 0 ]; then
+  echo "[setup] installing a headless browser (the served page's test): ${browser_apt[*]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "${browser_apt[@]}" >/dev/null \
+    || echo "[setup] warning: could not install ${browser_apt[*]}; the browser test will be skipped"
 fi
 
 stamp=.setup-stamp
