@@ -399,6 +399,7 @@ class Server:
             ),
             "slots": self.scheduler.num_slots if self.batching else 1,
             "peak_active": self.scheduler.peak if self.batching else None,
+            "worker_seconds": dict(self.scheduler.seconds) if self.batching else None,
             "compilations_since_warmup": self.compiles.since_mark(),
             "time_to_first_audio_ms": pct,
         }
@@ -451,6 +452,9 @@ class SlotScheduler:
         self.pools: dict[str, object] = {}  # strategy -> Slots
         self.rows: dict[tuple[str, int], _Row] = {}  # (strategy, slot) -> its request
         self.peak = 0  # most requests decoded together so far
+        # the worker's time: decoding segments (device) and turning tokens into audio (host)
+        self.seconds: collections.Counter = collections.Counter()
+        self.in_flight: dict[str, bool] = {}  # strategy -> a segment is dispatched, not read
         synth = server.synth
         # widths every request fits: the longest text piece plus a prompt's transcript share
         # (64 ids: ~5 s of speech), and full-length prompts
@@ -500,16 +504,32 @@ class SlotScheduler:
                 mine = {k[1]: r for k, r in self.rows.items() if k[0] == strategy}
                 if not mine:
                     continue
+                t0 = time.perf_counter()
                 try:
+                    if not self.in_flight.get(strategy):
+                        pool.advance(server.segment_steps)
+                    length, tokens, done, _ = pool.read()  # waits for the dispatched segment
+                    # the next segment decodes (XLA's threads) while this one becomes audio
                     pool.advance(server.segment_steps)
-                    length, tokens, done, _ = pool.read()
+                    self.in_flight[strategy] = True
                 except Exception as e:  # noqa: BLE001 - a bug must not stop the worker
                     log.exception("decoding %s failed", strategy)
+                    self.in_flight[strategy] = False
                     for slot, r in mine.items():
                         self._close(strategy, slot, r, "failed", e)
                     continue
-                for slot, r in mine.items():
-                    self._emit(strategy, slot, r, length[slot], tokens[slot], bool(done[slot]))
+                t1 = time.perf_counter()
+                live = {k: r for k, r in mine.items() if not r.job.cancelled.is_set()}
+                for slot in mine.keys() - live.keys():  # the client left: free the slot now
+                    self._close(strategy, slot, mine[slot], "cancelled")
+                # (in this thread: the host's Griffin-Lim is small numpy FFTs that hold the
+                # GIL, so a thread pool across rows measured slower, RESULTS §serve)
+                for slot, r in live.items():
+                    out = self._audio(r, length[slot], tokens[slot], bool(done[slot]))
+                    self._emit(strategy, slot, r, out)
+                self.seconds["decode"] += t1 - t0
+                self.seconds["audio"] += time.perf_counter() - t1
+                self.seconds["segments"] += 1
 
     def _admit(self, job: Job) -> None:
         server, engine = self.server, self.server.engine
@@ -549,19 +569,26 @@ class SlotScheduler:
         r.mels = MelStream(self.server.engine)
         r.voc = VocoderStream(self.server.synth.vocoder)
 
-    def _emit(self, strategy: str, slot: int, r: _Row, n: int, tokens, done: bool) -> None:
-        """A segment's new tokens of one row -> audio for its client; the row's end."""
-        server, job = self.server, r.job
-        if job.cancelled.is_set():  # the client left: free the slot now
-            return self._close(strategy, slot, r, "cancelled")
+    @staticmethod
+    def _audio(r: _Row, n: int, tokens, done: bool):
+        """A row's tokens so far -> (tokens, ended, new audio | the exception): the host's
+        share of a segment (token decoder + windowed Griffin-Lim)."""
         n = min(int(n), r.cap)
         done = done or n >= r.cap
+        toks = np.asarray(tokens[:n], np.int32)
         try:
-            toks = np.asarray(tokens[:n], np.int32)
-            server._first_audio(job, r.voc.push(r.mels.push(toks, done), done))
-        except Exception as e:  # noqa: BLE001
-            log.exception("request %s failed", job.id)
-            return self._close(strategy, slot, r, "failed", e)
+            return toks, done, r.voc.push(r.mels.push(toks, done), done)
+        except Exception as e:  # noqa: BLE001 - reported by _emit as the request's failure
+            return toks, done, e
+
+    def _emit(self, strategy: str, slot: int, r: _Row, out) -> None:
+        """A segment's audio of one row -> its client; the row's end (the worker thread)."""
+        server, job = self.server, r.job
+        toks, done, audio = out
+        if isinstance(audio, Exception):
+            log.error("request %s failed: %s", job.id, audio)
+            return self._close(strategy, slot, r, "failed", audio)
+        server._first_audio(job, audio)
         if not done:
             return
         r.tokens.append(toks)
