@@ -148,6 +148,7 @@ class Server:
         self.compiles = _CompileCounter()
         self.strategies = self._strategies()
         self.voices = self._voices()
+        self._encoded: dict[str, tuple] = {}  # voice -> (prompt transcript ids, prompt units)
         self.jobs: queue.Queue = queue.Queue(maxsize=max_queue)
         self.done: collections.OrderedDict[str, Job] = collections.OrderedDict()
         self.keep_requests = keep_requests
@@ -186,9 +187,21 @@ class Server:
                 continue
         return out
 
+    def encode_prompt(self, prompt):
+        """`engine.encode_prompt`, kept for the corpus voices (encoded once, at warm-up): a
+        request with a named voice pays neither the encoding nor its compilation."""
+        key = next((name for name, p in self.voices.items() if p is prompt), None)
+        if key is None:
+            return self.engine.encode_prompt(prompt)
+        if key not in self._encoded:
+            self._encoded[key] = self.engine.encode_prompt(prompt)
+        return self._encoded[key]
+
     def warm_up(self, seconds: float = 1.0, strategies: list[str] | None = None) -> None:
         """Compile every strategy's segment program before the first request (a few seconds
-        each on a CPU) so that no request pays for compilation."""
+        each on a CPU) and encode every voice's prompt, so that no request pays for either."""
+        for p in self.voices.values():
+            self.encode_prompt(p)
         prompt = next(iter(self.voices.values()), None)
         for s in strategies or self.strategies:
             if self.batching:  # a request through the slots: prefill, insert, advance, free
@@ -538,7 +551,7 @@ class SlotScheduler:
             return server._finish(job)
         try:
             options = engine.options(strategy=job.strategy, max_seconds=job.max_seconds or None)
-            rows = server.synth._text_rows(0, job.text, *engine.encode_prompt(job.prompt))
+            rows = server.synth._text_rows(0, job.text, *server.encode_prompt(job.prompt))
             if not rows:
                 raise ConfigError("input: no pronounceable text")
             pool = self.pool(options.strategy, options)
