@@ -72,7 +72,10 @@ def init_params(cfg=TINY, seed=0, eos_bias=None):
     m = TTSLM(cfg)
     text = np.ones((1, 4), np.int32)
     speech = np.full((1, 3), cfg.bos, np.int32)
-    params = nn.unbox(m.init(jax.random.key(seed), text, np.array([4]), speech, np.array([3])))
+    # jitted: one compile, where op-by-op init compiles every primitive of the model
+    params = nn.unbox(
+        jax.jit(m.init)(jax.random.key(seed), text, np.array([4]), speech, np.array([3]))
+    )
     params = params["params"]
     if eos_bias is not None:
         params = jax.tree_util.tree_map_with_path(

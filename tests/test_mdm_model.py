@@ -46,7 +46,7 @@ def model_params():
     model = AcousticModel(CFG)
     text = jnp.ones((1, 5), jnp.int32)
     mel = jnp.zeros((1, 12, CFG.n_mels))
-    params = model.init(
+    params = jax.jit(model.init)(
         jax.random.key(0), text, jnp.array([5]), mel, jnp.array([12]), jnp.zeros((1, 4))
     )["params"]
     params = nn.unbox(params)
@@ -313,15 +313,16 @@ def test_joint_loss_trains_both_decoders_and_ignores_padding(model_params):
     assert float(jnp.abs(grads["score_decoder"]["out"]["kernel"]).max()) > 0
     assert float(jnp.abs(grads["score_decoder"]["time_in"]["kernel"]).max()) > 0
     # crops: a window as long as the buffer changes nothing; a short one still trains both
-    full = mdm_loss(model, params, b, jax.random.key(3), crop=20)[0]
+    # (jitted: op-by-op execution of the loss and its gradient took most of this test's time)
+    full = jax.jit(lambda p: mdm_loss(model, p, b, jax.random.key(3), crop=20)[0])(params)
     np.testing.assert_allclose(float(full), float(loss), rtol=1e-6)
-    g8 = jax.grad(lambda p: mdm_loss(model, p, b, jax.random.key(3), crop=8)[0])(params)
+    g8 = jax.jit(jax.grad(lambda p: mdm_loss(model, p, b, jax.random.key(3), crop=8)[0]))(params)
     assert float(jnp.abs(g8["score_decoder"]["out"]["kernel"]).max()) > 0
     assert float(jnp.abs(g8["decoder"]["out"]["kernel"]).max()) > 0
     # without the score decoder the same loss has no 'score' term and no such parameters
     plain = AcousticModel(dataclasses.replace(CFG, score_layers=0))
     p0 = {k: v for k, v in params.items() if k != "score_decoder"}
-    loss0, m0 = mdm_loss(plain, p0, b, jax.random.key(3))
+    loss0, m0 = jax.jit(lambda p: mdm_loss(plain, p, b, jax.random.key(3)))(p0)
     assert "score" not in m0
     np.testing.assert_allclose(float(loss0), float(loss - m["score"]), rtol=1e-5)
 

@@ -65,7 +65,7 @@ SPK = SpeakerEncoderModel(channels=8, num_blocks=1, embed_dim=16, attention_dim=
 def init_model(cfg: TLDRConfig, seed: int = 0):
     model = TLDRModel(cfg, SPK if cfg.speaker else None)
     text, speech = jnp.ones((1, 6), jnp.int32), jnp.ones((1, 12), jnp.int32)
-    params = model.init(
+    params = jax.jit(model.init)(
         jax.random.key(seed), text, jnp.array([6]), speech, jnp.array([12]), jnp.array([5])
     )["params"]
     flat = tree_to_flat(nn.unbox(params))
