@@ -53,10 +53,12 @@ def one_request(client, body: dict) -> dict:
     }
 
 
-def load(url: str, strategy: str, clients: int, requests: int) -> dict:
+def run_clients(url: str, clients: int, requests: int, one) -> tuple[dict, float]:
+    """`requests` calls `one(client, i)` spread over `clients` threads, each with its own HTTP
+    connection -> ({i: result}, wall seconds)."""
     import httpx
 
-    out: list[dict] = []
+    out: dict[int, dict] = {}
     lock = threading.Lock()
     todo = iter(range(requests))
 
@@ -67,15 +69,9 @@ def load(url: str, strategy: str, clients: int, requests: int) -> dict:
                     i = next(todo, None)
                 if i is None:
                     return
-                body = {
-                    "input": SENTENCES[i % len(SENTENCES)],
-                    "voice": "spk03",
-                    "strategy": strategy,
-                    "seed": i,
-                }
-                res = one_request(c, body)
+                res = one(c, i)
                 with lock:
-                    out.append(res)
+                    out[i] = res
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=client_loop) for _ in range(clients)]
@@ -83,7 +79,22 @@ def load(url: str, strategy: str, clients: int, requests: int) -> dict:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - t0
+    return out, time.perf_counter() - t0
+
+
+def body(i: int, strategy: str) -> dict:
+    """Request i: a test sentence, voice spk03, seed i."""
+    return {
+        "input": SENTENCES[i % len(SENTENCES)],
+        "voice": "spk03",
+        "strategy": strategy,
+        "seed": i,
+    }
+
+
+def load(url: str, strategy: str, clients: int, requests: int) -> dict:
+    res, wall = run_clients(url, clients, requests, lambda c, i: one_request(c, body(i, strategy)))
+    out = list(res.values())
     ok = [r for r in out if r["status"] == 200]
     ttfa = np.array([r["ttfa_s"] for r in ok if r["ttfa_s"] is not None]) * 1e3
     lat = np.array([r["latency_s"] for r in ok]) * 1e3
@@ -121,43 +132,21 @@ def soak(url: str, synth, strategy: str, clients: int, requests: int, leave_ever
     from jaxtts.synthesize import resolve_prompt
 
     rss0 = _rss_mb()
-    out: dict[int, dict] = {}
-    lock = threading.Lock()
-    todo = iter(range(requests))
 
-    def client_loop():
-        with httpx.Client(base_url=url, timeout=600) as c:
-            while True:
-                with lock:
-                    i = next(todo, None)
-                if i is None:
-                    return
-                body = {
-                    "input": SENTENCES[i % len(SENTENCES)],
-                    "voice": "spk03",
-                    "strategy": strategy,
-                    "seed": i,
-                }
-                leave = i % leave_every == leave_every - 1
-                res = {"leave": leave}
-                with c.stream("POST", "/v1/audio/speech", json=body) as r:
-                    res["status"], res["id"] = r.status_code, r.headers.get("x-request-id")
-                    n = 0
-                    for piece in r.iter_bytes():
-                        n += len(piece)
-                        if leave and n > 44:
-                            break  # closing the response mid-stream: the client is gone
-                    res["bytes"] = n
-                with lock:
-                    out[i] = res
+    def one(c, i: int) -> dict:
+        leave = i % leave_every == leave_every - 1
+        res = {"leave": leave}
+        with c.stream("POST", "/v1/audio/speech", json=body(i, strategy)) as r:
+            res["status"], res["id"] = r.status_code, r.headers.get("x-request-id")
+            n = 0
+            for piece in r.iter_bytes():
+                n += len(piece)
+                if leave and n > 44:
+                    break  # closing the response mid-stream: the client is gone
+            res["bytes"] = n
+        return res
 
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    out, wall = run_clients(url, clients, requests, one)
     time.sleep(1.0)  # the last cancellations reach their segment boundary
     rss1 = _rss_mb()
     prompt = resolve_prompt("pretrained/car_small", speaker="spk03")

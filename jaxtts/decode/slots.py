@@ -97,11 +97,11 @@ class Slots:
         unit = np.asarray(prompt_example)
         self._prompt_tail = unit.shape[1:]  # [] tokens, [M] frames
         self._prompt_dtype = unit.dtype
-        # every slot free: a prefill of placeholder rows, marked done
+        # every slot free: a prefill of one-id rows, marked done (an insert overwrites a slot)
         empty = self.batch([(np.ones((1,), np.int32), unit[:0], 0)] * num_slots)
         self.state = self._start(empty)
         self.state = self.state.replace(done=jnp.ones((num_slots,), bool))
-        self.keys = jax.random.split(jax.random.key(0), num_slots)  # placeholders
+        self.keys = jax.random.split(jax.random.key(0), num_slots)  # free slots' (overwritten)
         # committed to the device like every later state (jit outputs are): one signature,
         # so the first insert / advance compile what every later call runs
         self.state, self.keys = jax.device_put((self.state, self.keys), jax.devices()[0])
