@@ -102,6 +102,7 @@ class Job:
     max_seconds: float | None
     format: str = "wav"  # response_format: wav | pcm
     stream: bool = True  # send chunks as they decode
+    warm_up: bool = False  # the server's own compile run: not in the metrics
     chunks: queue.Queue = dataclasses.field(default_factory=queue.Queue)
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
     status: str = "queued"
@@ -205,7 +206,7 @@ class Server:
         prompt = next(iter(self.voices.values()), None)
         for s in strategies or self.strategies:
             if self.batching:  # a request through the slots: prefill, insert, advance, free
-                job = Job("warm-up", "Warm up.", prompt, s, 0, seconds)
+                job = Job("warm-up", "Warm up.", prompt, s, 0, seconds, warm_up=True)
                 self.submit(job, count=False)
                 while job.chunks.get() is not _DONE:
                     pass
@@ -347,20 +348,20 @@ class Server:
                 self.done.popitem(last=False)
         job.chunks.put(_DONE)
 
-    def _first_audio(self, job: Job, audio: np.ndarray) -> None:
+    def _send_audio(self, job: Job, audio: np.ndarray) -> None:
         """Send a chunk of audio to the job's client (and note its time to first audio)."""
         if not audio.size:
             return
         if job.first_audio_s is None:
             job.first_audio_s = time.perf_counter() - job.submitted
-            if job.id != "warm-up":
+            if not job.warm_up:
                 self.ttfa.append(job.first_audio_s)
         job.audio_s += audio.size / self.sample_rate
         job.chunks.put(audio)
 
     def _end(self, job: Job, status: str, error: Exception | None = None) -> None:
         job.status = status
-        if job.id == "warm-up":
+        if job.warm_up:
             return
         self.metrics[status if status != "done" else "completed"] += 1
         if status == "done":
@@ -386,7 +387,7 @@ class Server:
             ):
                 if job.cancelled.is_set():  # the client left: free the device now
                     return self._end(job, "cancelled")
-                self._first_audio(job, chunk.audio)
+                self._send_audio(job, chunk.audio)
                 if chunk.done:
                     job.tokens = [int(t) for t in chunk.token_ids]
         except Exception as e:  # noqa: BLE001 - a bad request or a bug must not stop the worker
@@ -568,15 +569,12 @@ class SlotScheduler:
         self.peak = max(self.peak, len(self.rows))
 
     def _start_piece(self, r: _Row) -> None:
-        from jaxtts.decode.sampling import row_keys
         from jaxtts.stream import MelStream, VocoderStream
-        from jaxtts.synthesize import _MAX_PIECES
+        from jaxtts.synthesize import piece_keys
 
-        line, piece, ids, units, n_ptext = r.rows[r.piece]
+        _, _, ids, units, n_ptext = r.rows[r.piece]
         try:
-            r.pool.insert(
-                r.slot, (ids, units, n_ptext), row_keys(r.job.seed, [line * _MAX_PIECES + piece])
-            )
+            r.pool.insert(r.slot, (ids, units, n_ptext), piece_keys(r.job.seed, [r.rows[r.piece]]))
         except ValueError as e:
             raise ConfigError(f"input: a piece too long for the server's slots ({e})") from None
         r.mels = MelStream(self.server.engine)
@@ -601,13 +599,13 @@ class SlotScheduler:
         if isinstance(audio, Exception):
             log.error("request %s failed: %s", job.id, audio)
             return self._close(strategy, slot, r, "failed", audio)
-        server._first_audio(job, audio)
+        server._send_audio(job, audio)
         if not done:
             return
         r.tokens.append(toks)
         r.piece += 1
         if r.piece < len(r.rows):  # the next piece in the same slot, after a short pause
-            server._first_audio(
+            server._send_audio(
                 job, np.zeros(int(server.synth.join_silence_s * server.sample_rate), np.float32)
             )
             return self._start_piece(r)

@@ -146,6 +146,13 @@ def split_text(text: str, fits) -> list[str]:
 _MAX_PIECES = 1024  # row key = line * _MAX_PIECES + piece
 
 
+def piece_keys(seed: int, rows, pad: int = 0):
+    """The PRNG key of each synthesizer row (line, piece, ...): from (seed, line, piece) only,
+    so a row draws the same tokens in any batch, stream or server slot; `pad` filler keys."""
+    ids = [line * _MAX_PIECES + piece for line, piece, *_ in rows]
+    return row_keys(seed, ids + [0] * pad)
+
+
 def _bucket(n: int, step: int) -> int:
     return max(step, -(-n // step) * step)
 
@@ -336,8 +343,7 @@ class Synthesizer:
             prompt_text_len[k] = n_ptext
             prompt[k, : len(unit)], prompt_len[k] = unit, len(unit)
         # a row's key depends only on (seed, line index, piece index): not on its batch
-        ids = [line * _MAX_PIECES + piece for line, piece, *_ in rows]
-        keys = row_keys(seed, ids + [0] * (b - n))
+        keys = piece_keys(seed, rows, pad=b - n)
         return PromptBatch(text, text_len, prompt, prompt_len, prompt_text_len), keys
 
     def _run_batch(
