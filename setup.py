@@ -18,6 +18,7 @@ INSTALL_REQUIRES = [
     "pocketsphinx>=5.0",
     "tensorboardX>=2.6",
     "matplotlib>=3.8",
+    "threadpoolctl>=3.1",  # one host BLAS thread next to XLA's pool (jaxtts.cli.limit_host_blas)
     # python -m jaxtts.serve: the HTTP server (no HTTP written by hand)
     "fastapi>=0.110",
     "uvicorn>=0.29",

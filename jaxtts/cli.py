@@ -7,6 +7,7 @@
   intact (`setup_logging`); INFO only from jaxtts itself, warnings as `warning: <message>`
   (Python warnings too, without a source line); the backend probe's "Unable to initialize
   backend 'tpu'" and orbax/absl chatter are silenced.
+- Host BLAS gets one thread (`limit_host_blas`): XLA runs the models on its own thread pool.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import warnings
 from collections.abc import Callable
 
+import threadpoolctl
 from absl import app, flags
 
 from jaxtts.errors import JaxttsError
@@ -80,6 +82,24 @@ def setup_logging(level: int = logging.INFO) -> None:
     logging.captureWarnings(True)  # warnings.warn -> "warning: <message>", one line
 
 
+_BLAS_LIMIT = None  # the threadpoolctl limiter, kept alive for the process
+
+
+def limit_host_blas(threads: int | None = None) -> None:
+    """numpy's BLAS (OpenBLAS: the token decoder, Griffin-Lim's NNLS, the evaluators' features)
+    gets `threads` threads (default 1, or $JAXTTS_HOST_BLAS_THREADS). XLA runs the models on a
+    thread pool of its own, and OpenBLAS workers spin while they wait: with 2 BLAS threads on 2
+    cores that XLA (or a second process) keeps busy, a [130, 768] x [768, 256] product took
+    17 ms instead of 0.9 ms, and a stream's mel + vocoder work per audio second went from 1.0 s
+    to 0.1 s with one thread (benchmarks/RESULTS.md, section serve). Idempotent."""
+    global _BLAS_LIMIT
+    import os
+
+    if threads is None:
+        threads = int(os.environ.get("JAXTTS_HOST_BLAS_THREADS", "1"))
+    _BLAS_LIMIT = threadpoolctl.threadpool_limits(limits=threads, user_api="blas")
+
+
 def _flags_parser(argv: list[str]) -> list[str]:
     if any(a in HELP_FLAGS for a in argv[1:]):
         app.usage(shorthelp="--helpfull" not in argv, writeto_stdout=True, exitcode=0)
@@ -114,6 +134,7 @@ def run(main: Callable[[list[str]], None]) -> None:
 
     def wrapped(argv):
         setup_logging()
+        limit_host_blas()
         try:
             main(argv)
         except JaxttsError as e:

@@ -838,6 +838,7 @@ def main(argv: list[str] | None = None) -> int:
     from jaxtts import cli
 
     cli.setup_logging()
+    cli.limit_host_blas()
     a = parse_args(argv)
     rows = split_specs(a.rows)
     rows += [f"model:{s}" for s in split_specs(a.strategies)]

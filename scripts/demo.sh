@@ -20,6 +20,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
+# numpy's BLAS on one thread in every process (kernels and subprocesses included): XLA has its
+# own pool, and spinning OpenBLAS workers on busy cores made small host products 20x slower
+# (jaxtts.cli.limit_host_blas)
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
 # compiled programs are kept between runs (the 12-layer rows compile one decode per text-length
 # bucket: minutes on 2 cores the first time); git-ignored, delete it freely
 export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$PWD/.cache/jax}"

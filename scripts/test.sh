@@ -18,6 +18,10 @@ XLA_OPT="${JAXTTS_TEST_XLA_OPT---xla_backend_optimization_level=0 --xla_llvm_dis
 export XLA_FLAGS="$XLA_FLAGS $XLA_OPT"
 export JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}"
 export PYTHONUNBUFFERED=1
+# numpy's BLAS on one thread in every process (kernels and subprocesses included): XLA has its
+# own pool, and spinning OpenBLAS workers on busy cores made small host products 20x slower
+# (jaxtts.cli.limit_host_blas)
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
 # git-ignored; kept between local runs (delete it freely); a fresh clone starts empty
 export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$PWD/.cache/jax}"
 export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="${JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS:-0.3}"
