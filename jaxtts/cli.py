@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 import warnings
@@ -20,6 +21,7 @@ from collections.abc import Callable
 
 import threadpoolctl
 from absl import app, flags
+from absl import logging as absl_logging
 
 from jaxtts.errors import JaxttsError
 
@@ -38,7 +40,7 @@ class _TqdmHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            from tqdm import tqdm
+            from tqdm import tqdm  # start-up: tqdm 30 ms on --help; only when logging
 
             tqdm.write(self.format(record), file=sys.stderr)
         except Exception:  # noqa: BLE001 - logging must never raise
@@ -63,8 +65,6 @@ def setup_logging(level: int = logging.INFO) -> None:
     """User-facing logging (see the module docstring). Idempotent."""
     root = logging.getLogger()
     try:
-        from absl import logging as absl_logging
-
         root.removeHandler(absl_logging.get_absl_handler())
     except Exception:  # noqa: BLE001 - absl missing or not installed as a handler
         pass
@@ -93,8 +93,6 @@ def limit_host_blas(threads: int | None = None) -> None:
     17 ms instead of 0.9 ms, and a stream's mel + vocoder work per audio second went from 1.0 s
     to 0.1 s with one thread (benchmarks/RESULTS.md, section serve). Idempotent."""
     global _BLAS_LIMIT
-    import os
-
     if threads is None:
         threads = int(os.environ.get("JAXTTS_HOST_BLAS_THREADS", "1"))
     _BLAS_LIMIT = threadpoolctl.threadpool_limits(limits=threads, user_api="blas")
@@ -142,8 +140,6 @@ def run(main: Callable[[list[str]], None]) -> None:
         except KeyboardInterrupt:
             die("interrupted", 130)
         except BrokenPipeError:  # `... | head`: the reader left; not an error of ours
-            import os
-
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(0)
 

@@ -7,6 +7,8 @@ import ast
 import importlib.util
 from pathlib import Path
 
+from jaxtts.errors import ConfigError
+
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 
 
@@ -20,8 +22,6 @@ def _load(path: Path, name: str):
 def load_config(spec: str):
     """The config of `<file>.py[:<arg>]` (`get_config(arg)`), as `train.py --config` reads it;
     a missing file or unknown variant is a one-line ConfigError."""
-    from jaxtts.errors import ConfigError
-
     path, _, arg = spec.partition(":")
     if not Path(path).is_file():
         raise ConfigError(

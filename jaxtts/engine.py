@@ -24,9 +24,12 @@ from typing import TYPE_CHECKING
 import jax
 import numpy as np
 
+from jaxtts.data.audio import log_mel, resample
 from jaxtts.decode.driver import PromptBatch
 from jaxtts.decode.options import DecodeOptions
 from jaxtts.errors import CheckpointError, DataError
+from jaxtts.families import family, resolve
+from jaxtts.run_folder import RunFolder
 
 if TYPE_CHECKING:
     from jaxtts.data.audio import MelConfig
@@ -106,8 +109,6 @@ class Engine(abc.ABC):
     def encode_prompt(self, prompt: Prompt | None) -> tuple[np.ndarray, np.ndarray]:
         """(prompt transcript ids [Lp], prompt units [P, ...]) cut as in training: the first
         `prompt_seconds` of the prompt and (proportional) the matching share of its text."""
-        from jaxtts.data.audio import log_mel, resample
-
         if prompt is None:
             empty = np.asarray(self.mel_to_units(np.zeros((1, self.mel_cfg.n_mels), np.float32)))
             return np.zeros((0,), np.int32), empty[:0]
@@ -127,9 +128,6 @@ class Engine(abc.ABC):
 
 def load_engine(workdir, step: int | None = None) -> Engine:
     """The engine of any family's run folder (chosen by config.json's `task`)."""
-    from jaxtts.families import family, resolve
-    from jaxtts.run_folder import RunFolder
-
     run = RunFolder(workdir)
     task = str(run.read_config().task)
     fam = family(task)

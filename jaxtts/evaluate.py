@@ -55,11 +55,19 @@ from typing import Any, Protocol
 import numpy as np
 from tqdm import tqdm
 
+from jaxtts import cli
+from jaxtts.data.audio import MelConfig, load_audio, log_mel
+from jaxtts.data.manifest import read_manifest
+from jaxtts.data.tokenizers import load_tokenizer
+from jaxtts.data.vocoder import make_vocoder
 from jaxtts.decode import registry
-from jaxtts.errors import ConfigError, JaxttsError, MissingDependencyError
+from jaxtts.errors import AudioError, ConfigError, JaxttsError, MissingDependencyError
 from jaxtts.eval import metrics as M
+from jaxtts.eval import report
+from jaxtts.eval.report import markdown_table
+from jaxtts.eval.speaker import KNOWN_ENCODERS, load_speaker_encoder, speaker_similarity
 from jaxtts.eval.speed import Timer, block, memory_report, speed_stats
-from jaxtts.synthesize import Prompt, prompt_ids
+from jaxtts.synthesize import Prompt, make_synthesizer, prompt_ids
 
 EVAL_SR = 16000
 
@@ -114,15 +122,10 @@ class _Resynth(_Row):
 
     def __init__(self, name: str, vocoder_kind: str):
         super().__init__(name)
-        from jaxtts.data.audio import MelConfig
-        from jaxtts.data.vocoder import make_vocoder
-
         self.mel_cfg = MelConfig()
         self.vocoder = make_vocoder(vocoder_kind, self.mel_cfg)
 
     def generate(self, utt, gt_wav, prompt):
-        from jaxtts.data.audio import log_mel
-
         mel = log_mel(gt_wav, self.mel_cfg)  # [T, 80]
         wav = self.vocoder.mel_to_audio(mel)  # [N]
         return wav, {"sample_rate": int(self.vocoder.sample_rate)}
@@ -133,17 +136,11 @@ class _TokenizerRow(_Row):
 
     def __init__(self, name: str, tok_dir: str, vocoder_kind: str = "griffin_lim"):
         super().__init__(name)
-        from jaxtts.data.audio import MelConfig
-        from jaxtts.data.tokenizers import load_tokenizer
-        from jaxtts.data.vocoder import make_vocoder
-
         self.tokenizer = load_tokenizer(tok_dir)
         self.mel_cfg = getattr(self.tokenizer, "mel_cfg", None) or MelConfig()
         self.vocoder = make_vocoder(vocoder_kind, self.mel_cfg)
 
     def generate(self, utt, gt_wav, prompt):
-        from jaxtts.data.audio import log_mel
-
         mel = log_mel(gt_wav, self.mel_cfg)  # [T, 80]
         tokens = self.tokenizer.encode(mel)  # [T'] or [T', n_mels]
         out = np.asarray(self.tokenizer.decode(tokens))
@@ -193,12 +190,6 @@ def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _R
             raise ConfigError(
                 f"--rows {spec}: model rows need --workdir (or model:<strategy>@<run folder>)"
             )
-        try:
-            from jaxtts.synthesize import make_synthesizer
-        except ImportError as e:
-            raise MissingDependencyError(
-                f"jaxtts/synthesize.py: make_synthesizer(workdir, strategy) unavailable ({e})"
-            ) from None
         arg, *opts = arg.split("+")  # per-row sampling: 'topk:8+greedy', 'far+top_p=0.9'
         sampling = {k: v for k, v in (sampling or {}).items() if v is not None}
         sampling.update(_row_sampling(spec, opts))
@@ -246,8 +237,6 @@ def _row_sampling(spec: str, opts: list[str]) -> dict:
 
 def _to_eval_wav(wav: Any, sr: int) -> np.ndarray:
     """Validate a generated clip and bring it to 16 kHz mono float32. Raises JaxttsError."""
-    from jaxtts.errors import AudioError
-
     x = np.asarray(block(wav), dtype=np.float32)
     if x.ndim == 2 and 1 in x.shape:
         x = x.reshape(-1)
@@ -260,7 +249,7 @@ def _to_eval_wav(wav: Any, sr: int) -> np.ndarray:
     if not isinstance(sr, (int, np.integer)) or sr <= 0:
         raise AudioError(f"output sample_rate {sr!r}, expected a positive int")
     if sr != EVAL_SR and x.size:
-        from scipy.signal import resample_poly
+        from scipy.signal import resample_poly  # start-up: scipy.signal 1.1 s, only to resample
 
         g = math.gcd(int(sr), EVAL_SR)
         x = resample_poly(x, EVAL_SR // g, int(sr) // g).astype(np.float32)
@@ -323,7 +312,7 @@ def make_asrs(
         lm_generated = AUTO_LM_GENERATED if (Path(corpus_dir) / "speakers.json").exists() else 0
     asrs, warn = {}, []
     try:
-        from jaxtts.eval.asr import PocketSphinxASR, corpus_adapted_hmm
+        from jaxtts.eval.asr import PocketSphinxASR, corpus_adapted_hmm  # late-bound (tests patch)
 
         hmm = None
         if adapt:
@@ -387,8 +376,6 @@ def score_samples(
             r[f"wer_{lm}"] = d.wer
             r[f"errors_{lm}"], r[f"words_{lm}"] = d.errors, d.num_ref_words
     if speaker_encoder is not None and prompts is not None:
-        from jaxtts.eval.speaker import speaker_similarity
-
         ok = [i for i, s in enumerate(samples) if s.wav.size and np.any(s.wav)]
         sims = (
             speaker_similarity(
@@ -553,8 +540,6 @@ def load_split(
     Returns (utterances, {id: wav}, {id: Prompt}, warnings); clips that cannot be loaded are
     dropped with a warning (with their targets, if they were prompts).
     """
-    from jaxtts.data.audio import load_audio
-
     warn: list[str] = []
     utts = select_utterances(all_utts, num)
     pid = prompt_ids(all_utts)
@@ -607,9 +592,6 @@ def evaluate(
     known ones) or None (SIM disabled). `sampling`: greedy / temperature / top_k / top_p for
     every model row (None values: the run's config), named in the row.
     """
-    from jaxtts.data.manifest import read_manifest
-    from jaxtts.eval import report
-
     t_start = time.time()
     corpus_dir, out_dir = Path(corpus_dir), Path(out_dir)
     warn: list[str] = []
@@ -636,8 +618,6 @@ def evaluate(
     warn += w
     encoder = None
     if speaker_encoder is not None:
-        from jaxtts.eval.speaker import KNOWN_ENCODERS, load_speaker_encoder
-
         if isinstance(speaker_encoder, str):
             names = list(KNOWN_ENCODERS) if speaker_encoder == "auto" else [speaker_encoder]
             for n in names:
@@ -835,8 +815,6 @@ def _asr_lms(spec: str) -> tuple[str, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jaxtts import cli
-
     cli.setup_logging()
     cli.limit_host_blas()
     a = parse_args(argv)
@@ -871,8 +849,6 @@ def main(argv: list[str] | None = None) -> int:
     except JaxttsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from jaxtts.eval.report import markdown_table
-
     print(markdown_table(res))
     print(f"\nwrote {a.out}/results.md, results.json")
     return 0

@@ -18,6 +18,8 @@ Layout (nothing else in jaxtts spells these names):
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -27,7 +29,8 @@ from typing import Any
 
 import ml_collections as mlc
 
-from jaxtts.errors import CheckpointError
+from jaxtts.errors import CheckpointError, ConfigError, JaxttsError
+from jaxtts.families import FAMILIES
 
 CONFIG = "config.json"
 DATA = "data.json"
@@ -56,8 +59,6 @@ def find_run(path: str | os.PathLike, *bases: str | os.PathLike) -> Path | None:
 def resolve_run(path: str, where: str, *bases: str | os.PathLike) -> RunFolder:
     """The run folder a config entry names (`find_run`), or a one-line ConfigError naming
     `where` (e.g. 'runs/tldr/config.json: tldr.backbone')."""
-    from jaxtts.errors import ConfigError
-
     found = find_run(path, *bases)
     if found is not None:
         return RunFolder(found)
@@ -71,11 +72,9 @@ def params_fingerprint(params: Any) -> str:
     """16 hex digits of SHA-256 over the parameter names and values rounded to float16: the
     same for a float32 checkpoint and its float16 export, different for any retrained model.
     A run built on another run's model (DCAR, SSD, TLDR on the backbone) records it."""
-    import hashlib
+    import numpy as np  # start-up: numpy 140 ms; run_folder is numpy-free
 
-    import numpy as np
-
-    from jaxtts.train.state import tree_to_flat
+    from jaxtts.train.state import tree_to_flat  # start-up: jax+flax 1 s, only for fingerprints
 
     h = hashlib.sha256()
     for name, leaf in sorted(tree_to_flat(params).items()):
@@ -181,8 +180,6 @@ class RunFolder:
 
         Missing file: a CheckpointError naming it and the command that makes such a folder.
         """
-        from jaxtts.families import FAMILIES
-
         path = self.config_path
         if not path.is_file():
             hint = FAMILIES[task].how_to_train if task in FAMILIES else "python train.py ..."
@@ -218,7 +215,7 @@ class RunFolder:
 
     # -- parameters
     def checkpointer(self, *, read_only: bool = True, **kw):
-        from jaxtts.train.checkpoint import Checkpointer
+        from jaxtts.train.checkpoint import Checkpointer  # start-up: jax+orbax 1.2 s
 
         return Checkpointer(self.checkpoints_dir, read_only=read_only, **kw)
 
@@ -226,7 +223,7 @@ class RunFolder:
         """Parameters for inference in the layout of `like` (abstract or real arrays): from
         `params.msgpack` (a shipped run) or the latest / `step` checkpoint, the trainer's
         frozen tree merged in. Returns (params, meta)."""
-        from jaxtts.train import checkpoint as ckpt_lib
+        from jaxtts.train import checkpoint as ckpt_lib  # start-up: jax+orbax 1.2 s
 
         if step is None and self.params_file.is_file() and not self.checkpoints_dir.is_dir():
             return ckpt_lib.read_params_file(self.params_file, like), {}
@@ -237,7 +234,7 @@ class RunFolder:
         """The full parameter tree as saved (params file or checkpoint, trained and frozen
         merged), without a target layout: what `train.init_from` and `export` read."""
         if step is None and self.params_file.is_file() and not self.checkpoints_dir.is_dir():
-            from jaxtts.train import checkpoint as ckpt_lib
+            from jaxtts.train import checkpoint as ckpt_lib  # start-up: jax+orbax 1.2 s
 
             return ckpt_lib.read_params_tree(self.params_file)
         return self.checkpointer(read_only=True).restore_full_as_saved(step)
@@ -247,7 +244,7 @@ class RunFolder:
         `trained_only`), else the checkpoint's `params` item (TLDR: the adapters and new
         modules, its frozen backbone comes from the backbone's own run)."""
         if step is None and self.params_file.is_file() and not self.checkpoints_dir.is_dir():
-            from jaxtts.train import checkpoint as ckpt_lib
+            from jaxtts.train import checkpoint as ckpt_lib  # start-up: jax+orbax 1.2 s
 
             return ckpt_lib.read_params_tree(self.params_file)
         return self.checkpointer(read_only=True).restore_as_saved("params", step)
@@ -267,7 +264,7 @@ class RunFolder:
         trained). `trained_only`: the trained parameters alone (runs whose frozen part is
         another shipped run, e.g. TLDR). Numbers of a shipped model are measured on the
         exported file."""
-        from jaxtts.train import checkpoint as ckpt_lib
+        from jaxtts.train import checkpoint as ckpt_lib  # start-up: jax+orbax 1.2 s
 
         self.read_config()  # a one-line error if this is not a run folder
         params = self.trained_params(step) if trained_only else self.saved_params(step)
@@ -292,10 +289,6 @@ class RunFolder:
 
 def main(argv: list[str] | None = None) -> int:
     """python -m jaxtts.run_folder export <run folder> <dest> [--step N]"""
-    import argparse
-
-    from jaxtts.errors import JaxttsError
-
     ap = argparse.ArgumentParser(
         prog="python -m jaxtts.run_folder",
         description="Export a training run as a self-contained folder "

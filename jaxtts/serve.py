@@ -51,11 +51,14 @@ import threading
 import time
 from pathlib import Path
 
+import librosa
 import numpy as np
+import soundfile as sf
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
 from jaxtts import cli
+from jaxtts.data.prompt import Prompt
 from jaxtts.errors import ConfigError, JaxttsError
 
 log = logging.getLogger("jaxtts.serve")
@@ -182,7 +185,7 @@ class Server:
     def _voices(self) -> dict[str, object]:
         """Corpus speakers -> their first test utterance (the prompts `infer.py --speaker`
         takes); empty when the corpus is not built (uploaded prompts still work)."""
-        from jaxtts.synthesize import resolve_prompt
+        from jaxtts.synthesize import resolve_prompt  # start-up: jax 820 ms
 
         out = {}
         for spk in [f"spk{i:02d}" for i in range(10)]:
@@ -228,8 +231,6 @@ class Server:
     # -- requests
     def parse(self, body: dict) -> Job:
         """The JSON body of /v1/audio/speech -> a Job (RequestError 400 naming the field)."""
-        from jaxtts.data.prompt import Prompt
-
         if not isinstance(body, dict):
             raise RequestError(400, "body: expected a JSON object")
         known = {"input", "voice", "strategy", "response_format", "stream", "seed", "max_seconds"}
@@ -288,8 +289,6 @@ class Server:
         return Job(f"req{next(self.ids)}", text.strip(), prompt, strategy, seed, max_s, fmt, stream)
 
     def _decode_wav(self, b64: str) -> np.ndarray:
-        import soundfile as sf
-
         try:
             raw = base64.b64decode(b64, validate=True)
             wav, sr = sf.read(io.BytesIO(raw), dtype="float32", always_2d=True)
@@ -306,8 +305,6 @@ class Server:
                 f"{MAX_PROMPT_SECONDS:.0f} s",
             )
         if sr != self.sample_rate:
-            import librosa
-
             wav = librosa.resample(wav, orig_sr=sr, target_sr=self.sample_rate)
         return wav.astype(np.float32)
 
@@ -430,7 +427,7 @@ class _CompileCounter:
     """XLA backend compilations in this process (jax.monitoring), and since `mark()`."""
 
     def __init__(self):
-        import jax
+        import jax  # start-up: jax 660 ms
 
         self.count, self.marked = 0, 0
 
@@ -476,7 +473,7 @@ class SlotScheduler:
         synth = server.synth
         # widths every request fits: the longest text piece plus a prompt's transcript share
         # (64 ids: ~5 s of speech), and full-length prompts
-        from jaxtts.synthesize import _bucket
+        from jaxtts.synthesize import _bucket  # start-up: jax 820 ms
 
         self.text_width = _bucket(server.engine.max_text_symbols + 64, 64)
         self.prompt_width = synth._prompt_bucket
@@ -486,7 +483,7 @@ class SlotScheduler:
 
     def pool(self, strategy: str, options):
         if strategy not in self.pools:
-            from jaxtts.decode.slots import Slots
+            from jaxtts.decode.slots import Slots  # start-up: jax 820 ms
 
             engine = self.server.engine
             _, units = engine.encode_prompt(None)
@@ -573,8 +570,8 @@ class SlotScheduler:
         self.peak = max(self.peak, len(self.rows))
 
     def _start_piece(self, r: _Row) -> None:
-        from jaxtts.stream import MelStream, VocoderStream
-        from jaxtts.synthesize import piece_keys
+        from jaxtts.stream import MelStream, VocoderStream  # start-up: jax 770 ms
+        from jaxtts.synthesize import piece_keys  # start-up: jax 820 ms
 
         _, _, ids, units, n_ptext = r.rows[r.piece]
         try:
@@ -704,7 +701,7 @@ class LiveServer:
     benchmarks: real sockets, so a client can leave mid-stream). `.url`, `.close()`."""
 
     def __init__(self, app, host: str = "127.0.0.1", timeout: float = 30.0):
-        import uvicorn
+        import uvicorn  # start-up: uvicorn 64 ms, only to listen
 
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=0, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -744,9 +741,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
-        import uvicorn
+        import uvicorn  # start-up: uvicorn 64 ms, after parsing args
 
-        from jaxtts.synthesize import Synthesizer
+        from jaxtts.synthesize import Synthesizer  # start-up: jax 820 ms, after parsing args
 
         synth = Synthesizer.from_workdir(args.workdir)
         server = Server(

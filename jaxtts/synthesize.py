@@ -42,15 +42,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import soundfile as sf
+from tqdm.auto import tqdm
 
 from jaxtts.data.audio import save_audio
+from jaxtts.data.manifest import read_split
 from jaxtts.data.prompt import Prompt
+from jaxtts.data.vocoder import make_vocoder
 from jaxtts.decode.driver import PromptBatch
 from jaxtts.decode.options import DecodeOptions
 from jaxtts.decode.sampling import row_keys
 from jaxtts.engine import Engine, load_engine
 from jaxtts.errors import CheckpointError, ConfigError, DataError, TextError
 from jaxtts.run_folder import CHECKPOINTS, RunFolder
+from jaxtts.stream import stream
 
 log = logging.getLogger("jaxtts.synthesize")
 
@@ -93,8 +98,6 @@ def zero_shot_sentences(
 ) -> tuple[list[str], list[Prompt]]:
     """(texts, prompts) of the first `num` sentences of a corpus split, each with the zero-shot
     prompt the evaluation gives it (another utterance of its speaker): the benchmarks' input."""
-    from jaxtts.data.manifest import read_split
-
     pool = read_split(corpus_dir, split)
     utts = pool[:num]
     return [u.text for u in utts], prompts_from_utterances(pool, utts)
@@ -161,8 +164,6 @@ class Synthesizer:
     """An engine (any model family) + the vocoder (see module docstring)."""
 
     def __init__(self, engine: Engine, vocoder: str = "griffin_lim"):
-        from jaxtts.data.vocoder import make_vocoder
-
         self.engine = engine
         self.vocoder = make_vocoder(vocoder, engine.mel_cfg)
         self.sample_rate = int(self.vocoder.sample_rate)
@@ -198,8 +199,6 @@ class Synthesizer:
     ) -> list[SynthResult]:
         """Synthesize every text (one `SynthResult` per text, in order). `vocode=False`: the
         tokens only (no mel, no audio; `duration` from the token count): LM benchmarks."""
-        from tqdm.auto import tqdm
-
         engine = self.engine
         options = engine.options(
             strategy=strategy, max_seconds=max_seconds or None, **sampling_overrides
@@ -302,8 +301,6 @@ class Synthesizer:
 
     def stream(self, text: str, prompt: Prompt | None = None, **kw):
         """One text as audio chunks while it decodes: `jaxtts.stream.stream` (its arguments)."""
-        from jaxtts.stream import stream  # stream imports this module's helpers' users
-
         return stream(self, text, prompt, **kw)
 
     def _skipped(self, i: int, text: str, reason: str) -> SynthResult:
@@ -435,8 +432,7 @@ def resolve_prompt(
         return Prompt.from_file(speaker_wav, speaker_text)
     if not speaker:
         return None
-    from jaxtts.data.corpus import default_corpus_dir
-    from jaxtts.data.manifest import read_split
+    from jaxtts.data.corpus import default_corpus_dir  # start-up: scipy 1.5 s
 
     run = RunFolder(workdir)
     corpus_dir = run.read_data_info().get("corpus_dir")
@@ -619,8 +615,6 @@ def run_infer(
 def _stream_lines(synth, lines, prompt, out_dir, strategy, seed, max_seconds, sampling):
     """`infer.py --stream`: each line's wav is written chunk by chunk as it decodes (the
     header gets its length when the line ends); results.jsonl records the time to first audio."""
-    import soundfile as sf
-
     rows, results = [], []
     for i, text in enumerate(lines):
         path = Path(out_dir) / f"{i:04d}.wav"

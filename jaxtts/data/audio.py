@@ -21,9 +21,12 @@ import json
 import math
 import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import librosa
 import numpy as np
+import soundfile as sf
 
 from jaxtts.errors import AudioError, DataError
 
@@ -96,7 +99,7 @@ def resample(wav: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
     """Polyphase resampling (float32 [N] -> float32 [N * target / orig])."""
     if orig_sr == target_sr or wav.size == 0:
         return np.asarray(wav, np.float32)
-    from scipy.signal import resample_poly
+    from scipy.signal import resample_poly  # start-up: scipy.signal 1.5 s, only to resample
 
     g = math.gcd(int(orig_sr), int(target_sr))
     return resample_poly(wav, int(target_sr) // g, int(orig_sr) // g).astype(np.float32)
@@ -117,8 +120,6 @@ def load_audio(
     file's rate. Unreadable, corrupt, empty or non-finite audio raises AudioError naming the
     file.
     """
-    import soundfile as sf
-
     path = Path(path)
     if not path.is_file():
         raise AudioError(f"{path}: audio file not found")
@@ -147,8 +148,6 @@ def load_audio(
 
 def save_audio(path: str | os.PathLike, wav: np.ndarray, sample_rate: int = 16000) -> Path:
     """Writes float audio as 16-bit PCM wav (clipped to [-1, 1]), atomically."""
-    import soundfile as sf
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     wav = np.asarray(wav, np.float32).reshape(-1)
@@ -223,8 +222,6 @@ def istft(spec: np.ndarray, cfg: MelConfig, length: int | None = None) -> np.nda
 
 @functools.lru_cache(maxsize=8)
 def _mel_fb(cfg: MelConfig) -> np.ndarray:
-    import librosa
-
     fb = librosa.filters.mel(
         sr=cfg.sample_rate,
         n_fft=cfg.n_fft,
@@ -269,9 +266,7 @@ def utterance_mels(
     utts, cfg: MelConfig | None = None, progress: bool = True, desc: str = "log-mel"
 ) -> list[np.ndarray]:
     """Log-mels (float32 [T, n_mels]) of `Utterance`s, read from their audio files."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # start-up: tqdm.auto 60 ms, only for this bar
 
     cfg = cfg or MelConfig()
     with ThreadPoolExecutor(min(4, os.cpu_count() or 1)) as pool:  # FFTs release the GIL

@@ -48,8 +48,10 @@ import numpy as np
 import soundfile as sf
 from tqdm import tqdm
 
+from jaxtts.data.audio import load_audio
 from jaxtts.data.manifest import Utterance, read_manifest, write_manifest
 from jaxtts.data.text import normalize_text
+from jaxtts.data.text import phonemize as phonemize_texts
 from jaxtts.errors import AudioError, ConfigError, DataError, MissingDependencyError
 
 __all__ = [
@@ -215,7 +217,7 @@ def read_libritts(
 
 def _import_tfds():
     try:
-        import tensorflow_datasets as tfds
+        import tensorflow_datasets as tfds  # optional: the tfds extra
     except ImportError as e:
         raise MissingDependencyError(
             f"tensorflow_datasets: not installed ({e}); {TFDS_INSTALL_HINT}"
@@ -378,8 +380,6 @@ def split_utterances(
 
 def _copy_resampled(utts: list[Utterance], out: Path, progress: bool) -> list[Utterance]:
     """16 kHz mono PCM16 copies in out/wavs/<speaker>/<id>.wav (existing ones are reused)."""
-    from jaxtts.data.audio import load_audio
-
     rate = 16000
     copied = []
     for u in tqdm(utts, desc="resample", disable=not progress):
@@ -459,8 +459,6 @@ def prepare_dataset(
     if not kept:
         raise DataError(f"{source}: no utterance within [{min_duration}, {hi}] s (of {len(utts)})")
     if phonemize:
-        from jaxtts.data.text import phonemize as phonemize_texts
-
         symbols = phonemize_texts([u.normalized_text for u in kept])
         kept = [u.replace(phonemes=tuple(p)) for u, p in zip(kept, symbols, strict=True)]
     out.mkdir(parents=True, exist_ok=True)

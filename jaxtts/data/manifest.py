@@ -43,7 +43,7 @@ class Utterance:
         if not isinstance(self.phonemes, tuple):
             object.__setattr__(self, "phonemes", tuple(self.phonemes))
         if not self.normalized_text and self.text:
-            from jaxtts.data.text import normalize_text
+            from jaxtts.data.text import normalize_text  # start-up: numpy via data.text, 155 ms
 
             object.__setattr__(self, "normalized_text", normalize_text(self.text))
         object.__setattr__(self, "audio", os.fspath(self.audio))

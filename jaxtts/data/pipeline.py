@@ -64,6 +64,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from jaxtts.data.manifest import read_manifest
+from jaxtts.data.text import SymbolTable, TextFrontend
 from jaxtts.errors import ConfigError, DataError
 
 if TYPE_CHECKING:  # grain is imported where a loader is built: decoding needs none
@@ -119,8 +121,6 @@ def encode_texts(utts: Sequence, text_encoder) -> list[np.ndarray]:
     utterances have phonemes, else `encode_batch` of the texts), or a callable
     `Utterance -> int ids`.
     """
-    from jaxtts.data.text import SymbolTable, TextFrontend
-
     if isinstance(text_encoder, TextFrontend):
         if text_encoder.backend == "espeak" and all(u.phonemes for u in utts):
             table = text_encoder.symbols
@@ -183,8 +183,6 @@ def load_lm_records(
 ) -> list[LMRecord]:
     """`LMRecord`s of `<corpus_dir>/<split>.jsonl`, tokens from
     `<corpus_dir>/tokens/<tokenizer_name>/<id>.npy`."""
-    from jaxtts.data.manifest import read_manifest
-
     corpus_dir = Path(corpus_dir)
     utts = read_manifest(corpus_dir / f"{split}.jsonl", check_files=False)
     folder = corpus_dir / "tokens" / tokenizer_name
@@ -352,7 +350,7 @@ class BucketedLoader(abc.ABC):
         shard_count: int | None = None,
     ):
         if shard_index is None or shard_count is None:
-            import jax
+            import jax  # start-up: jax 790 ms; loaders given shards skip it
 
             shard_index = jax.process_index() if shard_index is None else shard_index
             shard_count = jax.process_count() if shard_count is None else shard_count
@@ -519,7 +517,7 @@ class BucketedLoader(abc.ABC):
         if start_step < 0 or (num_steps is not None and num_steps < 0):
             raise ConfigError(f"start_step={start_step}, num_steps={num_steps}: expected >= 0")
         stop = None if num_steps is None else start_step + num_steps
-        import grain
+        import grain  # optional: not in the GPU bundle (see dataset())
 
         ds = self.dataset()[start_step:stop]
         opts = grain.ReadOptions(

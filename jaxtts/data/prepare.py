@@ -27,10 +27,12 @@ from pathlib import Path
 import ml_collections as mlc
 
 from jaxtts.data import tokenizers as tok_lib
+from jaxtts.data.audio import utterance_mels
 from jaxtts.data.corpus import build_corpus, resolve_corpus_dir
 from jaxtts.data.manifest import read_split
 from jaxtts.data.pipeline import LMLoader, make_lm_records
 from jaxtts.data.text import TextFrontend
+from jaxtts.data.token_decoder import ConvDecoderConfig
 from jaxtts.errors import ConfigError, DataError
 from jaxtts.run_folder import RunFolder
 
@@ -84,8 +86,6 @@ def tokenizer_for(data_cfg, corpus: Path, train_utts, progress: bool = True):
                 f"data.tokenizer_frames={frames}"
             )
         return tok
-    from jaxtts.data.audio import utterance_mels
-
     t0 = time.perf_counter()
     tok = tok_lib.KMeansTokenizer(k, frames=frames)
     # k-means sees at most `max_fit_frames` token vectors: a corpus with more (the 16 h one)
@@ -102,8 +102,6 @@ def tokenizer_for(data_cfg, corpus: Path, train_utts, progress: bool = True):
     )
     conv_steps = int(data_cfg.get("tokenizer_conv_steps", 0))
     if conv_steps > 0:
-        from jaxtts.data.token_decoder import ConvDecoderConfig
-
         tok.fit_conv_decoder(mels, ConvDecoderConfig(steps=conv_steps), progress=progress)
     tok.save(folder)
     log.info("fitted %s on %d utterances in %.1fs", tok.name, len(mels), time.perf_counter() - t0)

@@ -155,10 +155,10 @@ def fit(
     """Trains on utterances' token ids [T_i] and the linear decoder's residuals [T_i, F]
     (standardised frames minus the linear decode). Returns (float32 params, loss curve: the
     mean training MSE of each 100-step block)."""
-    import jax
-    import jax.numpy as jnp
-    import optax
-    from tqdm.auto import trange
+    import jax  # start-up: jax 630 ms, only fit() trains
+    import jax.numpy as jnp  # start-up: see jax above
+    import optax  # start-up: optax 835 ms, only fit()
+    from tqdm.auto import trange  # start-up: tqdm.auto 56 ms, only fit()
 
     if not ids or len(ids) != len(residuals):
         raise DataError(f"conv decoder: {len(ids)} token sequences, {len(residuals)} targets")

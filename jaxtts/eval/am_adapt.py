@@ -39,6 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import soundfile as sf
+from tqdm import tqdm
 
 from jaxtts.data.audio import load_audio
 from jaxtts.data.manifest import read_manifest
@@ -289,9 +291,6 @@ def _build(
     progress: bool,
 ) -> AdaptedModel:
     tools = {n: _tool(n) for n in _TOOLS}
-    import soundfile as sf
-    from tqdm import tqdm
-
     folder.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_work_dirs(folder.parent)
     t0 = time.time()
@@ -490,8 +489,6 @@ def adapt_to_corpus(
     folder = Path(cache_dir or default_cache_dir()) / f"am-{h.hexdigest()[:20]}"
     if (cached := _cached(folder)) is not None:
         return cached
-    import soundfile as sf
-
     pcms = []
     for u, _ in keep:
         sr = sf.info(str(u.path)).samplerate  # prepare_pcm resamples like recognition does

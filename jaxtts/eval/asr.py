@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing as mp
 import os
 import shutil
 import subprocess
@@ -42,8 +43,14 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from jaxtts.data import text as text_mod
+from jaxtts.data import words as words_mod
+from jaxtts.data.manifest import read_manifest
 from jaxtts.errors import ConfigError
+from jaxtts.eval import metrics  # normalize_for_wer: its code is part of the cache key
 from jaxtts.eval.am_adapt import adapt_to_corpus
+from jaxtts.eval.metrics import normalize_for_wer
+from jaxtts.eval.ngram import KneserNeyLM
 from jaxtts.eval.sphinx import (  # also importable from here (tests use prepare_pcm)
     ASR_SAMPLE_RATE,
     default_cache_dir,
@@ -226,8 +233,6 @@ class DomainLM:
 
 
 def _normalize_sentences(sentences: list[str]) -> list[str]:
-    from jaxtts.eval.metrics import normalize_for_wer
-
     out = [normalize_for_wer(s) for s in sentences]
     return [s for s in out if s]
 
@@ -247,9 +252,6 @@ def build_domain_lm(
     normalisation.
     """
     ps = import_pocketsphinx()
-    from jaxtts.eval import metrics  # normalize_for_wer: its code is part of the cache key
-    from jaxtts.eval.ngram import KneserNeyLM
-
     if order < 1:
         raise ConfigError(f"build_domain_lm: order={order}, expected >= 1")
     train_sentences = list(train_sentences)
@@ -339,10 +341,6 @@ def held_in_generated_sentences(
     texts and the source of the generator and normaliser (600k sentences take ~2.5 min to
     generate, ~1 s to read back).
     """
-    from jaxtts.data import text as text_mod
-    from jaxtts.data import words as words_mod
-    from jaxtts.data.manifest import read_manifest
-
     held_out = set()
     for split in ("dev", "test"):
         path = Path(corpus_dir) / f"{split}.jsonl"
@@ -365,8 +363,6 @@ def held_in_generated_sentences(
 
 
 def _train_sentences(corpus_dir: str | os.PathLike) -> list[str]:
-    from jaxtts.data.manifest import read_manifest
-
     utts = read_manifest(Path(corpus_dir) / "train.jsonl", check_files=False)
     return [u.normalized_text or u.text for u in utts]
 
@@ -564,8 +560,6 @@ class PocketSphinxASR:
         bar = tqdm(total=len(pcms), desc=self.name, disable=not self.progress, leave=False)
         try:
             if self.num_workers > 1 and len(pcms) > self.num_workers:
-                import multiprocessing as mp
-
                 with ProcessPoolExecutor(
                     self.num_workers,
                     mp_context=mp.get_context("spawn"),

@@ -29,8 +29,10 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+import librosa
 import numpy as np
 
+from jaxtts.data.text import normalize_text  # the same normaliser the corpus uses
 from jaxtts.errors import AudioError
 
 MCD_K = 10.0 / math.log(10.0)  # dB per neper
@@ -45,8 +47,6 @@ _EDGE_APOS = re.compile(r"(?<![a-z0-9])'|'(?![a-z0-9])")
 
 def normalize_for_wer(text: str) -> str:
     """Normalise text for WER scoring: corpus normaliser + lower case, no punctuation."""
-    from jaxtts.data.text import normalize_text  # the same normaliser the corpus uses
-
     text = normalize_text(text)
     text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
     text = text.lower().replace("\u2019", "'")
@@ -111,7 +111,7 @@ def sentence_cer(refs: list[str], hyps: list[str]) -> np.ndarray:
         if not ref or not hyp:
             out[i] = 0.0 if ref == hyp else 1.0
             continue
-        import jiwer
+        import jiwer  # optional: not in the GPU bundle
 
         o = jiwer.process_characters(ref, hyp)
         out[i] = (o.substitutions + o.deletions + o.insertions) / len(ref)
@@ -165,8 +165,6 @@ def _check_wav(wav: np.ndarray, name: str) -> np.ndarray:
 
 
 def _trim(wav: np.ndarray, top_db: float, hop: int) -> np.ndarray:
-    import librosa
-
     if top_db <= 0:
         return wav
     trimmed, _ = librosa.effects.trim(wav, top_db=top_db, frame_length=4 * hop, hop_length=hop)
@@ -182,8 +180,6 @@ def _frame_params(sr: int, cfg: AnalysisConfig) -> tuple[int, int, int]:
 
 def mel_cepstrum(wav: np.ndarray, sr: int, cfg: AnalysisConfig = AnalysisConfig()) -> np.ndarray:
     """Mel-cepstra c_0..c_{n_cep} of the log amplitude (see module docstring). -> float64[T, C]."""
-    import librosa
-
     win, hop, n_fft = _frame_params(sr, cfg)
     power = librosa.feature.melspectrogram(
         y=wav.astype(np.float32),
@@ -257,8 +253,6 @@ def yin_f0(
 
 def _dtw_path(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """DTW path (symmetric steps, Euclidean cost) between [Ta, C] and [Tb, C]. -> int[P, 2]."""
-    import librosa
-
     _, wp = librosa.sequence.dtw(X=a.T, Y=b.T, metric="euclidean")
     return np.asarray(wp[::-1])
 

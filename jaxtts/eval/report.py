@@ -6,6 +6,9 @@ import re
 from pathlib import Path
 
 import numpy as np
+import soundfile as sf
+
+from jaxtts.data.audio import MelConfig, log_mel
 
 # (key, header, formatter)
 COLUMNS = [
@@ -172,8 +175,6 @@ def _slug(name: str) -> str:
 
 def save_samples(folder: Path, samples_by_row: dict, n: int, sr: int) -> None:
     """First `n` non-empty outputs of each row as 16-bit wavs under folder/<row>/<id>.wav."""
-    import soundfile as sf
-
     if n <= 0:
         return
     for name, samples in samples_by_row.items():
@@ -186,10 +187,10 @@ def save_samples(folder: Path, samples_by_row: dict, n: int, sr: int) -> None:
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # start-up: matplotlib 150 ms, only for plots
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # start-up: pyplot 600+ ms; after use('Agg')
 
     return plt
 
@@ -231,8 +232,6 @@ def plot_wer_vs_rtf(results: dict, path: Path) -> bool:
 
 def plot_mels(samples_by_row: dict, path: Path, index: int = 0) -> bool:
     """Log-mel spectrogram of utterance `index` for every row, stacked. False if none."""
-    from jaxtts.data.audio import MelConfig, log_mel
-
     cfg = MelConfig()
     items = []
     for name, samples in samples_by_row.items():

@@ -24,7 +24,7 @@ from typing import Any
 def block(x: Any) -> Any:
     """Wait for all JAX arrays in the pytree `x` (no-op without JAX arrays)."""
     try:
-        import jax
+        import jax  # start-up: jax 1 s; a no-op without jax
 
         return jax.block_until_ready(x)
     except (ImportError, TypeError):
@@ -125,7 +125,7 @@ def peak_host_rss_bytes() -> int:
 def device_memory_stats(device: Any = None) -> dict[str, int] | None:
     """{'bytes_in_use', 'peak_bytes_in_use', 'bytes_limit'} of a JAX device, or None (CPU)."""
     try:
-        import jax
+        import jax  # start-up: jax 1 s; None without jax
 
         dev = device if device is not None else jax.devices()[0]
         stats = dev.memory_stats()

@@ -30,7 +30,7 @@ ASR_SAMPLE_RATE = 16000
 
 def import_pocketsphinx():
     try:
-        import pocketsphinx
+        import pocketsphinx  # optional: missing -> no WER columns
     except ImportError as e:  # pragma: no cover - exercised only without the package
         raise MissingDependencyError(
             f"pocketsphinx: not importable ({e}); pip install pocketsphinx to get WER columns"
@@ -50,7 +50,7 @@ def prepare_pcm(
     wav: np.ndarray, sample_rate: int, dither: float, seed: int, pad_s: float, name: str = "wav"
 ) -> np.ndarray:
     """float audio -> int16 PCM at 16 kHz with silence padding and seeded dither. -> int16[N]."""
-    from scipy.signal import resample_poly
+    from scipy.signal import resample_poly  # start-up: scipy.signal 1.3 s, only to resample
 
     x = np.asarray(wav)
     if x.ndim != 1:

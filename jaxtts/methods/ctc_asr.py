@@ -35,12 +35,16 @@ import jax.numpy as jnp
 import ml_collections as mlc
 import numpy as np
 import optax
+from absl import app, flags
+from ml_collections import config_flags
 
+from jaxtts import cli
 from jaxtts.data.audio import global_mel_stats, utterance_mels, wav_to_mel
-from jaxtts.data.corpus import resolve_corpus_dir
+from jaxtts.data.corpus import default_corpus_dir, resolve_corpus_dir
 from jaxtts.data.manifest import read_split
-from jaxtts.data.pipeline import inference_mel_batches
+from jaxtts.data.pipeline import MelLoader, MelRecord, inference_mel_batches, make_buckets
 from jaxtts.errors import ConfigError
+from jaxtts.eval.metrics import normalize_for_wer, wer
 from jaxtts.nn import axes
 from jaxtts.nn.attention import Attention
 from jaxtts.nn.conv import dense as _dense
@@ -48,6 +52,7 @@ from jaxtts.nn.conv import layer_norm as _norm
 from jaxtts.nn.conv import masked_conv1d, mel_input, mel_stats
 from jaxtts.nn.masks import length_mask, padding_mask
 from jaxtts.run_folder import RunFolder
+from jaxtts.train import loop
 from jaxtts.train.checkpoint import abstract_params
 
 log = logging.getLogger("jaxtts.ctc_asr")
@@ -64,8 +69,6 @@ _CHAR_TO_ID = {c: i for i, c in enumerate(VOCAB) if i != BLANK}
 
 def normalize_transcript(text: str) -> str:
     """The text the ASR is trained to output (and compared against): `normalize_for_wer`."""
-    from jaxtts.eval.metrics import normalize_for_wer
-
     return normalize_for_wer(text)
 
 
@@ -106,9 +109,7 @@ def _collapse_row(best: np.ndarray, keep: np.ndarray) -> str:
 
 def error_rates(refs: Sequence[str], hyps: Sequence[str]) -> dict[str, float]:
     """Corpus CER and WER (fractions) of hypotheses against references, both normalised."""
-    import jiwer
-
-    from jaxtts.eval.metrics import wer
+    import jiwer  # optional: not in the GPU bundle
 
     if len(refs) != len(hyps):
         raise ValueError(f"error_rates: {len(refs)} references but {len(hyps)} hypotheses")
@@ -399,8 +400,6 @@ class CTCASR:
 
 def make_records(utts: Sequence, mels: Sequence[np.ndarray]) -> list:
     """`MelRecord`s with character ids of the normalised text (empty transcripts dropped)."""
-    from jaxtts.data.pipeline import MelRecord
-
     out = []
     for u, m in zip(utts, mels, strict=True):
         ids = text_to_ids(u.normalized_text or u.text)
@@ -410,8 +409,6 @@ def make_records(utts: Sequence, mels: Sequence[np.ndarray]) -> list:
 
 
 def make_loader(records: Sequence, data_cfg, *, train: bool):
-    from jaxtts.data.pipeline import MelLoader, make_buckets
-
     return MelLoader(
         records,
         int(data_cfg.batch_size if train else data_cfg.eval_batch_size),
@@ -430,8 +427,6 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     Fills `config.model.mel_mean/mel_std` from the training mels when unset. Returns the
     trainer's `TrainResult`.
     """
-    from jaxtts.train import loop
-
     config = mlc.ConfigDict(config.to_dict())  # a private, unlocked copy
     if config.get("task") != "ctc_asr":
         raise ConfigError(f"config.task={config.get('task')!r}: expected 'ctc_asr'")
@@ -476,8 +471,6 @@ def evaluate_split(
 
     Returns {'cer', 'wer', 'n', 'audio_s', 'feature_s', 'asr_s', 'refs', 'hyps', 'utts'}.
     """
-    from jaxtts.data.corpus import default_corpus_dir
-
     utts = read_split(Path(corpus) if corpus else default_corpus_dir(), split, limit)
     t0 = time.perf_counter()
     mels = utterance_mels(utts, progress=progress, desc=f"log-mel {split}")
@@ -504,11 +497,6 @@ def evaluate_split(
 
 def main() -> None:
     """`train --config configs/ctc_asr.py:small --workdir runs/ctc_asr` | `eval --workdir ...`."""
-    from absl import app, flags
-    from ml_collections import config_flags
-
-    from jaxtts import cli
-
     config_flag = config_flags.DEFINE_config_file(
         "config", None, "Config file, e.g. configs/ctc_asr.py:small", lock_config=True
     )

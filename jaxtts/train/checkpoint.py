@@ -13,22 +13,24 @@ from __future__ import annotations
 
 import logging
 import os
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import flax.linen as nn
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from flax import serialization
 
 from jaxtts.errors import CheckpointError
+from jaxtts.train.state import merge_trees, tree_from_flat, tree_to_flat
 
 
 def abstract_params(init_fn, *args) -> Any:
     """Unboxed ShapeDtypeStructs of `init_fn(key, *args)['params']` on the first device: the
     restore target for inference (no real initialisation runs)."""
-    import flax.linen as nn
-
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     shapes = nn.unbox(jax.eval_shape(lambda *a: init_fn(jax.random.key(0), *a)["params"], *args))
     return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
@@ -208,8 +210,6 @@ class Checkpointer:
 
     def restore_full_as_saved(self, step: int | None = None) -> Any:
         """Trained and frozen parameters merged, as saved, on the first device."""
-        from jaxtts.train.state import merge_trees
-
         step = self._step_or_latest(step)
         params = self.restore_as_saved("params", step)
         if self.has_frozen(step):
@@ -265,8 +265,6 @@ def check_tree_matches(tree: Any, like: Any, where: str) -> None:
 
 def _place_like(tree: Any, like: Any) -> Any:
     """`tree`'s arrays as `like`'s dtypes on `like`'s shardings (default device if none)."""
-    from jaxtts.train.state import tree_from_flat, tree_to_flat
-
     flat, like_flat = tree_to_flat(tree), tree_to_flat(like)
     out = {}
     for k, w in like_flat.items():
@@ -315,10 +313,6 @@ def _dequantize(tree: Any) -> Any:
 
 def _restore_bytes(data: bytes) -> Any:
     """msgpack_restore of a params file's bytes (zlib-compressed ones included)."""
-    import zlib
-
-    from flax import serialization
-
     if data.startswith(ZLIB_MAGIC):
         data = zlib.decompress(data[len(ZLIB_MAGIC) :])
     return serialization.msgpack_restore(data)
@@ -332,9 +326,6 @@ def write_params_file(path: str | os.PathLike, params: Any, dtype: str | None = 
     quarter of float32's bytes, for shipped models over the size limit in float16; measure
     the exported file); 'float16z' stores exactly the float16 values, byte-planed and zlib-
     compressed (lossless against 'float16', ~15 % smaller); None keeps the leaves' own."""
-    import zlib
-
-    from flax import serialization
 
     def host(x):
         x = np.asarray(jax.device_get(x))

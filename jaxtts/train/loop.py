@@ -27,8 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
+from tqdm.auto import tqdm
 
 from jaxtts.errors import CheckpointError, ConfigError
+from jaxtts.run_folder import RunFolder
 from jaxtts.train import checkpoint as ckpt_lib
 from jaxtts.train import mesh as mesh_lib
 from jaxtts.train import optim
@@ -118,8 +120,6 @@ class Trainer:
         if not self.init_from:
             return None
         if self._init_source is None:
-            from jaxtts.run_folder import RunFolder
-
             run = RunFolder(self.init_from)
             if not run.path.is_dir():
                 raise ConfigError(f"train.init_from={self.init_from}: no such run folder")
@@ -337,7 +337,7 @@ class MetricWriter:
             self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
             if tensorboard:
                 try:
-                    from tensorboardX import SummaryWriter
+                    from tensorboardX import SummaryWriter  # optional: not in GPU bundle
 
                     self._tb = SummaryWriter(os.path.join(workdir, "tb"))
                 except ImportError:  # pragma: no cover - optional
@@ -535,8 +535,6 @@ def train_and_evaluate(
     Writes `config.json`, `metrics.jsonl`, TensorBoard events and `checkpoints/` in `workdir`
     (`jaxtts.run_folder.RunFolder` owns the layout).
     """
-    from jaxtts.run_folder import RunFolder
-
     tcfg = config.train
     run = RunFolder(workdir)
     os.makedirs(workdir, exist_ok=True)
@@ -576,8 +574,6 @@ def train_and_evaluate(
     writer = MetricWriter(workdir, tensorboard=bool(tcfg.get("tensorboard", True)))
     pbar = None
     if progress and jax.process_index() == 0 and start < steps:
-        from tqdm.auto import tqdm
-
         pbar = tqdm(total=steps, initial=start, desc="train", dynamic_ncols=True)
     checkpoints = CheckpointHook(
         ckpt, int(tcfg.get("checkpoint_every", 0)), {"config": _config_json(config)}

@@ -9,11 +9,20 @@ the run's `policy.pick`) is the default.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
+from jaxtts.decode.driver import decode
+from jaxtts.decode.sampling import row_keys
 from jaxtts.errors import CheckpointError
-from jaxtts.methods.lm import LMEngine
+from jaxtts.methods.dcar.dcpo import config_policy
+from jaxtts.methods.dcar.policy import ChunkPolicy
+from jaxtts.methods.dcar.strategies import DCAR
+from jaxtts.methods.lm import LMEngine, sentence_batch
+from jaxtts.methods.lm.model import with_bos
 from jaxtts.run_folder import RunFolder, check_trained_on, resolve_run
+from jaxtts.train.checkpoint import abstract_params
 
 
 class DCAREngine(LMEngine):
@@ -32,10 +41,6 @@ class DCAREngine(LMEngine):
 
     @classmethod
     def from_run(cls, run: RunFolder, step: int | None = None) -> DCAREngine:
-        from jaxtts.methods.dcar.dcpo import config_policy
-        from jaxtts.methods.dcar.policy import ChunkPolicy
-        from jaxtts.train.checkpoint import abstract_params
-
         config = run.read_config("dcar")
         info = run.read_data_info()
         if "backbone" not in info:
@@ -95,15 +100,6 @@ def chunk_schedule(
     """One sentence decoded with `dcar` keeping the policy's decisions: -> (tokens int32 [T],
     chunks int32 [S] (the size chosen at each step; their sum is T up to an EOS cut),
     probs float32 [S, K] (the policy's distribution at each step))."""
-    import jax
-    import numpy as np
-
-    from jaxtts.decode.driver import decode
-    from jaxtts.decode.sampling import row_keys
-    from jaxtts.methods.dcar.policy import ChunkPolicy
-    from jaxtts.methods.dcar.strategies import DCAR
-    from jaxtts.methods.lm import sentence_batch
-
     batch = sentence_batch(engine, text, prompt)
     opts = engine.options(max_seconds=max_seconds)
     out = jax.device_get(
@@ -131,11 +127,7 @@ def teacher_forced_choices(engine: DCAREngine, utts, chunk: int = 3, batch_size:
     prompt (another utterance of its speaker, as in training); decision j reads the backbone's
     hidden state of position P + j * chunk (P: the prompt's length), as it does when decoding.
     -> probs float32 [S, K] over every decision of every utterance."""
-    import jax
-    import numpy as np
-
-    from jaxtts.methods.lm.diagnostics import _loader
-    from jaxtts.methods.lm.model import with_bos
+    from jaxtts.methods.lm.diagnostics import _loader  # start-up: 100 ms, only for this diagnostic
 
     loader = _loader(engine, utts, None, batch_size)
     cfg, model, policy = engine.cfg, engine.model, engine.policy

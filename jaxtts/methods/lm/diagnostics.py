@@ -18,8 +18,11 @@ import jax.numpy as jnp
 import ml_collections as mlc
 import numpy as np
 
+from jaxtts.data.audio import load_audio, log_mel
 from jaxtts.data.pipeline import LMLoader, make_lm_records
 from jaxtts.methods.lm.model import with_bos
+from jaxtts.methods.lm.task import LMTask
+from jaxtts.train import align as align_lib
 from jaxtts.train import losses
 
 
@@ -36,8 +39,6 @@ class TextInformation:
 
 def utterance_tokens(engine, utts: Sequence) -> dict[str, np.ndarray]:
     """Speech tokens of utterances from their audio with the engine's own tokenizer."""
-    from jaxtts.data.audio import load_audio, log_mel
-
     return {
         u.id: engine.mel_to_units(
             log_mel(load_audio(u.path, engine.mel_cfg.sample_rate), engine.mel_cfg)
@@ -139,9 +140,6 @@ def alignment_scores(
     teacher-forced on `utts` (batch means weighted by their rows). Lets a run trained without
     alignment learning be scored on the heads another run aligned, and shows where a model
     aligns on its own."""
-    from jaxtts.methods.lm.task import LMTask
-    from jaxtts.train import align as align_lib
-
     cfg = engine.cfg
     task = LMTask(
         cfg,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import jax
 import numpy as np
 
@@ -13,7 +15,8 @@ from jaxtts.decode.options import DecodeOptions
 from jaxtts.engine import Engine, Generated
 from jaxtts.errors import CheckpointError, ConfigError
 from jaxtts.methods.lm.model import TTSLM, LMConfig
-from jaxtts.run_folder import RunFolder, check_vocab_files
+from jaxtts.run_folder import RunFolder, check_vocab_files, resolve_run
+from jaxtts.train.checkpoint import abstract_params
 
 
 class LMEngine(Engine):
@@ -59,8 +62,6 @@ class LMEngine(Engine):
 
     @classmethod
     def from_run(cls, run: RunFolder, step: int | None = None) -> LMEngine:
-        from jaxtts.train.checkpoint import abstract_params
-
         config = run.read_config("lm")
         frontend = TextFrontend.load(run.text_frontend_dir)
         tokenizer = load_tokenizer(run.tokenizer_dir)
@@ -164,10 +165,6 @@ def start_on_backbone(config, task: str, key: str, workdir: str):
     `config.task`, resolves the backbone run named by `config.<task>.<key>`, creates the run
     folder with the backbone's symbol table (`prepare_data` keeps a run's own) and loads the
     backbone. -> (backbone RunFolder, the run's RunFolder, backbone LMEngine)."""
-    import shutil
-
-    from jaxtts.run_folder import resolve_run
-
     if config.get("task") != task:
         raise ConfigError(f"config.task={config.get('task')!r}: expected {task!r}")
     backbone = resolve_run(str(config[task][key]), f"{task}.{key}")

@@ -24,10 +24,14 @@ import numpy as np
 
 from jaxtts.data.prepare import LMData, fill_model_sizes, prepare_data
 from jaxtts.errors import ConfigError
+from jaxtts.eval.asr import PocketSphinxASR
+from jaxtts.eval.metrics import wer
+from jaxtts.methods.lm.engine import LMEngine
 from jaxtts.methods.lm.model import RETIRED_MODEL_KEYS, TTSLM, LMConfig, with_bos
 from jaxtts.run_folder import RunFolder
+from jaxtts.synthesize import Synthesizer, prompts_from_utterances
 from jaxtts.train import align as align_lib
-from jaxtts.train import losses
+from jaxtts.train import loop, losses
 from jaxtts.train.align import AlignConfig
 
 log = logging.getLogger("jaxtts.lm")
@@ -172,8 +176,6 @@ def train(
     """Train the LM; returns the trainer's `TrainResult` (see `jaxtts.train.loop`).
     `task_name`: the family whose run this is ('ssd' trains a draft LM this way);
     `data_info`: more entries for data.json (SSD: its target and the target's fingerprint)."""
-    from jaxtts.train import loop
-
     if config.get("task") != task_name:
         raise ConfigError(f"config.task={config.get('task')!r}: expected {task_name!r}")
     Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -258,10 +260,10 @@ def _attention_image(task: LMTask, workdir: str, batch):
 
 def save_attention_png(p: np.ndarray, path: Path, title: str) -> None:
     """p [M speech, N text] -> an image (text on the y axis, speech on the x axis)."""
-    import matplotlib
+    import matplotlib  # start-up: matplotlib 165 ms, only for plots
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # start-up: pyplot 595 ms; after use('Agg')
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -278,16 +280,11 @@ def sample_eval(config, workdir: str, data: LMData, n: int, progress: bool, make
     """on_eval hook: synthesize `n` dev sentences with the current params, write the wavs to
     `samples/step_<k>/` and score them with the evaluation ASR (domain LM) when available.
     make_engine(params) -> Engine (default: an LMEngine of `config`; TLDR passes its own)."""
-    from jaxtts.methods.lm.engine import LMEngine
-    from jaxtts.synthesize import Synthesizer, prompts_from_utterances
-
     utts = data.splits["dev"][:n]
     prompts = prompts_from_utterances(data.splits["dev"], utts)
     asr = None
     if config.eval.get("asr", "domain") != "none":
         try:
-            from jaxtts.eval.asr import PocketSphinxASR
-
             asr = PocketSphinxASR.from_corpus(data.corpus_dir, "domain", progress=False)
         except Exception as e:  # noqa: BLE001 - an optional metric must not stop training
             log.warning("sample WER disabled: %s", e)
@@ -314,8 +311,6 @@ def sample_eval(config, workdir: str, data: LMData, n: int, progress: bool, make
         out["samples/mean_tokens"] = float(np.mean(lengths))
         out["samples/hit_max"] = float(np.mean([r.info["hit_max"] for r in results]))
         if asr is not None:
-            from jaxtts.eval.metrics import wer
-
             hyps = asr.transcribe([r.wav for r in results], synth.sample_rate)
             out["samples/wer_domain"] = wer([u.text for u in utts], hyps)
         return out

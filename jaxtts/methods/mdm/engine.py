@@ -32,6 +32,7 @@ from jaxtts.methods.mdm.decode import mdm_decode, num_steps, predicted_durations
 from jaxtts.methods.mdm.gradtts import GradTTS, gradtts_decode
 from jaxtts.methods.mdm.model import AcousticModel, MDMConfig
 from jaxtts.methods.mdm.orders import MDMOrder
+from jaxtts.methods.mdm.task import init_params, load_speaker_encoder, model_config
 from jaxtts.run_folder import RunFolder
 
 FRAME_BUCKET = 64
@@ -51,8 +52,6 @@ class MDMEngine(Engine):
     family = "mdm"
 
     def __init__(self, config, params, frontend: TextFrontend, speaker=None):
-        from jaxtts.methods.mdm.task import model_config
-
         self.config = config
         self.cfg = model_config(config.model)
         self.model = AcousticModel(self.cfg)
@@ -71,8 +70,6 @@ class MDMEngine(Engine):
 
     @classmethod
     def from_run(cls, run: RunFolder, step: int | None = None) -> MDMEngine:
-        from jaxtts.methods.mdm.task import init_params, load_speaker_encoder
-
         config = run.read_config("mdm")
         frontend = TextFrontend.load(run.text_frontend_dir)
         cfg = MDMConfig(**dict(config.model))

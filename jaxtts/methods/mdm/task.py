@@ -20,17 +20,31 @@ score. Metrics: each term, `nll_per_bin` of the masked frames, and
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections as mlc
+import numpy as np
 
+from jaxtts.data.audio import utterance_mels
+from jaxtts.data.manifest import read_split
+from jaxtts.data.pipeline import MelLoader, make_buckets, make_mel_records
 from jaxtts.data.prepare import ensure_builtin_corpus
+from jaxtts.data.text import TextFrontend
+from jaxtts.data.tokenizers import LinearMelQuantizer
+from jaxtts.errors import ConfigError
 from jaxtts.methods.mdm import dmol
+from jaxtts.methods.mdm.gradtts import score_loss
 from jaxtts.methods.mdm.mas import monotonic_alignment
 from jaxtts.methods.mdm.model import AcousticModel, MDMConfig, prior_logp
 from jaxtts.methods.mdm.orders import elbo_masks
+from jaxtts.methods.speaker_encoder import JaxSpeakerEncoder
 from jaxtts.nn.masks import length_mask
+from jaxtts.run_folder import RunFolder, find_run
 
 
 def mdm_loss(model: AcousticModel, params, batch, rng: jax.Array, crop: int = 0):
@@ -99,8 +113,6 @@ def mdm_loss(model: AcousticModel, params, batch, rng: jax.Array, crop: int = 0)
         "dropped_rows": jnp.sum((text_len > 0) & ~ok).astype(jnp.float32),
     }
     if cfg.score_layers:
-        from jaxtts.methods.mdm.gradtts import score_loss
-
         metrics["score"] = score_loss(
             model,
             params,
@@ -143,10 +155,6 @@ class MDMTask:
 
 def model_config(model_cfg) -> MDMConfig:
     """MDMConfig from `config.model` (filled); an unknown key is a ConfigError naming it."""
-    import dataclasses
-
-    from jaxtts.errors import ConfigError
-
     fields = {f.name for f in dataclasses.fields(MDMConfig)}
     d = dict(model_cfg)
     unknown = sorted(set(d) - fields)
@@ -160,8 +168,6 @@ def model_config(model_cfg) -> MDMConfig:
 
 def init_params(cfg: MDMConfig):
     """Parameters of a fresh model (shapes only matter: `jax.eval_shape` for loading)."""
-    import flax.linen as nn
-
     model = AcousticModel(cfg)
     text = jnp.ones((1, 4), jnp.int32)
     mel = jnp.zeros((1, 8, cfg.n_mels))
@@ -173,10 +179,6 @@ def init_params(cfg: MDMConfig):
 
 def load_speaker_encoder(config, *bases):
     """The JaxSpeakerEncoder of `config.mdm.speaker_encoder` (a run folder)."""
-    from jaxtts.errors import ConfigError
-    from jaxtts.methods.speaker_encoder import JaxSpeakerEncoder
-    from jaxtts.run_folder import find_run
-
     path = str(config.mdm.speaker_encoder)
     found = find_run(path, *bases)
     if found is None:
@@ -190,18 +192,7 @@ def load_speaker_encoder(config, *bases):
 def train(config, workdir: str, *, progress: bool = True, mesh=None):
     """Train the acoustic model + MDM decoder on the corpus's train split (all voices, each
     utterance conditioned on the speaker encoder's embedding of its own audio)."""
-    import logging
-
-    import ml_collections as mlc
-
-    from jaxtts.data.audio import utterance_mels
-    from jaxtts.data.manifest import read_split
-    from jaxtts.data.pipeline import MelLoader, make_buckets, make_mel_records
-    from jaxtts.data.text import TextFrontend
-    from jaxtts.data.tokenizers import LinearMelQuantizer
-    from jaxtts.errors import ConfigError
-    from jaxtts.run_folder import RunFolder
-    from jaxtts.train import loop
+    from jaxtts.train import loop  # start-up: 320 ms; MDM decoding loads this module
 
     log = logging.getLogger("jaxtts.mdm")
     if config.get("task") != "mdm":
@@ -298,11 +289,6 @@ def text_information(engine, utts, batch_size: int = 8, seed: int = 0) -> dict:
     under N(mu, I) after MAS; {"nll_right", "nll_wrong"}: the MDM decoder's NLL per masked bin
     (nats); "frames": frames scored. Untrained, both pairs are equal (and the NLL is ~ln Q); a
     model that reads its text has wrong > right."""
-    import numpy as np
-
-    from jaxtts.data.audio import utterance_mels
-    from jaxtts.data.pipeline import MelLoader, make_buckets, make_mel_records
-
     mels = utterance_mels(utts, progress=False)
     recs = make_mel_records(
         utts, dict(zip([u.id for u in utts], mels, strict=True)), engine.frontend

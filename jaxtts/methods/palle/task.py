@@ -24,9 +24,11 @@ import ml_collections as mlc
 
 from jaxtts.data.prepare import fill_model_sizes, prepare_data
 from jaxtts.errors import ConfigError
+from jaxtts.methods.lm.diagnostics import text_information as lm_text_information
 from jaxtts.methods.palle import masking
 from jaxtts.methods.palle.model import MaskedGenTransformer, PALLEConfig
 from jaxtts.run_folder import RunFolder
+from jaxtts.train import loop
 
 log = logging.getLogger("jaxtts.palle")
 
@@ -96,8 +98,6 @@ def text_information(engine, utts, batch_size: int = 16, seeds: int = 4):
     engine's training stage (stage one: the span after a mask start) with the right vs another
     row's transcript, `seeds` fixed mask draws per batch (the same draws for both texts; rows
     whose rolled text is longer than their speech keep it, cut by the model)."""
-    from jaxtts.methods.lm.diagnostics import text_information as lm_text_information
-
     task = PALLETask(engine.cfg, engine.stage)
 
     def score(params, batch):
@@ -170,8 +170,6 @@ def _check_init_from(config, cfg: PALLEConfig) -> None:
 
 
 def train(config, workdir: str, *, progress: bool = True, mesh=None):
-    from jaxtts.train import loop
-
     if config.get("task") != "palle":
         raise ConfigError(f"config.task={config.get('task')!r}: expected 'palle'")
     Path(workdir).mkdir(parents=True, exist_ok=True)

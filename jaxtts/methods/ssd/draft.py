@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 
 from jaxtts.errors import ConfigError
@@ -44,8 +45,6 @@ def draft_params(target_params: dict, layers) -> dict:
     new_stack = {f"layer_{j}": stack[f"layer_{i}"] for j, i in enumerate(layers)}
     new_stack["final_norm"] = stack["final_norm"]
     tp["stack"] = new_stack
-    import jax
-
     return jax.tree.map(lambda x: np.array(x, np.float32), tp)
 
 

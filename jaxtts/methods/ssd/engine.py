@@ -8,15 +8,19 @@ differs from its target's is a one-line error naming both runs.
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from jaxtts.data.tokenizers import load_tokenizer
 from jaxtts.decode import registry
+from jaxtts.decode.driver import decode
+from jaxtts.decode.sampling import row_keys
 from jaxtts.errors import CheckpointError
-from jaxtts.methods.lm import TTSLM, LMConfig, LMEngine
+from jaxtts.methods.lm import TTSLM, LMConfig, LMEngine, sentence_batch
 from jaxtts.methods.ssd.draft import draft_params
-from jaxtts.methods.ssd.strategy import Draft
+from jaxtts.methods.ssd.strategy import SSD, Draft
 from jaxtts.run_folder import RunFolder, check_trained_on, resolve_run
+from jaxtts.train.checkpoint import abstract_params
 
 
 class SSDEngine(LMEngine):
@@ -31,8 +35,6 @@ class SSDEngine(LMEngine):
 
     @classmethod
     def from_run(cls, run: RunFolder, step: int | None = None) -> SSDEngine:
-        from jaxtts.train.checkpoint import abstract_params
-
         config = run.read_config("ssd")
         target_run = resolve_run(str(config.ssd.target), f"{run.config_path}: ssd.target")
         base = LMEngine.from_run(target_run)
@@ -91,13 +93,6 @@ def acceptance_schedule(
     """One sentence decoded with `ssd:L=<draft_len>,beta=<beta>` keeping each step's outcome:
     -> (tokens int32 [T], accepted int32 [S]: draft tokens accepted at each step; the step
     took accepted + 1 tokens, the last one drawn by the target)."""
-    import jax
-
-    from jaxtts.decode.driver import decode
-    from jaxtts.decode.sampling import row_keys
-    from jaxtts.methods.lm import sentence_batch
-    from jaxtts.methods.ssd.strategy import SSD
-
     batch = sentence_batch(engine, text, prompt)
     opts = engine.options(max_seconds=max_seconds, greedy=greedy)
     out = jax.device_get(

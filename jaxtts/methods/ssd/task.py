@@ -17,21 +17,25 @@ model, `task = "ssd"` and the `ssd` section naming the target), so the draft alo
 
 from __future__ import annotations
 
+import argparse
 import logging
+import sys
 
 import ml_collections as mlc
 
-from jaxtts.errors import ConfigError
+from jaxtts.config_help import load_config
+from jaxtts.errors import ConfigError, JaxttsError
+from jaxtts.methods.lm import LMConfig, LMEngine, start_on_backbone
+from jaxtts.methods.lm.task import train as lm_train
+from jaxtts.methods.ssd.draft import draft_config, draft_layers, draft_params, forward_cost
 from jaxtts.run_folder import RunFolder, params_fingerprint, record_fingerprint
+from jaxtts.train.checkpoint import write_params_file
 
 log = logging.getLogger("jaxtts.ssd")
 
 
 def draft_run_config(config, target: RunFolder) -> mlc.ConfigDict:
     """The LM config the draft trains with (see the module docstring)."""
-    from jaxtts.methods.lm import LMConfig
-    from jaxtts.methods.ssd.draft import draft_config, draft_layers
-
     tcfg = target.read_config("lm").to_dict()
     s = config.ssd
     tm = LMConfig.from_config(tcfg["model"], saved=True)
@@ -63,8 +67,6 @@ def draft_run_config(config, target: RunFolder) -> mlc.ConfigDict:
 
 def write_untrained(config, dest: str) -> RunFolder:
     """A draft folder of the target's own layers, untrained (see the module docstring)."""
-    from jaxtts.methods.lm import LMEngine
-
     target = RunFolder(str(config.ssd.target))
     dconf = draft_run_config(config, target)
     dconf.ssd.from_target = True
@@ -91,11 +93,6 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
             "ssd.from_target=True: an untrained draft is not trained; write its folder with "
             "`python -m jaxtts.methods.ssd.task untrained --config <config> <dest>`"
         )
-    from jaxtts.methods.lm import start_on_backbone
-    from jaxtts.methods.lm.task import train as lm_train
-    from jaxtts.methods.ssd.draft import draft_params, forward_cost
-    from jaxtts.train.checkpoint import write_params_file
-
     target, run, eng = start_on_backbone(config, "ssd", "target", workdir)
     dconf = draft_run_config(config, target)
     init_dir = run.path / "draft_init"  # the draft's initial parameters, from the target's
@@ -107,8 +104,6 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         )
     del eng  # the target's parameters are not needed while the draft trains
     dconf.train.init_from = str(init_dir)
-    from jaxtts.methods.lm import LMConfig
-
     tm = LMConfig.from_config(target.read_config("lm").model, saved=True)
     dm = LMConfig.from_config(dconf.model)
     log.info(
@@ -129,12 +124,6 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
 
 def main(argv: list[str] | None = None) -> int:
     """python -m jaxtts.methods.ssd.task untrained --config configs/ssd.py:deep <dest>"""
-    import argparse
-    import sys
-
-    from jaxtts.config_help import load_config
-    from jaxtts.errors import JaxttsError
-
     ap = argparse.ArgumentParser(prog="python -m jaxtts.methods.ssd.task")
     sub = ap.add_subparsers(dest="cmd", required=True)
     u = sub.add_parser("untrained", help="write a draft folder of the target's own layers")

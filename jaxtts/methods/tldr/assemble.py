@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 
 from jaxtts.errors import ConfigError
+from jaxtts.methods.speaker_encoder import load_params, model_from_config
 from jaxtts.methods.tldr.model import TLDRConfig
 from jaxtts.run_folder import resolve_run
 
@@ -94,8 +95,6 @@ def load_speaker(section, *bases):
     """(speaker encoder run path, SpeakerEncoderModel, params) or (None, None, None)."""
     if not bool(dict(section).get("speaker", True)):
         return None, None, None
-    from jaxtts.methods.speaker_encoder import load_params, model_from_config
-
     run = resolve_run(str(section.speaker_encoder), "tldr.speaker_encoder", *bases)
     model_cfg, params = load_params(run.path)
     return run, model_from_config(model_cfg), params

@@ -20,8 +20,16 @@ import numpy as np
 
 from jaxtts.errors import DataError
 from jaxtts.methods.lm import LMEngine
+from jaxtts.methods.tldr.assemble import (
+    frozen_params,
+    load_speaker,
+    mel_table,
+    resolve_run,
+    tldr_config,
+)
 from jaxtts.methods.tldr.model import TLDRModel
 from jaxtts.run_folder import RunFolder, check_trained_on
+from jaxtts.train.checkpoint import abstract_params, check_tree_matches
 from jaxtts.train.state import tree_from_flat, tree_to_flat
 
 
@@ -42,15 +50,6 @@ class TLDREngine(LMEngine):
 
     @classmethod
     def from_run(cls, run: RunFolder, step: int | None = None) -> TLDREngine:
-        from jaxtts.methods.tldr.assemble import (
-            frozen_params,
-            load_speaker,
-            mel_table,
-            resolve_run,
-            tldr_config,
-        )
-        from jaxtts.train.checkpoint import abstract_params, check_tree_matches
-
         config = run.read_config("tldr")
         backbone = resolve_run(
             str(config.tldr.backbone), f"{run.config_path}: tldr.backbone", run.path

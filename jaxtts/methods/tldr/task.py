@@ -25,6 +25,9 @@ import ml_collections as mlc
 import optax
 
 from jaxtts.data.prepare import prepare_data
+from jaxtts.methods.lm import start_on_backbone
+from jaxtts.methods.lm.diagnostics import text_information as lm_text_information
+from jaxtts.methods.lm.task import sample_eval
 from jaxtts.methods.tldr.assemble import (
     TRAINABLE,
     check_keys,
@@ -33,8 +36,11 @@ from jaxtts.methods.tldr.assemble import (
     mel_table,
     tldr_config,
 )
+from jaxtts.methods.tldr.engine import TLDREngine
 from jaxtts.methods.tldr.model import TLDRConfig, TLDRModel
 from jaxtts.run_folder import RunFolder, record_fingerprint
+from jaxtts.train import loop
+from jaxtts.train.checkpoint import write_params_file
 
 log = logging.getLogger("jaxtts.tldr")
 
@@ -75,8 +81,6 @@ def text_information(engine, utts, batch_size: int = 16):
     """`jaxtts.methods.lm.diagnostics.text_information` for a TLDR engine: the extractor's
     teacher-forced CE per target token with the right vs another row's transcript (one
     'head': index 0)."""
-    from jaxtts.methods.lm.diagnostics import text_information as lm_text_information
-
     task = TLDRTask(engine.tldr.cfg, engine.tldr.speaker_encoder)
 
     def score(params, batch):
@@ -114,11 +118,6 @@ def run_config(config, backbone: RunFolder) -> mlc.ConfigDict:
 
 
 def train(config, workdir: str, *, progress: bool = True, mesh=None):
-    from jaxtts.methods.lm import start_on_backbone
-    from jaxtts.methods.lm.task import sample_eval
-    from jaxtts.train import loop
-    from jaxtts.train.checkpoint import write_params_file
-
     backbone, run, base = start_on_backbone(config, "tldr", "backbone", workdir)
     rconf = run_config(config, backbone)
     spk_run, spk_model, spk_params = load_speaker(config.tldr)
@@ -158,7 +157,6 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     on_eval = None
     n_samples = int(rconf.eval.get("num_samples", 0))
     if n_samples > 0 and dev is not None:
-        from jaxtts.methods.tldr.engine import TLDREngine
 
         def make_engine(params):
             return TLDREngine.build(rconf, base, cfg, spk_model, params)
