@@ -91,7 +91,7 @@ def limit_host_blas(threads: int | None = None) -> None:
     thread pool of its own, and OpenBLAS workers spin while they wait: with 2 BLAS threads on 2
     cores that XLA (or a second process) keeps busy, a [130, 768] x [768, 256] product took
     17 ms instead of 0.9 ms, and a stream's mel + vocoder work per audio second went from 1.0 s
-    to 0.1 s with one thread (benchmarks/RESULTS.md, section serve). Idempotent."""
+    to 0.1 s with one thread (benchmarks/RESULTS.md#host-audio). Idempotent."""
     global _BLAS_LIMIT
     if threads is None:
         threads = int(os.environ.get("JAXTTS_HOST_BLAS_THREADS", "1"))
