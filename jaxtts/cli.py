@@ -82,9 +82,6 @@ def setup_logging(level: int = logging.INFO) -> None:
     logging.captureWarnings(True)  # warnings.warn -> "warning: <message>", one line
 
 
-_BLAS_LIMIT = None  # the threadpoolctl limiter, kept alive for the process
-
-
 def limit_host_blas(threads: int | None = None) -> None:
     """numpy's BLAS (OpenBLAS: the token decoder, Griffin-Lim's NNLS, the evaluators' features)
     gets `threads` threads (default 1, or $JAXTTS_HOST_BLAS_THREADS). XLA runs the models on a
@@ -92,10 +89,10 @@ def limit_host_blas(threads: int | None = None) -> None:
     cores that XLA (or a second process) keeps busy, a [130, 768] x [768, 256] product took
     17 ms instead of 0.9 ms, and a stream's mel + vocoder work per audio second went from 1.0 s
     to 0.1 s with one thread (benchmarks/RESULTS.md#host-audio). Idempotent."""
-    global _BLAS_LIMIT
     if threads is None:
         threads = int(os.environ.get("JAXTTS_HOST_BLAS_THREADS", "1"))
-    _BLAS_LIMIT = threadpoolctl.threadpool_limits(limits=threads, user_api="blas")
+    # the limit holds until restored, which nothing does: the returned limiter is not needed
+    threadpoolctl.threadpool_limits(limits=threads, user_api="blas")
 
 
 def _flags_parser(argv: list[str]) -> list[str]:
