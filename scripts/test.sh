@@ -13,8 +13,11 @@ export XLA_FLAGS="${XLA_FLAGS:---xla_force_host_platform_device_count=8}"
 # Most of a test's time is XLA compiling on the CPU, not running: LLVM without its expensive
 # passes compiles ~35 % faster (a car:3 decode: 16-22 s vs 27-31 s cold) and runs the tests'
 # tiny programs as fast (0.33 vs 0.35 s warm). The numbers tests compare are computed under the
-# same flags on both sides. JAXTTS_TEST_XLA_OPT="" keeps XLA's defaults.
-XLA_OPT="${JAXTTS_TEST_XLA_OPT---xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true}"
+# same flags on both sides. XLA's older CPU fusion code generator compiles faster again
+# (--xla_cpu_use_fusion_emitters=false: the DCAR engine / segment / batch-N tests 66 -> 54 s
+# cold, XLA compile 42 -> 30 s; benchmarks/RESULTS.md#test-time). JAXTTS_TEST_XLA_OPT=""
+# keeps XLA's defaults.
+XLA_OPT="${JAXTTS_TEST_XLA_OPT---xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true --xla_cpu_use_fusion_emitters=false}"
 export XLA_FLAGS="$XLA_FLAGS $XLA_OPT"
 export JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}"
 export PYTHONUNBUFFERED=1
