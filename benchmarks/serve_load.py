@@ -122,11 +122,15 @@ def _rss_mb() -> float:
     return float("nan")
 
 
-def soak(url: str, synth, strategy: str, clients: int, requests: int, leave_every: int) -> dict:
+def soak(
+    url: str, synth, strategy: str, clients: int, requests: int, leave_every: int, slots: int
+) -> dict:
     """`requests` streamed requests from `clients` threads; every `leave_every`-th client
     request reads its first audio chunk and disconnects. Then every completed request's tokens
-    (its /v1/requests record) are compared with the offline synthesis of its text and seed,
-    and this process's resident memory (the server runs here) before and after."""
+    (its /v1/requests record) are compared with the same request served alone afterwards and
+    with the offline synthesis of its text and seed (`Synthesizer.synthesize` at the server's
+    batch, its line 0, and alone at batch 1), and
+    this process's resident memory (the server runs here) before and after."""
     import httpx
 
     from jaxtts.synthesize import resolve_prompt
@@ -152,7 +156,7 @@ def soak(url: str, synth, strategy: str, clients: int, requests: int, leave_ever
     with httpx.Client(base_url=url, timeout=60) as c:  # before the offline syntheses below
         compiles = c.get("/metrics").json()["compilations_since_warmup"]
     prompt = resolve_prompt("pretrained/car_small", speaker="spk03")
-    same = differ = cancelled = missing = 0
+    same = differ = cancelled = missing = alone_same = alone_differ = same1 = 0
     with httpx.Client(base_url=url, timeout=60) as c:
         for i in range(requests):
             res = out.get(i)
@@ -163,25 +167,34 @@ def soak(url: str, synth, strategy: str, clients: int, requests: int, leave_ever
             if res["leave"]:
                 cancelled += rec["status"] == "cancelled"
                 continue
-            (off,) = synth.synthesize(
-                [SENTENCES[i % len(SENTENCES)]],
-                prompt,
-                strategy=strategy,
-                seed=i,
-                progress=False,
-                vocode=False,
-            )
+            # the same request again, alone in the server: its tokens must not depend on what
+            # else was in the batch
+            r = c.post("/v1/audio/speech", json={**body(i, strategy), "stream": False})
+            again = c.get(f"/v1/requests/{r.headers['x-request-id']}").json()
+            ok = rec["status"] == "done" and rec["tokens"] == again["tokens"]
+            alone_same += ok
+            alone_differ += not ok
+            # offline, at the server's batch (its line 0 is this request's row and key) and
+            # alone: XLA's CPU kernels round a batch-1 step differently from a batch-8 one
+            text = SENTENCES[i % len(SENTENCES)]
+            kw = dict(strategy=strategy, seed=i, progress=False, vocode=False)
+            off = synth.synthesize([text] * slots, prompt, **kw)[0]
+            (off1,) = synth.synthesize([text], prompt, **kw)
             ok = rec["status"] == "done" and rec["tokens"] == off.tokens.tolist()
             same += ok
             differ += not ok
+            same1 += rec["tokens"] == off1.tokens.tolist()
     res = {
         "strategy": strategy,
         "clients": clients,
         "requests": requests,
         "left_mid_stream": sum(r["leave"] for r in out.values()),
         "left_and_recorded_cancelled": cancelled,
+        "completed_equal_alone": alone_same,
+        "completed_differ_alone": alone_differ,
         "completed_equal_offline": same,
         "completed_differ": differ,
+        "completed_equal_offline_batch1": same1,
         "lost": missing,
         "wall_s": wall,
         "rss_mb_before": rss0,
@@ -223,6 +236,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=16, help="requests per (strategy, clients)")
     ap.add_argument("--segment_steps", type=int, default=4)
     ap.add_argument("--slots", type=int, default=8, help="the server's --slots")
+    ap.add_argument("--vocoder_frames", type=int, default=16, help="the server's --vocoder_frames")
+    ap.add_argument("--vocoder_iters", type=int, default=16, help="the server's --vocoder_iters")
     ap.add_argument(
         "--soak",
         default="",
@@ -249,6 +264,8 @@ def main() -> None:
             max_queue=256,
             segment_steps=args.segment_steps,
             slots=args.slots,
+            vocoder_frames=args.vocoder_frames,
+            vocoder_iters=args.vocoder_iters,
         )
         server.strategies = strategies  # warm up only these
         server.warm_up()
@@ -265,7 +282,7 @@ def main() -> None:
         soaked = None
         if args.soak:
             n, m, k = (int(x) for x in args.soak.split(","))
-            soaked = soak(url, synth, strategies[0], n, m, k)
+            soaked = soak(url, synth, strategies[0], n, m, k, args.slots)
     finally:
         if live is not None:
             live.close()

@@ -35,6 +35,16 @@ def main(argv=None) -> int:
         "--lookahead", default="", help="tokens, comma-separated ('' = the tokenizer's)"
     )
     ap.add_argument("--segment_steps", type=int, default=4)
+    ap.add_argument(
+        "--n_iter",
+        default="",
+        help="Griffin-Lim iterations per streamed window, comma-separated ('' = the vocoder's)",
+    )
+    ap.add_argument(
+        "--min_frames",
+        default="1",
+        help="VocoderStream min_frames, comma-separated (the server vocodes 16 at a time)",
+    )
     ap.add_argument("--num", type=int, default=20)
     ap.add_argument("--corpus", default="data/builtin")
     ap.add_argument("--out", default="out/stream_quality.json")
@@ -50,17 +60,20 @@ def main(argv=None) -> int:
     sr = synth.sample_rate
     r_tok = synth.engine.tokenizer.lookahead_tokens
     looks = [int(x) for x in args.lookahead.split(",") if x] or [r_tok]
+    frames = [int(x) for x in args.min_frames.split(",")]
+    iters = [int(x) for x in args.n_iter.split(",") if x] or [synth.vocoder.n_iter]
     rows = []
     print(
-        "| strategy | lookahead (tokens / ms) | MCD dB | WER offline % | WER streamed % | "
-        "CER offline / streamed % | first audio ms | first chunk ms of audio | done s |",
+        "| strategy | lookahead (tokens / ms) | min frames | GL iterations | MCD dB | "
+        "WER offline % | WER streamed % | CER offline / streamed % | first audio ms | "
+        "first chunk ms of audio | done s |",
         flush=True,
     )
-    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|", flush=True)
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|", flush=True)
     for strategy in args.strategies.split(","):
         off = synth.synthesize(texts, prompts, strategy=strategy, batch_size=1, progress=False)
         e_off = error_rates(texts, asr.transcribe([r.wav for r in off], sr))
-        for look in looks:
+        for look, min_frames, n_iter in [(a, b, c) for a in looks for b in frames for c in iters]:
             list(synth.stream(texts[0], prompts[0], strategy=strategy, lookahead=look))  # compile
             wavs, first, first_len, done, mcd = [], [], [], [], []
             for k, (text, prompt, o) in enumerate(zip(texts, prompts, off, strict=True)):
@@ -70,6 +83,8 @@ def main(argv=None) -> int:
                         prompt,
                         strategy=strategy,
                         lookahead=look,
+                        min_frames=min_frames,
+                        n_iter=n_iter,
                         segment_steps=args.segment_steps,
                         line=k,  # the offline call's key for line k
                     )
@@ -88,6 +103,8 @@ def main(argv=None) -> int:
                 "strategy": strategy,
                 "lookahead_tokens": look,
                 "lookahead_ms": 1e3 * look / synth.engine.frame_rate,
+                "min_frames": min_frames,
+                "n_iter": n_iter,
                 "mcd_db": float(np.mean(mcd)),
                 "wer_offline": e_off["wer"],
                 "wer_stream": e["wer"],
@@ -101,7 +118,8 @@ def main(argv=None) -> int:
             }
             rows.append(row)
             print(
-                f"| {strategy} | {look} / {row['lookahead_ms']:.0f} | {row['mcd_db']:.2f} | "
+                f"| {strategy} | {look} / {row['lookahead_ms']:.0f} | {min_frames} | {n_iter} | "
+                f"{row['mcd_db']:.2f} | "
                 f"{100 * e_off['wer']:.1f} | {100 * e['wer']:.1f} | {100 * e_off['cer']:.1f} / "
                 f"{100 * e['cer']:.1f} | {row['first_audio_ms']:.0f} | "
                 f"{row['first_chunk_audio_ms']:.0f} | {row['done_s']:.2f} |",

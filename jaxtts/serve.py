@@ -23,9 +23,12 @@ Scheduling: one worker thread owns the device. For the step-wise families (far, 
 dcar, ssd, tldr) it batches continuously (`jaxtts.decode.slots`): each strategy has `--slots`
 rows of one decode loop; a request is prefilled into a free row at a segment boundary, every
 occupied row advances `segment_steps` steps at a time, and each row's new tokens become audio
-(`jaxtts.stream`'s MelStream and VocoderStream) sent to its client; a row that ends frees its
-slot. Shapes never change after warm-up (`/metrics` counts compilations since then), and a
-request's tokens are those of its offline synthesis whatever shares the loop. Other families
+(`jaxtts.stream`'s MelStream and VocoderStream; the rows' vocoder windows of equal shape run
+as one batch, 16 new frames at a time after the first audio) sent to its client; a row that
+ends frees its slot. Shapes never change after warm-up (`/metrics` counts compilations since
+then), and a request's tokens are those of its offline synthesis at the server's batch
+whatever shares the loop (the loop always runs every slot: XLA's CPU kernels round a batch-1
+step differently, benchmarks/RESULTS.md#serve). Other families
 (MDM, PALLE) are served one request at a time. Requests beyond the slots wait in a bounded
 queue (`--max_queue`), and past it get a 503 with Retry-After. A client that disconnects frees
 its slot at the next segment boundary.
@@ -141,8 +144,20 @@ class Server:
         max_chars: int = 600,
         keep_requests: int = 256,
         slots: int = 8,
+        vocoder_frames: int = 16,
+        vocoder_iters: int = 16,
     ):
         self.synth, self.workdir = synth, workdir
+        # after a request's first audio, its vocoder waits for this many new frames: fewer,
+        # longer windows (jaxtts.stream.VocoderStream's min_frames)
+        if int(vocoder_frames) < 1:
+            raise ConfigError(f"--vocoder_frames {vocoder_frames}: expected >= 1 mel frames")
+        self.vocoder_frames = int(vocoder_frames)
+        # Griffin-Lim iterations per streamed window (its known frames start from the last
+        # window's phases): 16 measured as good as 32 (RESULTS §serve), at half the host time
+        if int(vocoder_iters) < 1:
+            raise ConfigError(f"--vocoder_iters {vocoder_iters}: expected >= 1")
+        self.vocoder_iters = int(vocoder_iters)
         # the host's audio work runs beside XLA's decode threads: one BLAS thread (measured
         # 10x less host time per audio second on 2 busy cores; jaxtts.cli.limit_host_blas)
         cli.limit_host_blas()
@@ -538,10 +553,11 @@ class SlotScheduler:
                 for slot in mine.keys() - live.keys():  # the client left: free the slot now
                     self._close(strategy, slot, mine[slot], "cancelled")
                 # (in this thread: the host's Griffin-Lim is small numpy FFTs that hold the
-                # GIL, so a thread pool across rows measured slower, RESULTS §serve)
+                # GIL, so a thread pool across rows measured slower, RESULTS §serve; the rows'
+                # windows of equal shape are one batch instead)
+                outs = self._audio(live, length, tokens, done)
                 for slot, r in live.items():
-                    out = self._audio(r, length[slot], tokens[slot], bool(done[slot]))
-                    self._emit(strategy, slot, r, out)
+                    self._emit(strategy, slot, r, outs[slot])
                 self.seconds["decode"] += t1 - t0
                 self.seconds["audio"] += time.perf_counter() - t1
                 self.seconds["segments"] += 1
@@ -579,19 +595,39 @@ class SlotScheduler:
         except ValueError as e:
             raise ConfigError(f"input: a piece too long for the server's slots ({e})") from None
         r.mels = MelStream(self.server.engine)
-        r.voc = VocoderStream(self.server.synth.vocoder)
+        r.voc = VocoderStream(
+            self.server.synth.vocoder,
+            min_frames=self.server.vocoder_frames,
+            n_iter=self.server.vocoder_iters,
+        )
 
     @staticmethod
-    def _audio(r: _Row, n: int, tokens, done: bool):
-        """A row's tokens so far -> (tokens, ended, new audio | the exception): the host's
-        share of a segment (token decoder + windowed Griffin-Lim)."""
-        n = min(int(n), r.cap)
-        done = done or n >= r.cap
-        toks = np.asarray(tokens[:n], np.int32)
+    def _audio(live: dict[int, _Row], length, tokens, done) -> dict[int, tuple]:
+        """Each live row's tokens so far -> {slot: (tokens, ended, new audio | the
+        exception)}: the host's share of a segment (token decoder, then the windowed
+        Griffin-Lim of every row as one batch, `jaxtts.stream.push_many`)."""
+        from jaxtts.stream import push_many  # start-up: jax 770 ms
+
+        out, mels = {}, {}
+        for slot, r in live.items():
+            n = min(int(length[slot]), r.cap)
+            ended = bool(done[slot]) or n >= r.cap
+            toks = np.asarray(tokens[slot, :n], np.int32)
+            try:
+                mels[slot] = r.mels.push(toks, ended)
+                out[slot] = (toks, ended, None)
+            except Exception as e:  # noqa: BLE001 - reported by _emit as the request's failure
+                out[slot] = (toks, ended, e)
+        slots = list(mels)
         try:
-            return toks, done, r.voc.push(r.mels.push(toks, done), done)
-        except Exception as e:  # noqa: BLE001 - reported by _emit as the request's failure
-            return toks, done, e
+            audio = push_many(
+                [live[i].voc for i in slots], [mels[i] for i in slots], [out[i][1] for i in slots]
+            )
+        except Exception as e:  # noqa: BLE001 - every row of the batch fails with it
+            audio = [e] * len(slots)
+        for i, a in zip(slots, audio, strict=True):
+            out[i] = (out[i][0], out[i][1], a)
+        return out
 
     def _emit(self, strategy: str, slot: int, r: _Row, out) -> None:
         """A segment's audio of one row -> its client; the row's end (the worker thread)."""
@@ -735,6 +771,18 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--slots", type=int, default=8, help="requests decoded together (0: one at a time)"
     )
+    ap.add_argument(
+        "--vocoder_frames",
+        type=int,
+        default=16,
+        help="after the first audio, vocode at least this many new mel frames at a time",
+    )
+    ap.add_argument(
+        "--vocoder_iters",
+        type=int,
+        default=16,
+        help="Griffin-Lim iterations per streamed window (offline synthesis: 32)",
+    )
     ap.add_argument("--max_chars", type=int, default=600, help="longest input text accepted")
     ap.add_argument("--keep_requests", type=int, default=256, help="records for /v1/requests")
     ap.add_argument("--no_warmup", action="store_true", help="skip compiling before serving")
@@ -754,6 +802,8 @@ def main(argv=None) -> int:
             max_chars=args.max_chars,
             keep_requests=args.keep_requests,
             slots=args.slots,
+            vocoder_frames=args.vocoder_frames,
+            vocoder_iters=args.vocoder_iters,
         )
         if not args.no_warmup:
             log.info("compiling %s (once, before serving)", ", ".join(server.strategies))

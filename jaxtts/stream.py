@@ -41,7 +41,7 @@ from jaxtts.data.prompt import Prompt
 from jaxtts.decode import driver
 from jaxtts.errors import ConfigError
 
-__all__ = ["MelStream", "StreamChunk", "VocoderStream", "stream"]
+__all__ = ["MelStream", "StreamChunk", "VocoderStream", "push_many", "stream"]
 
 
 @dataclasses.dataclass
@@ -65,25 +65,59 @@ class MelStream:
             raise ConfigError(f"lookahead={self.lookahead}: expected >= 0 tokens")
         self.n_mels = engine.mel_cfg.n_mels
         self.emitted = 0  # frames
+        # a token's vector depends on the R tokens on each side (R = the tokenizer's lookahead):
+        # a tokenizer that exposes its standardised vectors is decoded over a window of the
+        # prefix; any other decodes the whole prefix each call
+        self.tok = tok if hasattr(tok, "decode_standardised") else None
+        self.reach = int(tok.lookahead_tokens)
+        self.final: list[np.ndarray] = []  # standardised vectors of the tokens final so far
+        self.n_final = 0  # tokens
 
     def push(self, tokens: np.ndarray, final: bool) -> np.ndarray:
-        """All tokens decoded so far int [n] -> new final frames float32 [m, n_mels]. The whole
-        prefix is decoded again each call (the postfilter's mean needs it): numpy work that
-        grows with the prefix, a few ms per call at a few hundred tokens."""
+        """All tokens decoded so far int [n] -> new final frames float32 [m, n_mels]."""
         n = int(tokens.size)
-        ready = (n if final else max(0, n - self.lookahead)) * self.frames_per_token
+        f = self.frames_per_token
+        ready = (n if final else max(0, n - self.lookahead)) * f
         if ready <= self.emitted:
             return np.zeros((0, self.n_mels), np.float32)
-        mel = np.asarray(self.decode(tokens), np.float32)  # [n f, M] the whole prefix
-        out = mel[self.emitted : ready]
+        if self.tok is None:
+            mel = np.asarray(self.decode(tokens), np.float32)  # [n f, M] the whole prefix
+            out = mel[self.emitted : ready]
+            self.emitted = ready
+            return out
+        # the window: every token from which a frame is emitted or becomes final, plus R
+        # tokens of left context; its rows from `start + R` on equal the whole prefix's
+        first = self.emitted // f  # the first token to emit
+        start = max(0, min(first, self.n_final) - self.reach)
+        z = self.tok.decode_standardised(np.asarray(tokens[start:n]))  # [n - start, f M]
+        done = n if final else max(self.n_final, n - self.reach)  # tokens final after this call
+        if done > self.n_final:
+            self.final.append(z[self.n_final - start : done - start])
+            self.n_final = done
+        # the postfilter's mean: all frames decoded so far (the final ones and this call's tail)
+        mean = self.tok.frame_mean(np.concatenate([*self.final, z[done - start :]]))
+        out = self.tok.from_standardised(z[first - start : ready // f - start], mean)
         self.emitted = ready
-        return out
+        return np.asarray(out, np.float32)
 
 
 class VocoderStream:
-    """Log-mel frames -> audio samples, window by window (see the module docstring)."""
+    """Log-mel frames -> audio samples, window by window (see the module docstring).
 
-    def __init__(self, vocoder, context: int = 16, hold: int = 2, crossfade: int = 2):
+    `min_frames`: once the first audio is out, frames wait until at least that many new ones
+    can be vocoded (or the utterance ends): fewer, longer windows, so less of the host's
+    Griffin-Lim goes to the `context` frames every window recomputes (a server under load).
+    `push_many` runs the windows of several streams as one batch."""
+
+    def __init__(
+        self,
+        vocoder,
+        context: int = 16,
+        hold: int = 2,
+        crossfade: int = 2,
+        min_frames: int = 1,
+        n_iter: int | None = None,
+    ):
         if not hasattr(vocoder, "phase_retrieval"):
             raise ConfigError(
                 f"streaming needs the Griffin-Lim vocoder, got {type(vocoder).__name__}"
@@ -93,9 +127,15 @@ class VocoderStream:
                 f"VocoderStream: context={context}, hold={hold}, crossfade={crossfade}: "
                 "expected context >= hold + 2, hold >= 1, 0 <= crossfade <= hold frames"
             )
+        if min_frames < 1:
+            raise ConfigError(f"VocoderStream: min_frames={min_frames}, expected >= 1")
         self.voc = vocoder
         self.hop = vocoder.mel_cfg.hop_length
         self.context, self.hold, self.crossfade = context, hold, crossfade
+        self.min_frames = int(min_frames)
+        self.n_iter = vocoder.n_iter if n_iter is None else int(n_iter)  # Griffin-Lim's
+        if self.n_iter < 1:
+            raise ConfigError(f"VocoderStream: n_iter={n_iter}, expected >= 1")
         self.mel = np.zeros((0, vocoder.mel_cfg.n_mels), np.float32)
         self.phases = np.zeros((0, vocoder.mel_cfg.n_fft // 2 + 1), np.complex64)
         self.emitted = 0  # samples
@@ -103,15 +143,24 @@ class VocoderStream:
 
     def push(self, mel: np.ndarray, final: bool) -> np.ndarray:
         """New frames float [m, n_mels] -> new samples float32 [k]."""
+        return push_many([self], [mel], [final])[0]
+
+    def _window(self, mel: np.ndarray, final: bool):
+        """Take new frames; -> the window to vocode (first frame, magnitude [T, F], known
+        phases [T0, F], end sample) or None (nothing to emit yet)."""
         self.mel = np.concatenate([self.mel, np.asarray(mel, np.float32)])
         t = self.mel.shape[0]
         end = (t - 1 if final else t - 1 - self.hold) * self.hop
         if t < 2 or end <= self.emitted:
-            return np.zeros((0,), np.float32)
+            return None
+        if not final and self.emitted and end - self.emitted < self.min_frames * self.hop:
+            return None  # not enough new frames yet (the first audio never waits)
         s0 = max(0, self.emitted // self.hop - self.context)  # the window's first frame
         mag = self.voc.linear_magnitude(self.mel[s0:]) ** self.voc.power  # [t - s0, F]
-        known = self.phases[s0:]  # phases the previous window found
-        wav, ang = self.voc.phase_retrieval(mag, known, seed=self.voc.seed + s0)
+        return s0, mag, self.phases[s0:], end  # phases the previous window found
+
+    def _take(self, s0: int, end: int, wav: np.ndarray, ang: np.ndarray) -> np.ndarray:
+        """The window's audio [(T - 1) hop] and phases [T, F] -> the new samples."""
         self.phases = np.concatenate([self.phases[:s0], ang])
         a, b = self.emitted - s0 * self.hop, end - s0 * self.hop  # in window samples
         out = wav[a:b].copy()
@@ -124,6 +173,28 @@ class VocoderStream:
         return np.clip(out, -1.0, 1.0).astype(np.float32)
 
 
+def push_many(streams, mels, finals) -> list[np.ndarray]:
+    """`[s.push(m, f) for s, m, f in zip(streams, mels, finals)]` with the windows of equal
+    shape (same frames, same known phases) phase-retrieved as one batch: the same samples,
+    fewer numpy calls (a server's rows advance together, so their windows mostly match)."""
+    out = [np.zeros((0,), np.float32) for _ in streams]
+    groups: dict[tuple, list] = {}
+    for i, (s, m, f) in enumerate(zip(streams, mels, finals, strict=True)):
+        w = s._window(m, f)
+        if w is not None:
+            s0, mag, known, end = w
+            groups.setdefault((id(s.voc), s.n_iter, mag.shape, known.shape), []).append((i, w))
+    for items in groups.values():
+        voc, n_iter = streams[items[0][0]].voc, streams[items[0][0]].n_iter
+        mags = np.stack([w[1] for _, w in items])  # [R, T, F]
+        known = np.stack([w[2] for _, w in items])  # [R, T0, F]
+        seeds = [voc.seed + w[0] for _, w in items]
+        wavs, angs = voc.phase_retrieval(mags, known, seed=seeds, n_iter=n_iter)
+        for (i, (s0, _, _, end)), wav, ang in zip(items, wavs, angs, strict=True):
+            out[i] = streams[i]._take(s0, end, wav, ang)
+    return out
+
+
 def stream(
     synth,
     text: str,
@@ -132,6 +203,8 @@ def stream(
     seed: int = 0,
     segment_steps: int = 8,
     lookahead: int | None = None,
+    min_frames: int = 1,
+    n_iter: int | None = None,
     max_seconds: float | None = None,
     line: int = 0,
     **sampling_overrides,
@@ -139,7 +212,8 @@ def stream(
     """Synthesize one text as a stream of `StreamChunk`s (`Synthesizer.stream`). The tokens are
     those the offline `synth.synthesize(texts, prompts, seed=seed)` gives the text at index
     `line` (a row's sampling key is (seed, line, piece)); the audio differs from the offline
-    audio by the windowed vocoder (and `lookahead` < R)."""
+    audio by the windowed vocoder (and `lookahead` < R). `min_frames`, `n_iter`: see
+    `VocoderStream`."""
     t0 = time.perf_counter()
     engine = synth.engine
     if not hasattr(engine, "decode_plan"):
@@ -166,7 +240,8 @@ def stream(
         run = driver.start(
             strat, models, params, batch, max_new_tokens=engine.max_new_units(options)
         )
-        mels, voc = MelStream(engine, lookahead), VocoderStream(synth.vocoder)
+        mels = MelStream(engine, lookahead)
+        voc = VocoderStream(synth.vocoder, min_frames=min_frames, n_iter=n_iter)
         done = False
         while not done:
             run = driver.advance(

@@ -152,7 +152,7 @@ def test_car_small_token_decoders_shrink_the_round_trip_error(tiny_corpus):
             if kw.get("centroid"):
                 zh = tok.centers[ids]
             else:
-                zh = tok._decode_standardised(ids, conv=kw["conv"])
+                zh = tok.decode_standardised(ids, conv=kw["conv"])
             e.append(np.abs(zh - z).mean())
         return float(np.mean(e))
 

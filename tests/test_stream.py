@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxtts.errors import ConfigError
-from jaxtts.stream import MelStream, VocoderStream
+from jaxtts.stream import MelStream, VocoderStream, push_many
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "Where did you put the keys?"
@@ -101,8 +101,58 @@ def test_bad_stream_settings_are_one_line_errors(synth):
         MelStream(synth.engine, lookahead=-1)
     with pytest.raises(ConfigError, match="context=2, hold=2"):
         VocoderStream(synth.vocoder, context=2)
+    with pytest.raises(ConfigError, match="min_frames=0, expected >= 1"):
+        VocoderStream(synth.vocoder, min_frames=0)
     with pytest.raises(ConfigError, match="segment_steps=0"):
         next(synth.stream(TEXT, None, segment_steps=0))
     wrong = dataclasses.make_dataclass("W", [])()
     with pytest.raises(ConfigError, match="Griffin-Lim"):
         VocoderStream(wrong)
+
+
+@pytest.mark.parametrize("lookahead", [None, 2, 9])
+def test_windowed_mel_stream_equals_decoding_the_whole_prefix(synth, lookahead):
+    """The window (the tokens a call emits or finalises, plus R of left context) gives the
+    frames of decoding the whole prefix each call, the postfilter's prefix mean included
+    (the shipped tokenizer has gv_scale != 1)."""
+    eng = synth.engine
+    assert eng.tokenizer.gv_scale != 1.0
+    tokens = _tokens(3, 90)
+    ms, whole = MelStream(eng, lookahead), MelStream(eng, lookahead)
+    whole.tok = None  # the whole-prefix path
+    cuts = [2, 7, 8, 20, 33, 34, 60, 61, 75]
+    a = [ms.push(tokens[:n], False) for n in cuts] + [ms.push(tokens, True)]
+    b = [whole.push(tokens[:n], False) for n in cuts] + [whole.push(tokens, True)]
+    assert [x.shape for x in a] == [x.shape for x in b]
+    np.testing.assert_allclose(np.concatenate(a), np.concatenate(b), atol=1e-5)
+    assert np.concatenate(a).shape[0] == 2 * tokens.size
+
+
+def test_push_many_equals_pushing_each_stream(synth):
+    """Windows of equal shape are phase-retrieved as one batch: every stream gets exactly the
+    samples it gets alone (rows of different lengths, finals and first windows mixed)."""
+    mels = [synth.engine.units_to_mel(_tokens(s, n)) for s, n in [(1, 30), (2, 30), (3, 22)]]
+    cuts = [[(0, 9), (9, 20), (20, 60)], [(0, 9), (9, 20), (20, 60)], [(0, 5), (5, 20), (20, 44)]]
+    alone = [VocoderStream(synth.vocoder) for _ in mels]
+    many = [VocoderStream(synth.vocoder) for _ in mels]
+    for k in range(3):
+        parts = [m[c[k][0] : c[k][1]] for m, c in zip(mels, cuts, strict=True)]
+        finals = [c[k][1] == m.shape[0] for m, c in zip(mels, cuts, strict=True)]
+        want = [s.push(p, f) for s, p, f in zip(alone, parts, finals, strict=True)]
+        got = push_many(many, parts, finals)
+        for w, g in zip(want, got, strict=True):
+            np.testing.assert_array_equal(g, w)
+    assert all(s.emitted == (m.shape[0] - 1) * 320 for s, m in zip(many, mels, strict=True))
+
+
+def test_min_frames_waits_after_the_first_audio(synth):
+    """`min_frames`: the first audio goes out at once, later windows wait for that many new
+    frames (or the end); every sample still comes out once."""
+    mel = synth.engine.units_to_mel(_tokens(1, 30))  # [60, M]
+    vs = VocoderStream(synth.vocoder, min_frames=16)
+    hop = synth.vocoder.mel_cfg.hop_length
+    cuts = [(0, 8), (8, 16), (16, 24), (24, 32), (32, 40), (40, 60)]
+    sizes = [vs.push(mel[a:b], final=b == 60).size // hop for a, b in cuts]
+    # frames ready (all but the last 1 + 2 held): 5 go at once; 13 - 5 = 8 < 16 wait;
+    # 21 - 5 = 16 go; 29 - 21 waits; 37 - 21 = 16 go; the end: the last 59 - 37
+    assert sizes == [5, 0, 16, 0, 16, 59 - 37]

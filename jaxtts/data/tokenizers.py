@@ -375,13 +375,24 @@ class KMeansTokenizer(SpeechTokenizer):
                 f"{self.name}.decode: token ids must be in [0, {self.k}), got "
                 f"[{tokens.min()}, {tokens.max()}]"
             )
-        z = self._decode_standardised(tokens).reshape(tokens.size * self.frames, -1)  # [T f, M]
-        if self.gv_scale != 1.0 and tokens.size:  # global-variance postfilter
-            mu = z.mean(0, keepdims=True)  # [1, M]
-            z = mu + self.gv_scale * (z - mu)
+        z = self.decode_standardised(tokens)  # [T, f M]
+        return self.from_standardised(z, self.frame_mean(z) if tokens.size else None)
+
+    def frame_mean(self, z: np.ndarray) -> np.ndarray:
+        """Standardised token vectors [T, f M] -> the mean of their frames [M] (the
+        postfilter's utterance mean)."""
+        return z.reshape(-1, self.centers.shape[1] // self.frames).mean(0)
+
+    def from_standardised(self, z: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
+        """Standardised token vectors [T, f M] -> log-mel [T f, M]: the global-variance
+        postfilter around `mean` [M] (the utterance's frame mean; a stream passes the mean of
+        its prefix), then the corpus statistics."""
+        z = z.reshape(-1, self.centers.shape[1] // self.frames)  # [T f, M]
+        if self.gv_scale != 1.0 and mean is not None:  # global-variance postfilter
+            z = mean + self.gv_scale * (z - mean)
         return self.stats.denormalize(z)  # [T f, M]
 
-    def _decode_standardised(self, tokens: np.ndarray, conv: bool = True) -> np.ndarray:
+    def decode_standardised(self, tokens: np.ndarray, conv: bool = True) -> np.ndarray:
         """tokens [T] -> standardised token vectors [T, f M]: centroids or the context
         decoder, plus the conv decoder's residual (`conv`); no postfilter."""
         if self.context_tables is None:
@@ -585,7 +596,7 @@ class KMeansTokenizer(SpeechTokenizer):
                 continue
             z = self._stack(self.stats.normalize(mel))  # [T, f M]
             x = kmeans_assign(z, self.centers)[0]
-            base = self._decode_standardised(x, conv=False)  # [T, f M]
+            base = self.decode_standardised(x, conv=False)  # [T, f M]
             ids.append(x.astype(np.int32))
             res.append((z - base).astype(np.float32))
         return ids, res

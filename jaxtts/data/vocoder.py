@@ -99,21 +99,28 @@ class GriffinLim(Vocoder):
         return (wav / peak * 0.9 if peak > 0.9 else wav).astype(np.float32)  # [N]
 
     def phase_retrieval(
-        self, mag: np.ndarray, init: np.ndarray | None = None, seed: int | None = None
+        self, mag: np.ndarray, init: np.ndarray | None = None, seed=None, n_iter: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Fast Griffin-Lim on a magnitude spectrogram [T, F] -> (audio float32 [(T - 1) hop],
-        unit phases complex64 [T, F]). `init` [T0, F] (T0 <= T) starts the first T0 frames
-        from known phases instead of random ones (the streaming vocoder, `jaxtts.stream`,
-        continues the previous window's phases)."""
+        """Fast Griffin-Lim on a magnitude spectrogram [..., T, F] -> (audio float32
+        [..., (T - 1) hop], unit phases complex64 [..., T, F]). `init` [..., T0, F] (T0 <= T)
+        starts the first T0 frames from known phases instead of random ones (the streaming
+        vocoder, `jaxtts.stream`, continues the previous window's phases). Leading axes are
+        independent rows (the batched streaming vocoder), each with its own random start:
+        `seed` is an int, or one per row; a row's result is the one it gets alone. `n_iter`:
+        the vocoder's unless given."""
         cfg = self.mel_cfg
-        length = (mag.shape[0] - 1) * cfg.hop_length
-        rng = np.random.default_rng(self.seed if seed is None else seed)
-        angles = np.exp(2j * np.pi * rng.random(mag.shape)).astype(np.complex64)  # [T, F]
-        if init is not None and len(init):
-            angles[: len(init)] = init
+        length = (mag.shape[-2] - 1) * cfg.hop_length
+        lead = mag.shape[:-2]
+        seeds = np.broadcast_to(np.asarray(self.seed if seed is None else seed), lead)
+        angles = np.empty(mag.shape, np.complex64)  # [..., T, F]
+        for idx in np.ndindex(*lead):
+            rng = np.random.default_rng(int(seeds[idx]))
+            angles[idx] = np.exp(2j * np.pi * rng.random(mag.shape[-2:]))
+        if init is not None and init.shape[-2]:
+            angles[..., : init.shape[-2], :] = init
         prev = np.zeros_like(angles)
-        for _ in range(self.n_iter):
-            rebuilt = stft(istft(mag * angles, cfg, length), cfg)  # [T, F]
+        for _ in range(self.n_iter if n_iter is None else n_iter):
+            rebuilt = stft(istft(mag * angles, cfg, length), cfg)  # [..., T, F]
             accel = rebuilt - (self.momentum / (1 + self.momentum)) * prev
             angles = accel / np.maximum(np.abs(accel), 1e-8)
             prev = rebuilt
