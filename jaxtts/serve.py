@@ -110,6 +110,7 @@ class Job:
     format: str = "wav"  # response_format: wav | pcm
     stream: bool = True  # send chunks as they decode
     warm_up: bool = False  # the server's own compile run: not in the metrics
+    pieces: list | None = None  # the text's ids (Synthesizer.text_pieces), made by the handler
     chunks: queue.Queue = dataclasses.field(default_factory=queue.Queue)
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
     status: str = "queued"
@@ -569,7 +570,9 @@ class SlotScheduler:
             return server._finish(job)
         try:
             options = engine.options(strategy=job.strategy, max_seconds=job.max_seconds or None)
-            rows = server.synth._text_rows(0, job.text, *server.encode_prompt(job.prompt))
+            rows = server.synth._text_rows(
+                0, job.text, *server.encode_prompt(job.prompt), pieces=job.pieces
+            )
             if not rows:
                 raise ConfigError("input: no pronounceable text")
             pool = self.pool(options.strategy, options)
@@ -694,6 +697,11 @@ def create_app(server: Server):
         except Exception:  # noqa: BLE001 - any parse failure is the client's
             raise RequestError(400, "body: not valid JSON") from None
         job = server.parse(body)
+        if server.batching:  # the phonemizer (a process per text) off the device thread
+            try:
+                job.pieces = await asyncio.to_thread(server.synth.text_pieces, job.text)
+            except JaxttsError as e:
+                raise RequestError(400, f"input: {e}") from None
         server.submit(job)
         media = "audio/wav" if job.format == "wav" else "audio/L16"
         headers = {"X-Request-Id": job.id, "X-Sample-Rate": str(server.sample_rate)}

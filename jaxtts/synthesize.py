@@ -282,21 +282,35 @@ class Synthesizer:
             results[i] = SynthResult(i, texts[i], wav.astype(np.float32), tokens, info)
         return [results[i] for i in range(len(texts))]
 
-    def _text_rows(self, i: int, text: str, p_ids: np.ndarray, p_units: np.ndarray) -> list:
-        """Line i -> its rows (i, piece, prompt + piece text ids, prompt units, prompt
-        transcript length): pieces that fit the model's text length. TextError: unspeakable."""
+    def text_pieces(self, text: str) -> list[np.ndarray]:
+        """A line's text ids, cut into pieces that fit the model's text length: int32 [L_j]
+        each. Text only (the phonemizer, no JAX): a server runs it outside its device thread.
+        TextError: unspeakable."""
         limit = max(8, self.engine.max_text_symbols)
-        frontend = self.engine.frontend
-        pieces = split_text(text, lambda s, n=limit, f=frontend: len(f.encode(s)) <= n)
+        encoded: dict[str, np.ndarray] = {}  # one phonemizer call per piece tried
+
+        def encode(s: str) -> np.ndarray:
+            if s not in encoded:
+                encoded[s] = self.engine.frontend.encode(s)
+            return encoded[s]
+
+        return [encode(p) for p in split_text(text, lambda s: len(encode(s)) <= limit)]
+
+    def _text_rows(
+        self,
+        i: int,
+        text: str,
+        p_ids: np.ndarray,
+        p_units: np.ndarray,
+        pieces: list[np.ndarray] | None = None,
+    ) -> list:
+        """Line i -> its rows (i, piece, prompt + piece text ids, prompt units, prompt
+        transcript length): pieces that fit the model's text length (`text_pieces`, or
+        `pieces` already made from it). TextError: unspeakable."""
+        pieces = self.text_pieces(text) if pieces is None else pieces
         return [
-            (
-                i,
-                j,
-                np.concatenate([p_ids, frontend.encode(p)]).astype(np.int32),
-                p_units,
-                p_ids.size,
-            )
-            for j, p in enumerate(pieces)
+            (i, j, np.concatenate([p_ids, ids]).astype(np.int32), p_units, p_ids.size)
+            for j, ids in enumerate(pieces)
         ]
 
     def stream(self, text: str, prompt: Prompt | None = None, **kw):
