@@ -50,6 +50,14 @@ _STREAM = flags.DEFINE_bool(
 )
 
 
+_STRICT = flags.DEFINE_bool(
+    "strict",
+    False,
+    "Text an English model will not say as written (another script, markup, bare digits) is "
+    "an error instead of a warning.",
+)
+
+
 def main(argv):
     from jaxtts.synthesize import run_infer
 
@@ -73,6 +81,7 @@ def main(argv):
         greedy=_GREEDY.value,
         max_seconds=_MAX_SECONDS.value,
         stream=_STREAM.value,
+        strict=_STRICT.value,
     )
 
 

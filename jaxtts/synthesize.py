@@ -48,6 +48,7 @@ from tqdm.auto import tqdm
 from jaxtts.data.audio import save_audio
 from jaxtts.data.manifest import read_split
 from jaxtts.data.prompt import Prompt
+from jaxtts.data.text import speech_warnings
 from jaxtts.data.vocoder import make_vocoder
 from jaxtts.decode.driver import PromptBatch
 from jaxtts.decode.options import DecodeOptions
@@ -561,9 +562,12 @@ def run_infer(
     seed: int,
     max_seconds: float | None = None,
     stream: bool = False,
+    strict: bool = False,
     **sampling,
 ) -> list[SynthResult]:
-    """What `infer.py` does (see its docstring); returns the results."""
+    """What `infer.py` does (see its docstring); returns the results. Text an English model
+    will not say as written (`speech_warnings`) is a one-line warning per line, recorded in
+    results.jsonl as `text_warnings`; `strict=True` makes it an error before any work."""
     step = None
     if checkpoint:
         ck = Path(checkpoint)
@@ -581,6 +585,11 @@ def run_infer(
         lines += read_text_file(text_file)
     if not lines:
         raise ConfigError("nothing to synthesize: pass --text or --text_file")
+    warned = {i: w for i, line in enumerate(lines) if (w := speech_warnings(line))}
+    for i, w in warned.items():
+        if strict:
+            raise TextError(f"line {i + 1}: {w[0]} (--strict)")
+        log.warning("line %d: %s", i + 1, "; ".join(w))
     check_out_dir(out_dir)  # before any work: a bad --out_dir loses nothing
     synth = Synthesizer.from_workdir(workdir, step)
     # every flag checked before anything is written or synthesized: a bad strategy or
@@ -605,6 +614,8 @@ def run_infer(
         max_seconds=max_seconds,
         **sampling,
     )
+    for i, w in warned.items():
+        results[i].info["text_warnings"] = w
     synth.write(results, out_dir, extra={"prompt": prompt.id if prompt else None})
     for r in results:
         if not r.skipped and r.info["hit_max"]:
@@ -633,6 +644,8 @@ def _stream_lines(synth, lines, prompt, out_dir, strategy, seed, max_seconds, sa
     for i, text in enumerate(lines):
         path = Path(out_dir) / f"{i:04d}.wav"
         row = {"index": i, "text": text, "prompt": prompt.id if prompt else None}
+        if w := speech_warnings(text):
+            row["text_warnings"] = w
         if not text or not text.strip():
             rows.append(dict(row, skipped="empty line", wav=None))
             results.append(synth._skipped(i, text, "empty line"))

@@ -26,6 +26,11 @@ CASES = [
                                  "--text", "hi", "--out_dir", "{missing}"], "bogus"),
     ("infer: missing text file", ["infer.py", "--workdir", CAR, "--text_file", "{missing}",
                                   "--out_dir", "{missing}"], "{missing}"),
+    ("infer: --strict and another script", ["infer.py", "--workdir", CAR, "--strict",
+                                            "--text", "Привет", "--out_dir", "{missing}"],
+     "line 1: 6 letters of another script (Cyrillic"),
+    ("infer: --strict and markup", ["infer.py", "--workdir", CAR, "--strict", "--text",
+                                    "say <b>this</b>", "--out_dir", "{missing}"], "markup"),
     ("infer: top_p out of range", ["infer.py", "--workdir", CAR, "--top_p", "1.5", "--text",
                                    "hi", "--out_dir", "{missing}"], "top_p"),
     # python -m jaxtts.evaluate

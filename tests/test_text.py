@@ -243,3 +243,40 @@ def test_text_frontend_char_backend(tmp_path):
         fe.encode("!!!")
     fe.save(tmp_path)
     assert TextFrontend.load(tmp_path).backend == "char"
+
+
+def test_speech_warnings_name_what_an_english_voice_will_not_say():
+    from jaxtts.data.text import speech_warnings
+
+    assert speech_warnings("I have 3 cats, and 2.5 dogs.") == []
+    (w,) = speech_warnings("Привет мир")
+    assert w.startswith("9 letters of another script (Cyrillic: 'Приветм')")
+    assert "letter names" in w
+    assert speech_warnings("你好 world")[0].startswith("2 letters of another script (CJK")
+    assert speech_warnings("say <b>this</b>") == [
+        "markup ['<b>', '</b>'] is read out as text (e.g. '<b>' as 'b')"
+    ]
+    assert speech_warnings(" 12 345 ") == ["'12 345' is bare digits: read as one number"]
+    assert len(speech_warnings("<i>Привет</i>")) == 2
+
+
+def test_infer_warns_once_per_line_and_records_it(tmp_path):
+    """A warned line is still synthesized; its warning is one log line and results.jsonl
+    records it (--strict: tests/bad_inputs.py)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "out"
+    argv = ["infer.py", "--workdir", "pretrained/car_small", "--text", "12345", "--text"]
+    argv += ["Hello there.", "--out_dir", str(out), "--max_seconds", "2"]
+    p = subprocess.run(
+        [sys.executable, *argv], cwd=root, capture_output=True, text=True, timeout=600
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stderr.count("bare digits") == 1 and "line 1: '12345' is bare digits" in p.stderr
+    rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert rows[0]["text_warnings"] == ["'12345' is bare digits: read as one number"]
+    assert "text_warnings" not in rows[1] and rows[0]["wav"] and rows[1]["wav"]

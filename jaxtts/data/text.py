@@ -58,6 +58,7 @@ __all__ = [
     "ordinal_to_words",
     "phonemize",
     "require_espeak",
+    "speech_warnings",
     "year_to_words",
 ]
 
@@ -607,3 +608,33 @@ class TextFrontend:
             voice=cfg.get("voice", "en-us"),
             unknown=cfg.get("unknown", "unk"),
         )
+
+
+# ----------------------------------------------------------------------------- input checks
+
+_MARKUP = re.compile(r"</?[A-Za-z][^<>]*>")
+
+
+def speech_warnings(text: str) -> list[str]:
+    """What an English model will not say as written, one phrase each: letters of another
+    script (espeak-ng's English voice spells them as letter names: 'Привет' -> 'P E R I V E
+    T', '你好' -> 'Chinese letter' twice), markup tags (read out: '<b>' -> 'b'), and a line
+    of bare digits (read as one number). Empty when the text is plain English."""
+    out = []
+    foreign = Counter(
+        c for c in text if c.isalpha() and not unicodedata.name(c, "").startswith("LATIN")
+    )
+    if foreign:
+        names = {unicodedata.name(c, "?").split()[0] for c in foreign}
+        scripts = sorted(n.upper() if len(n) <= 3 else n.capitalize() for n in names)
+        shown = "".join(list(foreign)[:8])
+        out.append(
+            f"{sum(foreign.values())} letters of another script ({'/'.join(scripts)}: "
+            f"{shown!r}); espeak-ng's English voice reads them as letter names"
+        )
+    tags = _MARKUP.findall(text)
+    if tags:
+        out.append(f"markup {tags[:3]} is read out as text (e.g. '<b>' as 'b')")
+    if re.fullmatch(r"[\d\s.,]*\d[\d\s.,]*", text.strip()):
+        out.append(f"{text.strip()!r} is bare digits: read as one number")
+    return out
