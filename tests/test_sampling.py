@@ -41,6 +41,8 @@ def test_filter_equals_the_full_sort(s):
     _, _, _, covered = sampling._candidates(x / s.temperature, s)
     if s.top_k == 0:  # the data really exercises both paths
         assert 0 < np.asarray(covered).mean() < 1
+    elif s.top_k < sampling.CANDIDATES and s.top_p == 1.0:  # the candidates hold the k-th id
+        assert np.asarray(covered).mean() > 0.8
 
 
 def test_filter_hand_computed():
@@ -60,6 +62,8 @@ def test_filter_hand_computed():
         SamplingConfig(top_p=0.6),
         SamplingConfig(top_k=3),
         SamplingConfig(top_p=0.9999),
+        SamplingConfig(temperature=0.5),  # the unfiltered draw divides by the temperature too
+        SamplingConfig(temperature=2.0, top_p=0.9),
     ],
     ids=str,
 )
@@ -115,3 +119,33 @@ def test_new_temperature_top_k_or_top_p_reuses_the_compiled_loop():
     assert go(top_p=0.7) == n and go(top_p=0.5, temperature=0.8) == n and go(top_p=0.95) == n
     assert go(top_p=0.5, top_k=5) == n + 1
     assert go(top_p=0.8, top_k=20) == n + 1 and go(top_p=0.7, top_k=100) == n + 1
+
+
+def test_config_checks_and_defaults():
+    """Temperature must be > 0 unless greedy; a decode config without sampling keys is the
+    default config (top_k 0 = off, top_p 1 = off)."""
+    from jaxtts.errors import ConfigError
+
+    for t in (0.0, -0.5):
+        with pytest.raises(ConfigError, match=f"decode.temperature={t}: expected > 0"):
+            SamplingConfig(temperature=t)
+    assert SamplingConfig(greedy=True, temperature=0.0).greedy
+    for bad in (dict(top_k=-1), dict(top_p=0.0), dict(top_p=1.01), dict(min_tokens=-1)):
+        with pytest.raises(ConfigError, match="expected"):
+            SamplingConfig(**bad)
+    assert SamplingConfig.from_config({}) == SamplingConfig()
+    cfg = {"temperature": 0.7, "top_k": 5, "top_p": 0.9, "greedy": False, "min_tokens": 3}
+    assert SamplingConfig.from_config(cfg) == SamplingConfig(False, 0.7, 5, 0.9, 3)
+
+
+def test_suppress_early_eos_by_position():
+    """EOS is removed from slot c of a row with `length` tokens exactly where length + c <
+    min_tokens; other ids and later slots are untouched."""
+    logits = jnp.zeros((3, 2, 5))
+    length = jnp.array([0, 2, 5])
+    out = np.asarray(sampling.suppress_early_eos(logits, length, SamplingConfig(min_tokens=3), 4))
+    removed = np.isneginf(out[..., 4])
+    np.testing.assert_array_equal(removed, [[True, True], [True, False], [False, False]])
+    assert np.all(out[..., :4] == 0)
+    same = sampling.suppress_early_eos(logits, length, SamplingConfig(), 4)
+    assert same is logits
