@@ -39,6 +39,7 @@ def test_filter_equals_the_full_sort(s):
     want = np.asarray(sampling._filter_sorted(x / s.temperature, s))
     np.testing.assert_array_equal(got, want)
     _, _, _, covered = sampling._candidates(x / s.temperature, s)
+    assert covered.shape == x.shape[:-1] and covered.dtype == jnp.bool_  # one flag per slot
     if s.top_k == 0:  # the data really exercises both paths
         assert 0 < np.asarray(covered).mean() < 1
     elif s.top_k < sampling.CANDIDATES and s.top_p == 1.0:  # the candidates hold the k-th id
@@ -149,3 +150,12 @@ def test_suppress_early_eos_by_position():
     assert np.all(out[..., :4] == 0)
     same = sampling.suppress_early_eos(logits, length, SamplingConfig(), 4)
     assert same is logits
+
+
+def test_inverse_cdf_at_the_top_of_the_range_takes_the_last_kept_id():
+    """u = 1 (or a cumulative sum rounded below u * total): the last id of positive weight,
+    never a removed one."""
+    x = jnp.array([[[0.0, 1.0, -jnp.inf, -jnp.inf]]])  # [B, C, V]
+    got = sampling._inverse_cdf(x, jnp.array([[1.0]]))
+    np.testing.assert_array_equal(np.asarray(got), [[1]])
+    np.testing.assert_array_equal(np.asarray(sampling._inverse_cdf(x, jnp.array([[0.0]]))), [[0]])
