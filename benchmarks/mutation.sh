@@ -4,6 +4,7 @@
 #
 #   bash benchmarks/mutation.sh                    # every file below
 #   FILES="grpo sampling" bash benchmarks/mutation.sh
+#   SAMPLE=100 FILES=align bash benchmarks/mutation.sh   # 100 mutants drawn at random (seed 0)
 #
 # Tool: cosmic-ray 8.7.0 (from the package index), installed into its own virtual environment
 # (.cache/mutation-venv) so it never touches the project's; the tests run with the project's
@@ -69,7 +70,22 @@ EOF
   echo "=== $name: $module ($(date -u +%T))"
   (
     cd "$WT"
-    [ -f "$db" ] || "$ROOT/$VENV/bin/cosmic-ray" init "$ROOT/$cfg" "$db"
+    if [ ! -f "$db" ]; then
+      "$ROOT/$VENV/bin/cosmic-ray" init "$ROOT/$cfg" "$db"
+      # SAMPLE=N: run N mutants drawn at random (seed 0) instead of all of them
+      if [ -n "${SAMPLE:-}" ]; then
+        "$ROOT/$VENV/bin/python" - "$db" "$SAMPLE" << 'PY'
+import random, sqlite3, sys
+con = sqlite3.connect(sys.argv[1])
+jobs = sorted(j for (j,) in con.execute("select job_id from work_items"))
+keep = set(random.Random(0).sample(jobs, min(int(sys.argv[2]), len(jobs))))
+drop = [(j,) for j in jobs if j not in keep]
+con.executemany("delete from mutation_specs where job_id = ?", drop)
+con.executemany("delete from work_items where job_id = ?", drop)
+con.commit()
+PY
+      fi
+    fi
     "$ROOT/$VENV/bin/cosmic-ray" exec "$ROOT/$cfg" "$db"  # resumes an interrupted session
   )
 done

@@ -152,6 +152,17 @@ def test_suppress_early_eos_by_position():
     assert same is logits
 
 
+def test_vocabulary_smaller_than_the_candidates():
+    """A vocabulary of fewer ids than CANDIDATES: every id is a candidate, one flag per slot,
+    and the filter equals the full sort."""
+    x = _logits(5, b=4, c=2, v=10)
+    for s in (SamplingConfig(top_k=3), SamplingConfig(top_p=0.7)):
+        _, _, _, covered = sampling._candidates(x, s)
+        assert covered.shape == (4, 2) and bool(np.asarray(covered).all())
+        want = np.asarray(sampling._filter_sorted(x, s))
+        np.testing.assert_array_equal(np.asarray(filter_logits(x, s)), want)
+
+
 def test_inverse_cdf_at_the_top_of_the_range_takes_the_last_kept_id():
     """u = 1 (or a cumulative sum rounded below u * total): the last id of positive weight,
     never a removed one."""
