@@ -141,6 +141,33 @@ def test_swap_count_and_order_errors():
     assert orders.parse_order("topk:4") == ("topk", 4.0)
 
 
+def test_swap_transposes_each_row_by_its_own_count_and_reaches_every_frame():
+    """swap:<lam>: a row of T_b frames gets round(lam * round(T_b / 2 ln T_b)) transpositions,
+    not the batch's longest row's count, and any of its frames can move (the first too). A
+    2-frame row (1 transposition at lam = 1) is swapped under some keys; a 1-frame row and a row
+    whose count rounds to 0 never."""
+    lengths = jnp.array([2, 1, 3, 16])
+    assert [orders.swap_count(n, 1.0) for n in (2, 1, 3)] == [1, 0, 2]
+    assert orders.swap_count(16, 0.05) == 1 and orders.swap_count(3, 0.05) == 0
+    moved2, first3, short_fixed = 0, 0, True
+    for s in range(40):
+        r = np.asarray(orders.static_ranks("swap", 1.0, jax.random.key(s), lengths, 16))
+        moved2 += r[0, :2].tolist() == [1, 0]
+        first3 += r[2, 0] != 0
+        r5 = np.asarray(orders.static_ranks("swap", 0.05, jax.random.key(s), lengths, 16))
+        short_fixed &= r5[2, :3].tolist() == [0, 1, 2]
+    assert moved2 > 0 and first3 > 0 and short_fixed
+
+
+def test_order_errors_and_mask_types():
+    with pytest.raises(ConfigError, match=r"expected mdm:<order>, order one of \['random'"):
+        orders.strategy("mdm", None)
+    with pytest.raises(ConfigError, match="'duration' is not a static order"):
+        orders.static_ranks("duration", 0.0, jax.random.key(0), jnp.array([4]), 4)
+    masked, w = orders.elbo_masks(jax.random.key(0), jnp.array([5, 0]), 6)
+    assert masked.dtype == jnp.bool_ and w.dtype == jnp.float32
+
+
 def test_confident_selection_and_duration_segments():
     conf = jnp.array([[0.1, 0.9, 0.5, 0.9], [0.3, 0.2, 0.1, 0.0]])
     undecoded = jnp.array([[True, True, True, False], [True, True, True, True]])
