@@ -149,17 +149,20 @@ def test_swap_transposes_each_row_by_its_own_count_and_reaches_every_frame():
     lengths = jnp.array([2, 1, 3, 16])
     assert [orders.swap_count(n, 1.0) for n in (2, 1, 3)] == [1, 0, 2]
     assert orders.swap_count(16, 0.05) == 1 and orders.swap_count(3, 0.05) == 0
-    moved2, first3, short_fixed = 0, 0, True
+    moved2, first3, short_fixed, many16 = 0, 0, True, 0
     for s in range(40):
         r = np.asarray(orders.static_ranks("swap", 1.0, jax.random.key(s), lengths, 16))
         moved2 += r[0, :2].tolist() == [1, 0]
         first3 += r[2, 0] != 0
+        many16 += (r[3] != np.arange(16)).sum() > 4  # 22 transpositions, not 1
         r5 = np.asarray(orders.static_ranks("swap", 0.05, jax.random.key(s), lengths, 16))
         short_fixed &= r5[2, :3].tolist() == [0, 1, 2]
-    assert moved2 > 0 and first3 > 0 and short_fixed
+    assert moved2 > 0 and first3 > 0 and short_fixed and many16 > 30
 
 
 def test_order_errors_and_mask_types():
+    assert orders.parse_order("swap:0") == ("swap", 0.0)  # lambda 0: l2r
+    assert orders.parse_order("swap:1") == ("swap", 1.0)
     with pytest.raises(ConfigError, match=r"expected mdm:<order>, order one of \['random'"):
         orders.strategy("mdm", None)
     with pytest.raises(ConfigError, match="'duration' is not a static order"):
