@@ -70,7 +70,8 @@ class MelStream:
         # prefix; any other decodes the whole prefix each call
         self.tok = tok if hasattr(tok, "decode_standardised") else None
         self.reach = int(tok.lookahead_tokens)
-        self.final: list[np.ndarray] = []  # standardised vectors of the tokens final so far
+        # the postfilter's prefix mean: the sum of the final tokens' frames, and their count
+        self.final_sum = np.zeros((self.n_mels,), np.float64)
         self.n_final = 0  # tokens
 
     def push(self, tokens: np.ndarray, final: bool) -> np.ndarray:
@@ -92,11 +93,15 @@ class MelStream:
         z = self.tok.decode_standardised(np.asarray(tokens[start:n]))  # [n - start, f M]
         done = n if final else max(self.n_final, n - self.reach)  # tokens final after this call
         if done > self.n_final:
-            self.final.append(z[self.n_final - start : done - start])
+            newly = z[self.n_final - start : done - start].reshape(-1, self.n_mels)
+            self.final_sum += newly.sum(0, dtype=np.float64)
             self.n_final = done
         # the postfilter's mean: all frames decoded so far (the final ones and this call's tail)
-        mean = self.tok.frame_mean(np.concatenate([*self.final, z[done - start :]]))
-        out = self.tok.from_standardised(z[first - start : ready // f - start], mean)
+        tail = z[done - start :].reshape(-1, self.n_mels)
+        mean = (self.final_sum + tail.sum(0, dtype=np.float64)) / max(1, n * f)
+        out = self.tok.from_standardised(
+            z[first - start : ready // f - start], mean.astype(np.float32)
+        )
         self.emitted = ready
         return np.asarray(out, np.float32)
 

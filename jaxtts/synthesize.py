@@ -604,7 +604,9 @@ def run_infer(
         )
     prepare_out_dir(out_dir)
     if stream:
-        return _stream_lines(synth, lines, prompt, out_dir, strategy, seed, max_seconds, sampling)
+        return _stream_lines(
+            synth, lines, prompt, out_dir, strategy, seed, max_seconds, sampling, warned
+        )
     results = synth.synthesize(
         lines,
         prompt,
@@ -637,15 +639,15 @@ def run_infer(
     return results
 
 
-def _stream_lines(synth, lines, prompt, out_dir, strategy, seed, max_seconds, sampling):
+def _stream_lines(synth, lines, prompt, out_dir, strategy, seed, max_seconds, sampling, warned):
     """`infer.py --stream`: each line's wav is written chunk by chunk as it decodes (the
     header gets its length when the line ends); results.jsonl records the time to first audio."""
     rows, results = [], []
     for i, text in enumerate(lines):
         path = Path(out_dir) / f"{i:04d}.wav"
         row = {"index": i, "text": text, "prompt": prompt.id if prompt else None}
-        if w := speech_warnings(text):
-            row["text_warnings"] = w
+        if i in warned:
+            row["text_warnings"] = warned[i]
         if not text or not text.strip():
             rows.append(dict(row, skipped="empty line", wav=None))
             results.append(synth._skipped(i, text, "empty line"))

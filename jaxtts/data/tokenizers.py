@@ -381,13 +381,13 @@ class KMeansTokenizer(SpeechTokenizer):
     def frame_mean(self, z: np.ndarray) -> np.ndarray:
         """Standardised token vectors [T, f M] -> the mean of their frames [M] (the
         postfilter's utterance mean)."""
-        return z.reshape(-1, self.centers.shape[1] // self.frames).mean(0)
+        return z.reshape(-1, self.mel_cfg.n_mels).mean(0)
 
     def from_standardised(self, z: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
         """Standardised token vectors [T, f M] -> log-mel [T f, M]: the global-variance
         postfilter around `mean` [M] (the utterance's frame mean; a stream passes the mean of
         its prefix), then the corpus statistics."""
-        z = z.reshape(-1, self.centers.shape[1] // self.frames)  # [T f, M]
+        z = z.reshape(-1, self.mel_cfg.n_mels)  # [T f, M]
         if self.gv_scale != 1.0 and mean is not None:  # global-variance postfilter
             z = mean + self.gv_scale * (z - mean)
         return self.stats.denormalize(z)  # [T f, M]
