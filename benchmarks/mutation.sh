@@ -6,6 +6,9 @@
 #   FILES="grpo sampling" bash benchmarks/mutation.sh
 #   SAMPLE=100 FILES=align bash benchmarks/mutation.sh   # 100 mutants drawn at random (seed 0)
 #
+# A target may name line ranges (5th field, e.g. "77-122,200-210"): only mutants that start on
+# those lines run (the maths inside a larger file: the DCAR reward in dcpo.py, the TLDR
+# compressor and patch grid in model.py).
 # Tool: cosmic-ray 8.7.0 (from the package index), installed into its own virtual environment
 # (.cache/mutation-venv) so it never touches the project's; the tests run with the project's
 # python (PY, default python3). Mutants are applied in a git worktree of HEAD
@@ -24,7 +27,7 @@ VENV=.cache/mutation-venv
 WT=.cache/mutation-worktree
 mkdir -p "$OUT" .cache
 
-# name | module path | tests (pytest args) | per-mutant timeout s
+# name | module path | tests (pytest args) | per-mutant timeout s [| line ranges]
 TARGETS=(
   "grpo|jaxtts/train/rl/grpo.py|tests/test_rl.py|240"
   "ssd_verify|jaxtts/methods/ssd/strategy.py|tests/test_ssd.py -k by_hand or lossless or greedy or log_of or made_of|400"
@@ -32,8 +35,10 @@ TARGETS=(
   "align|jaxtts/train/align.py|tests/test_align.py|300"
   "mdm_orders|jaxtts/methods/mdm/orders.py|tests/test_mdm_parts.py|300"
   "mdm_dmol|jaxtts/methods/mdm/dmol.py|tests/test_mdm_parts.py|300"
+  "dcar_reward|jaxtts/methods/dcar/dcpo.py|tests/test_dcar.py -k hand_computed or chase or guidance|300|77-122"
+  "tldr_compressor|jaxtts/methods/tldr/model.py|tests/test_tldr.py -k patch_grid or shift or compressor or padding|300|116-186"
 )
-FILES=${FILES:-grpo ssd_verify sampling align mdm_orders mdm_dmol}
+FILES=${FILES:-grpo ssd_verify sampling align mdm_orders mdm_dmol dcar_reward tldr_compressor}
 
 if [ ! -x "$VENV/bin/cosmic-ray" ]; then
   python3 -m venv "$VENV"
@@ -49,7 +54,7 @@ export JAX_COMPILATION_CACHE_DIR="$ROOT/.cache/jax_mutation"
 export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.3
 
 for t in "${TARGETS[@]}"; do
-  IFS='|' read -r name module tests limit <<< "$t"
+  IFS='|' read -r name module tests limit lines <<< "$t"
   [[ " $FILES " == *" $name "* ]] || continue
   # -k takes the rest of the test spec as one expression
   files=${tests%% -k *}
@@ -72,6 +77,20 @@ EOF
     cd "$WT"
     if [ ! -f "$db" ]; then
       "$ROOT/$VENV/bin/cosmic-ray" init "$ROOT/$cfg" "$db"
+      # line ranges: drop the mutants outside them
+      if [ -n "${lines:-}" ]; then
+        "$ROOT/$VENV/bin/python" - "$db" "$lines" << 'PY'
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1])
+spans = [tuple(int(x) for x in r.split("-")) for r in sys.argv[2].split(",")]
+rows = con.execute("select job_id, start_pos_row from mutation_specs").fetchall()
+drop = [(j,) for j, row in rows if not any(a <= row <= b for a, b in spans)]
+con.executemany("delete from mutation_specs where job_id = ?", drop)
+con.executemany("delete from work_items where job_id = ?", drop)
+con.commit()
+print(f"{len(rows) - len(drop)} of {len(rows)} mutants on lines {sys.argv[2]}")
+PY
+      fi
       # SAMPLE=N: run N mutants drawn at random (seed 0) instead of all of them
       if [ -n "${SAMPLE:-}" ]; then
         "$ROOT/$VENV/bin/python" - "$db" "$SAMPLE" << 'PY'

@@ -10,6 +10,8 @@ Variants (`--config configs/tldr.py:<variant>`):
                pool; lora_rank 0; no speaker embedding)
   deep / deep_p2   P = 4 / 2 on pretrained/car_deep (12 layers): the 2-layer extractor is
                1/6 of the backbone, the paper's ratio (4 next to 24)
+  deep_warm    P = 4 on pretrained/car_deep, started from the trained P = 2 model
+               pretrained/tldr_deep (`tldr.warm_start`: a P = 2 -> 4 curriculum)
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
@@ -34,6 +36,7 @@ VARIANTS = (
     "small_nospk",
     "deep",
     "deep_p2",
+    "deep_warm",
 )
 
 
@@ -68,6 +71,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             token_rate_positions=True,  # backbone positions advance P per patch
             lora_rank=32,
             lora_alpha=32.0,  # paper 64/64 at D 896; scaled to D 256
+            warm_start="",  # a TLDR run on the same backbone to start from ('' = fresh)
         )
     )
     config.train = common.train_config(
@@ -92,9 +96,11 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         t.lora_rank = 0
     elif v == "small_nospk":
         t.speaker = False
-    elif v in ("deep", "deep_p2"):
+    elif v in ("deep", "deep_p2", "deep_warm"):
         t.backbone = "pretrained/car_deep"
         t.patch = 2 if v == "deep_p2" else 4
+        if v == "deep_warm":
+            t.warm_start = "pretrained/tldr_deep"
     elif v == "tiny":
         t.update(
             corpus_utterances=40,

@@ -383,6 +383,40 @@ def test_tiny_run_synthesizes_and_checks_its_backbone(tiny_run, tmp_path):
         load_engine(bad)
 
 
+def test_warm_start_takes_the_trained_leaves(tiny_run):
+    """`tldr.warm_start`: a run's trained leaves, the extractor's position table cut or padded
+    with zeros to the new P; a run on another backbone is refused."""
+    from flax import serialization
+
+    from configs import tldr as tldr_cfg
+    from jaxtts.methods.tldr.assemble import warm_start_params
+
+    work, result = tiny_run
+    init = serialization.msgpack_restore((work / "tldr_init" / "params.msgpack").read_bytes())
+    section = tldr_cfg.get_config("tiny").tldr
+    section.warm_start = str(work)
+    p = int(section.patch)
+    trained = tree_to_flat(jax.device_get(result.state.params))
+    for new_p in (p + 2, p - 1):
+        warm = tree_to_flat(warm_start_params(section, init["backbone"], new_p))
+        assert warm.keys() == trained.keys()
+        for k, v in trained.items():
+            v, w = np.asarray(v), np.asarray(warm[k])
+            if k.endswith("pos_embed"):
+                n = min(p, new_p)
+                assert w.shape == (new_p, v.shape[1])
+                np.testing.assert_array_equal(w[:n], v[:n])
+                assert not w[n:].any()
+            else:
+                np.testing.assert_array_equal(w, v, err_msg=k)
+    section.warm_start = ""
+    assert warm_start_params(section, init["backbone"], p) == {}
+    section.warm_start = str(work)
+    other = jax.tree.map(lambda x: np.asarray(x) + 1, init["backbone"])
+    with pytest.raises(CheckpointError, match="trained on backbone parameters"):
+        warm_start_params(section, other, p)
+
+
 def test_segments_equal_one_call():
     """Resumable decoding of TLDR (patch caches, the extractor's state): segments of 1, 2, 3,
     ... steps give one call's sampled tokens, lengths and steps."""

@@ -12,7 +12,8 @@ import numpy as np
 from jaxtts.errors import ConfigError
 from jaxtts.methods.speaker_encoder import load_params, model_from_config
 from jaxtts.methods.tldr.model import TLDRConfig
-from jaxtts.run_folder import resolve_run
+from jaxtts.run_folder import check_trained_on, resolve_run
+from jaxtts.train.state import tree_from_flat, tree_to_flat, trainable_predicate
 
 TRAINABLE = "lora|prefix:compressor,extractor"
 # config.tldr keys that are not TLDRConfig fields
@@ -23,6 +24,7 @@ RUN_KEYS = (
     "lora_alpha",
     "corpus_utterances",
     "min_reference_seconds",
+    "warm_start",
 )
 MODEL_KEYS = (
     "patch",
@@ -98,3 +100,28 @@ def load_speaker(section, *bases):
     run = resolve_run(str(section.speaker_encoder), "tldr.speaker_encoder", *bases)
     model_cfg, params = load_params(run.path)
     return run, model_from_config(model_cfg), params
+
+
+def warm_start_params(section, backbone_params, patch: int) -> dict:
+    """The trained leaves (LoRA, compressor, extractor) of the TLDR run named by
+    `tldr.warm_start`, to start a run from (e.g. P = 4 from a trained P = 2 model: every
+    module's shape is independent of P except the extractor's position table [P, E], whose
+    first min(P', P) rows are copied and the rest start at zero). The warm start must have been
+    trained on this backbone (its fingerprint). {} when the key is empty."""
+    src = str(dict(section).get("warm_start", "") or "")
+    if not src:
+        return {}
+    run = resolve_run(src, "tldr.warm_start")
+    run.read_config("tldr")  # a TLDR run, or a one-line CheckpointError
+    check_trained_on(run, "backbone", str(section.backbone), {}, backbone_params)
+    if not run.read_data_info().get("backbone_fingerprint"):
+        raise ConfigError(f"tldr.warm_start={src}: its data.json records no backbone fingerprint")
+    keep = trainable_predicate(TRAINABLE)
+    flat = {k: np.asarray(v) for k, v in tree_to_flat(run.trained_params()).items() if keep(k)}
+    for k, v in flat.items():
+        if k.endswith("pos_embed") and v.shape[0] != patch:  # [P', E] -> [P, E]
+            out = np.zeros((patch, v.shape[1]), v.dtype)
+            n = min(patch, v.shape[0])
+            out[:n] = v[:n]
+            flat[k] = out
+    return tree_from_flat(flat)

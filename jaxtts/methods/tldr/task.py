@@ -5,7 +5,9 @@
 The backbone's data recipe, tokenizer and symbol table are used (its config.json's `data`
 section; `tldr.corpus_utterances` may pick a smaller built-in corpus). The run starts from
 `<workdir>/tldr_init/params.msgpack`: the backbone's parameters, the speaker encoder's and the
-tokenizer's centroid log-mel table, written once; `train.trainable =
+tokenizer's centroid log-mel table (plus, with `tldr.warm_start`, the trained LoRA / compressor /
+extractor of another TLDR run on the same backbone, e.g. P = 4 started from a P = 2 model),
+written once; `train.trainable =
 'lora|prefix:compressor,extractor'` trains the LoRA adapters, the compressor and the extractor
 and freezes everything else (the trainer prints both counts). The loss is the token
 cross-entropy of the extractor over the target cells (target tokens and the EOS; prompt and
@@ -33,6 +35,7 @@ from jaxtts.methods.tldr.assemble import (
     check_keys,
     frozen_params,
     load_speaker,
+    warm_start_params,
     mel_table,
     tldr_config,
 )
@@ -41,6 +44,7 @@ from jaxtts.methods.tldr.model import TLDRConfig, TLDRModel
 from jaxtts.run_folder import RunFolder, record_fingerprint
 from jaxtts.train import loop
 from jaxtts.train.checkpoint import write_params_file
+from jaxtts.train.state import tree_from_flat, tree_to_flat
 
 log = logging.getLogger("jaxtts.tldr")
 
@@ -126,11 +130,11 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     if not (init_dir / "params.msgpack").is_file():
         init_dir.mkdir(exist_ok=True)
         table = mel_table(base.tokenizer) if spk_model is not None else None
-        write_params_file(
-            init_dir / "params.msgpack",
-            frozen_params(jax.device_get(base.params), spk_params, table),
-            None,
-        )
+        init = frozen_params(jax.device_get(base.params), spk_params, table)
+        # `tldr.warm_start`: the trained leaves of another TLDR run on this backbone
+        warm = warm_start_params(config.tldr, jax.device_get(base.params), cfg.patch)
+        init = tree_from_flat({**tree_to_flat(init), **tree_to_flat(warm)})
+        write_params_file(init_dir / "params.msgpack", init, None)
     rconf.train.init_from = str(init_dir)
     data = prepare_data(rconf, workdir, progress)
     run.write_data_info(
