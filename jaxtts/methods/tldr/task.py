@@ -35,9 +35,9 @@ from jaxtts.methods.tldr.assemble import (
     check_keys,
     frozen_params,
     load_speaker,
-    warm_start_params,
     mel_table,
     tldr_config,
+    warm_start_params,
 )
 from jaxtts.methods.tldr.engine import TLDREngine
 from jaxtts.methods.tldr.model import TLDRConfig, TLDRModel
