@@ -300,6 +300,10 @@ def test_out_of_range_and_reward_hand_computed():
     np.testing.assert_allclose(r, [-(0.30 - 0.10) - 0.05, 0.0, -(0.50 - 0.20)], atol=1e-7)
     fast = rewards([0.30, 0.10, 0.50], [0.10, 0.10, 0.20], dist, 0.1, [2.0, 3.5, 1.0], 0.02)
     np.testing.assert_allclose(fast - r, [0.04, 0.07, 0.02], atol=1e-7)
+    # inside a wide range the distance is 0, not negative; one decision divides by 1
+    one = decision_mask(np.array([1, 1]), 4)
+    wide = out_of_range(np.array([[3, 9, 9, 9], [1, 9, 9, 9]]), one, (2, 3, 4))
+    np.testing.assert_array_equal(wide, [0.0, 1.0])
 
 
 def test_reward_metric_is_checked():
@@ -402,6 +406,13 @@ def test_guidance_above_k_is_an_error():
 
     with pytest.raises(ConfigError, match=r"guidance=\[2, 5\]: expected chunk sizes in 1..K=4"):
         check_guidance((2, 5), 4)
+    # the edges 1 and K are valid sizes; empty, 0 and K + 1 are not
+    assert check_guidance([2, 3, 4], 4) == (2, 3, 4)
+    assert check_guidance((1,), 4) == (1,) and check_guidance((4,), 4) == (4,)
+    assert check_guidance(np.array([1, 4]), 4) == (1, 4)
+    for bad in ((), (0, 2), (5,), (1, 5)):
+        with pytest.raises(ConfigError, match="dcpo.guidance"):
+            check_guidance(bad, 4)
 
 
 # ----------------------------------------------------------------------------- end to end

@@ -163,6 +163,31 @@ def test_compressor_patch_sees_only_its_tokens():
     np.testing.assert_array_equal(np.asarray(z0), np.asarray(z2))
 
 
+def test_mean_compressor_by_hand():
+    """compressor='mean': RMSNorm (unit scale at init) of the mean of a patch's valid token
+    embeddings; a patch with no valid token is 0. The attention compressor's query is the
+    same vector."""
+    from jaxtts.methods.tldr.model import Compressor
+
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(2, 3, 4, 8)).astype(np.float32)  # [B, J, P, D]
+    valid = np.ones((2, 3, 4), bool)
+    valid[0, 1, 2:] = False
+    valid[1, 0, 1:] = False
+    valid[1, 2, :] = False
+    mod = Compressor(make_cfg(compressor="mean"))
+    variables = mod.init(jax.random.key(0), emb, valid)
+    got = np.asarray(mod.apply(variables, emb, valid))
+    w = valid[..., None]
+    mean = (emb * w).sum(2) / np.maximum(w.sum(2), 1)
+    want = mean / np.sqrt((mean * mean).mean(-1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        got[1, 0], emb[1, 0, 0] / np.sqrt((emb[1, 0, 0] ** 2).mean() + 1e-6), rtol=1e-5
+    )
+    assert not got[1, 2].any()
+
+
 def test_lora_at_zero_is_the_frozen_backbone():
     cfg = make_cfg()
     model, _ = init_model(cfg)
