@@ -100,6 +100,29 @@ def test_dmol_sampling_follows_the_distribution():
     assert int(dmol.argmax_level(params, q)) == int(np.argmax(want))
 
 
+def test_dmol_split_clip_and_temperatures():
+    """`split` clips log-scales at MIN_LOG_SCALE (only those); tau2 = 0 puts every draw at its
+    component's mean (rounded to a level); tau1 = 0 always picks the largest mixture logit."""
+    logits, means, log_s = dmol.split(jnp.array([[0.5, -2.0, 0.1, 0.7, -20.0, -6.9]]))
+    np.testing.assert_allclose(np.asarray(logits), [[0.5, -2.0]], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(means), [[0.1, 0.7]], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(log_s), [[dmol.MIN_LOG_SCALE, -6.9]], rtol=1e-6)
+    assert dmol.MIN_LOG_SCALE == -7.0
+    # K = 2: component 0 (logit 2.0, mean -0.5), component 1 (logit 0.0, mean 0.6), scale e^-2
+    params = jnp.array([2.0, 0.0, -0.5, 0.6, -2.0, -2.0])
+    keys = jax.random.split(jax.random.key(1), 400)
+    q = 11  # levels at -1, -0.8, ..., 1: mean -0.5 -> level 2.5 -> 2 (round half to even)
+    draw = jax.vmap(lambda k, t1, t2: dmol.sample(k, params, q, tau1=t1, tau2=t2))
+    both = np.asarray(draw(keys, jnp.ones(400), jnp.zeros(400)))
+    assert set(np.unique(both)) == {2, 8}  # mean 0.6 -> level 8
+    assert 0.75 < np.mean(both == 2) < 0.95  # softmax(2, 0)[0] = 0.881
+    np.testing.assert_array_equal(np.asarray(draw(keys, jnp.zeros(400), jnp.zeros(400))), 2)
+    # tau2 scales the logistic noise: a wider spread of levels with tau2 = 2 than 0.5
+    narrow = np.asarray(draw(keys, jnp.zeros(400), jnp.full(400, 0.5)))
+    wide = np.asarray(draw(keys, jnp.zeros(400), jnp.full(400, 2.0)))
+    assert np.std(wide) > 2 * np.std(narrow) > 0
+
+
 def test_elbo_mask_and_weight():
     lengths = jnp.array([10, 1, 0, 7])
     for s in range(20):
