@@ -6,6 +6,9 @@
 #   FILES="grpo sampling" bash benchmarks/mutation.sh
 #   SAMPLE=100 FILES=align bash benchmarks/mutation.sh   # 100 mutants drawn at random (seed 0)
 #
+#   SURVIVORS=1 FILES=dcar_reward bash benchmarks/mutation.sh  # re-run only the mutants that
+#                                  # survived the last session (after adding tests; at HEAD)
+#
 # A target may name line ranges (5th field, e.g. "77-122,200-210"): only mutants that start on
 # those lines run (the maths inside a larger file: the DCAR reward in dcpo.py, the TLDR
 # compressor and patch grid in model.py).
@@ -104,6 +107,16 @@ con.executemany("delete from work_items where job_id = ?", drop)
 con.commit()
 PY
       fi
+    fi
+    if [ -n "${SURVIVORS:-}" ] && [ -f "$db" ]; then
+      cp "$db" "${db%.sqlite}_before.sqlite"  # the table before the new tests
+      "$ROOT/$VENV/bin/python" - "$db" << 'PY'
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1])
+n = con.execute("delete from work_results where test_outcome = 'SURVIVED'").rowcount
+con.commit()
+print(f"{n} survivors to run again")
+PY
     fi
     "$ROOT/$VENV/bin/cosmic-ray" exec "$ROOT/$cfg" "$db"  # resumes an interrupted session
   )
