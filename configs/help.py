@@ -204,6 +204,7 @@ HELP = {
     "tldr.token_rate_positions": "backbone RoPE positions advance P per patch (False: 1)",
     "tldr.lora_rank": "LoRA rank on the backbone's projections (0 = no LoRA)",
     "tldr.lora_alpha": "LoRA alpha (scale alpha / rank)",
+    "tldr.warm_start": "a TLDR run on the same backbone to start from ('' = fresh modules)",
     # eval during training
     "eval.num_samples": "dev sentences synthesised (and scored by the ASR) at each evaluation",
     "eval.vocoder": "vocoder of the training samples: griffin_lim",
