@@ -336,7 +336,12 @@ def test_downstream_models_check_their_backbone(tmp_path):
         {"a": {"w": tree["a"]["w"].astype(jnp.float16)}, "b": tree["b"]}
     )
     assert fp != params_fingerprint({**tree, "b": tree["b"] * 1.01}) and len(fp) == 16
-    for name, key in (("dcar_deep", "backbone"), ("ssd_deep", "target"), ("tldr_deep", "backbone")):
+    for name, key in (
+        ("dcar_deep", "backbone"),
+        ("ssd_deep", "target"),
+        ("tldr_deep", "backbone"),
+        ("tldr_deep_p4", "backbone"),
+    ):
         info = json.loads((PRETRAINED / name / "data.json").read_text())
         assert len(info[f"{key}_fingerprint"]) == 16, name
     dst = tmp_path / "dcar"
