@@ -125,6 +125,31 @@ def test_greedy_ssd_with_the_target_as_draft_accepts_everything(params):
     assert np.all(acc >= prop - 3), (acc, prop)
 
 
+def test_draft_suppresses_early_eos_at_its_own_positions():
+    """min_tokens = 6 and an EOS the model always prefers: with the target as its own draft
+    (L = 3, greedy) step 1 emits positions 0-3 (3 drafts + the bonus) and step 2 drafts
+    positions 4, 5, 6; EOS is allowed from position 6 on, so the draft proposes it there and the
+    target accepts it: 6 tokens and the EOS in 2 steps, all 6 proposals accepted. A draft that
+    suppressed EOS at the wrong positions is rejected at position 6 (5 accepted)."""
+    p = init_params(eos_bias=30.0)
+    tp = {k: v for k, v in p.items() if not k.startswith("head_")}
+    rows = random_rows(3, seed=4)
+    out = decode(
+        SSD(3, 0.0),
+        {"target": TTSLM(TINY), "draft": TTSLM(dataclasses.replace(TINY, num_mtp_heads=1))},
+        {"target": p, "draft": tp},
+        batch_of(rows),
+        row_keys(0, range(3)),
+        max_new_tokens=24,
+        sampling=SamplingConfig(greedy=True, min_tokens=6),
+    )
+    np.testing.assert_array_equal(out.length, [6, 6, 6])
+    np.testing.assert_array_equal(out.steps, [2, 2, 2])
+    np.testing.assert_array_equal(out.stats["proposed_drafts"], [6, 6, 6])
+    np.testing.assert_array_equal(out.stats["accepted_drafts"], [6, 6, 6])
+    assert not (np.asarray(out.tokens)[:, :6] == TINY.eos).any()
+
+
 @pytest.mark.parametrize(
     "sampling", [GREEDY, SamplingConfig(temperature=1.0, top_k=8)], ids=["greedy", "sampling"]
 )
