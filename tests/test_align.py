@@ -69,6 +69,15 @@ def test_ctc_alignment_loss_equals_brute_force():
     good = float(ctc_alignment_loss(diag, jnp.array([3]), jnp.array([3])))
     bad = float(ctc_alignment_loss(diag[:, ::-1], jnp.array([3]), jnp.array([3])))
     assert good < 0.5 < 5.0 < bad
+    # one valid row of 1 frame and 1 text key, beside rows with no text or no speech: the
+    # frame emits the label with probability 1 / (1 + e^blank), averaged over that row alone
+    one = ctc_alignment_loss(
+        jnp.asarray(rng.normal(size=(3, 3, 2)).astype(np.float32)),
+        jnp.array([1, 0, 2]),
+        jnp.array([1, 3, 0]),
+        blank_logprob=-1.0,
+    )
+    np.testing.assert_allclose(float(one), np.log1p(np.exp(-1.0)), rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------- wiring (LMTask)
