@@ -81,7 +81,7 @@ EOF
     if [ ! -f "$db" ]; then
       "$ROOT/$VENV/bin/cosmic-ray" init "$ROOT/$cfg" "$db"
       n=$("$ROOT/$VENV/bin/python" -c "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from work_items').fetchone()[0])" "$db")
-      if [ "$n" = "0" ]; then  # seen once: init wrote an empty session; do not report it as run
+      if [ "$n" = "0" ]; then  # (seen when this script was edited while it ran): not "run"
         echo "$name: cosmic-ray init found no mutants in $module; run it again" >&2
         rm -f "$db"
         exit 0  # leaves this target's subshell; the loop goes on
