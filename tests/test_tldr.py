@@ -99,6 +99,9 @@ def test_patch_grid_exact():
     pad, eos = cfg.pad, cfg.eos
     want = [[10, 11, 12], [13, 14, pad], [20, 21, 22], [23, eos, pad], [pad, pad, pad]]
     assert cfg.num_patches(10) == 5
+    # ceil((T + 1) / P) + 1: room for the target's EOS and both segments' padding
+    assert [cfg.num_patches(t) for t in (8, 9, 11, 12)] == [4, 5, 5, 6]
+    assert [make_cfg(patch=4).num_patches(t) for t in (7, 8)] == [3, 4]
     np.testing.assert_array_equal(tok[0], want)
     np.testing.assert_array_equal(
         target[0].astype(int), [[0, 0, 0], [0, 0, 0], [1, 1, 1], [1, 1, 0], [0, 0, 0]]
@@ -186,6 +189,22 @@ def test_mean_compressor_by_hand():
         got[1, 0], emb[1, 0, 0] / np.sqrt((emb[1, 0, 0] ** 2).mean() + 1e-6), rtol=1e-5
     )
     assert not got[1, 2].any()
+
+
+def test_compressor_heads_split_the_width():
+    """The attention compressor's local layer and cross-attention: comp_heads heads of
+    D / comp_heads each (D = the backbone's width)."""
+    from jaxtts.methods.tldr.model import Compressor
+
+    cfg = make_cfg(comp_heads=4)
+    d = cfg.backbone.d_model
+    emb = np.zeros((1, 2, cfg.patch, d), np.float32)
+    variables = Compressor(cfg).init(jax.random.key(0), emb, np.ones((1, 2, cfg.patch), bool))
+    shapes = {k: v.shape for k, v in tree_to_flat(nn.unbox(variables["params"])).items()}
+    for block in ("local/attn", "cross"):
+        for w in "qkv":
+            assert shapes[f"{block}/{w}/kernel"] == (d, 4, d // 4), block
+        assert shapes[f"{block}/o/kernel"] == (4, d // 4, d), block
 
 
 def test_lora_at_zero_is_the_frozen_backbone():
