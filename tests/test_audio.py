@@ -2,7 +2,7 @@
 ASR (`pretrained/ctc_asr`) transcribes the audio, and the character error rate must stay under
 a bound that the shipped model passes with a margin and that an untrained model (or a
 babbling early checkpoint) fails. The measured CERs and the failing references are in
-benchmarks/RESULTS.md (section "Audio-level tests"); `python tests/test_audio.py` prints them.
+benchmarks/RESULTS.md (#audio-tests); `python tests/test_audio.py` prints them.
 """
 
 import sys
@@ -19,7 +19,7 @@ SENTENCES = [
     "A dog ran across the road.",
 ]
 # (row, run folder, strategy, CER bound): the bound sits between the shipped model's CER and an
-# untrained model's (RESULTS "Audio-level tests")
+# untrained model's (RESULTS #audio-tests)
 # measured (`python tests/test_audio.py`): far 0.094, car3 0.104, dcar (dcar_deep) 0.104, ssd
 # (ssd_deep) 0.094, tldr (tldr_deep) 0.189, tldr_p4 (tldr_deep_p4) 0.104, palle 0.406, mdm
 # 0.170; car_small with random
