@@ -203,6 +203,10 @@ def test_clip_fraction_of_negative_advantages_alone():
     lp = jnp.log(jnp.array([[0.6, 1.5, 1.0]], jnp.float32))
     _, m = grpo_loss(lp, jnp.zeros((1, 3)), jnp.array([-1.0]), jnp.ones((1, 3)))
     assert float(m["clip_frac"]) == pytest.approx(1 / 3)
+    # 0.85 is inside [1 - eps, 1 + eps] (eps 0.2), and a row with A = 0 is never clipped
+    lp = jnp.log(jnp.array([[0.6, 1.5, 1.0, 0.85]] * 2, jnp.float32))
+    _, m = grpo_loss(lp, jnp.zeros((2, 4)), jnp.array([-1.0, 0.0]), jnp.ones((2, 4)), clip_eps=0.2)
+    assert float(m["clip_frac"]) == pytest.approx(1 / 8)
 
 
 @pytest.mark.parametrize("which", ["valid", "logp_old", "logp_ref"])
@@ -212,14 +216,17 @@ def test_shape_mismatch_is_a_one_line_error(which):
     from jaxtts.errors import ConfigError
 
     lp = jnp.zeros((2, 3))
-    args = dict(logp_old=jnp.zeros((2, 3)), valid=jnp.ones((2, 3)), logp_ref=jnp.zeros((2, 3)))
-    args[which] = jnp.zeros((2, 2))
-    with pytest.raises(ConfigError, match="grpo_loss"):
-        grpo_loss(
-            lp,
-            args["logp_old"],
-            jnp.ones((2,)),
-            args["valid"],
-            kl_beta=0.1,
-            logp_ref=args["logp_ref"],
-        )
+    for shape in ((2, 2), (2, 4)):  # smaller and larger
+        args = dict(logp_old=jnp.zeros((2, 3)), valid=jnp.ones((2, 3)), logp_ref=jnp.zeros((2, 3)))
+        args[which] = jnp.zeros(shape)
+        with pytest.raises(ConfigError, match="grpo_loss"):
+            grpo_loss(
+                lp,
+                args["logp_old"],
+                jnp.ones((2,)),
+                args["valid"],
+                kl_beta=0.1,
+                logp_ref=args["logp_ref"],
+            )
+    with pytest.raises(ConfigError, match="group_advantages: rewards shape"):
+        group_advantages(jnp.ones((4,)))
