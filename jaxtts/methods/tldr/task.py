@@ -130,9 +130,10 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     if not (init_dir / "params.msgpack").is_file():
         init_dir.mkdir(exist_ok=True)
         table = mel_table(base.tokenizer) if spk_model is not None else None
-        init = frozen_params(jax.device_get(base.params), spk_params, table)
+        host = jax.device_get(base.params)
+        init = frozen_params(host, spk_params, table)
         # `tldr.warm_start`: the trained leaves of another TLDR run on this backbone
-        warm = warm_start_params(config.tldr, jax.device_get(base.params), cfg.patch)
+        warm = warm_start_params(config.tldr, host, cfg.patch)
         init = tree_from_flat({**tree_to_flat(init), **tree_to_flat(warm)})
         write_params_file(init_dir / "params.msgpack", init, None)
     rconf.train.init_from = str(init_dir)
