@@ -11,7 +11,8 @@
 #
 # A target may name line ranges (5th field, e.g. "77-122,200-210"): only mutants that start on
 # those lines run (the maths inside a larger file: the DCAR reward in dcpo.py, the TLDR
-# compressor and patch grid in model.py).
+# compressor and patch grid in model.py; the SSD maths in strategy.py: log_of, residual, verify
+# and the step, not the spec parser).
 # Tool: cosmic-ray 8.7.0 (from the package index), installed into its own virtual environment
 # (.cache/mutation-venv) so it never touches the project's; the tests run with the project's
 # python (PY, default python3). Mutants are applied in a git worktree of HEAD
@@ -33,7 +34,7 @@ mkdir -p "$OUT" .cache
 # name | module path | tests (pytest args) | per-mutant timeout s [| line ranges]
 TARGETS=(
   "grpo|jaxtts/train/rl/grpo.py|tests/test_rl.py|240"
-  "ssd_verify|jaxtts/methods/ssd/strategy.py|tests/test_ssd.py -k by_hand or lossless or greedy or log_of or made_of or own_positions|400"
+  "ssd_verify|jaxtts/methods/ssd/strategy.py|tests/test_ssd.py -k by_hand or lossless or greedy or log_of or made_of or own_positions|400|59-102,165-233"
   "sampling|jaxtts/decode/sampling.py|tests/test_sampling.py|300"
   "align|jaxtts/train/align.py|tests/test_align.py|300"
   "mdm_orders|jaxtts/methods/mdm/orders.py|tests/test_mdm_parts.py|300"

@@ -72,6 +72,9 @@ def test_verify_reject_then_resample_by_hand():
     zs = np.array([int(z) for _, z in draws])
     assert not np.any(zs == 0)
     assert abs(np.mean(zs == 1) - 2 / 3) < 0.1  # 300 draws: sd 0.027
+    # the rule is u < min(1, q/p) + beta, strictly: u equal to the ratio (0.4) rejects
+    n, _ = verify(x, p, q, jnp.array([0.4]), 0.0, jax.random.key(0))
+    assert int(n) == 0
     n, _ = verify(x, p, q, jnp.array([0.5]), 0.2, jax.random.key(0))
     assert int(n) == 1
 

@@ -57,16 +57,16 @@ def probs_of(logits: jax.Array, sampling) -> jax.Array:
 
 
 def log_of(p: jax.Array) -> jax.Array:
-    """log p with exact zeros -> -inf (never drawn). Not log(max(p, tiny)): a tiny below
-    float32's normal range is flushed to zero in compiled code, and XLA's CPU log of it gave
-    NaN under jax 0.11 (a NaN logit wins the categorical's argmax)."""
-    return jnp.where(p > 0, jnp.log(jnp.where(p > 0, p, 1.0)), -jnp.inf)
+    """log p with exact zeros -> -inf (never drawn). The log's input is clamped to the
+    smallest *normal* float: XLA's CPU log of 0, or of a subnormal (flushed to zero in compiled
+    code), gave NaN under jax 0.11, and a NaN logit wins the categorical's argmax."""
+    return jnp.where(p > 0, jnp.log(jnp.maximum(p, jnp.finfo(p.dtype).tiny)), -jnp.inf)
 
 
 def residual(q: jax.Array, p: jax.Array) -> jax.Array:
-    """normalize(max(0, q - p)) over the last axis; q itself where q <= p everywhere."""
-    r = jnp.maximum(q - p, 0.0)
-    z = jnp.sum(r, -1, keepdims=True)
+    """normalize(max(0, q - p)) of one row [V]; q itself where q <= p everywhere."""
+    r = jnp.maximum(q - p, 0.0)  # [V]
+    z = jnp.sum(r)
     return jnp.where(z > 0, r / jnp.where(z > 0, z, 1.0), q)
 
 
@@ -85,10 +85,10 @@ def verify(
     u [L] uniforms, key for the final draw. -> (n accepted, the final token: the residual
     resample at the first rejection, or the bonus from q[L])."""
     L = x.shape[0]
-    px = jnp.take_along_axis(p, x[:, None], -1)[:, 0]  # [L]
-    qx = jnp.take_along_axis(q[:L], x[:, None], -1)[:, 0]  # [L]
+    rows = jnp.arange(L)
+    px, qx = p[rows, x], q[rows, x]  # [L]: each proposal's draft and target probability
     if greedy:
-        ok = x == jnp.argmax(q[:L], -1)
+        ok = x == jnp.argmax(q[:L], axis=1)
     else:
         ok = u < jnp.minimum(1.0, qx / jnp.maximum(px, 1e-30)) + beta
     n = jnp.sum(jnp.cumprod(ok.astype(jnp.int32)))
@@ -177,19 +177,19 @@ class SSD(Strategy):
         hd = jnp.take_along_axis(h, (c.n_pending - 1)[:, None, None], 1)[:, 0]  # [B, D]
         xs, ps = [], []
         for i in range(L):
+            if i:  # the previous proposal joins the draft cache (L - 1 single-token forwards)
+                h1, dcache = dm.apply(dp, xs[-1][:, None], dcache, method="extend")
+                hd = h1[:, 0]  # [B, D]
             lg = dm.apply(dp, hd, method="base_logits")[:, None]  # [B, 1, V]
             lg = suppress_early_eos(lg, state.length + i, sampling, eos)[:, 0]
             p_i = probs_of(lg, sampling)  # [B, V]
             if sampling.greedy:
-                x_i = jnp.argmax(p_i, -1)
+                x_i = jnp.argmax(p_i, axis=1)  # [B]
             else:
                 x_i = jax.vmap(jax.random.categorical)(fold(k, i), log_of(p_i))
             x_i = x_i.astype(jnp.int32)
             xs.append(x_i)
             ps.append(p_i)
-            if i < L - 1:
-                h1, dcache = dm.apply(dp, x_i[:, None], dcache, method="extend")
-                hd = h1[:, 0]
         x = jnp.stack(xs, 1)  # [B, L]
         p = jnp.stack(ps, 1)  # [B, L, V]
 
@@ -213,7 +213,9 @@ class SSD(Strategy):
         # 4. per-row rollback; the drawn token is pending for both models
         tcache = tcache.rollback(t_start + 1 + n)
         all_acc = n == L
-        dcache = dcache.rollback(d_start + c.n_pending + jnp.minimum(n, L - 1))
+        # the draft cache saw the pending tokens and x_1..x_{L-1}: keep the n accepted ones
+        # (n = L keeps all it has, x_L is pending: a rollback never lengthens a cache)
+        dcache = dcache.rollback(d_start + c.n_pending + n)
         pending = jnp.where(
             all_acc[:, None], jnp.stack([x[:, -1], z], 1), jnp.stack([z, z], 1)
         ).astype(jnp.int32)
