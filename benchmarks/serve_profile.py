@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.serve_load import SENTENCES  # noqa: E402
 from jaxtts import cli  # noqa: E402
 from jaxtts.decode.slots import Slots  # noqa: E402
-from jaxtts.stream import MelStream, VocoderStream, push_many  # noqa: E402
+from jaxtts.stream import MelStream, VocoderStream, push_many, push_mels  # noqa: E402
 from jaxtts.synthesize import Synthesizer, _bucket, piece_keys, resolve_prompt  # noqa: E402
 
 
@@ -132,7 +132,10 @@ def main() -> None:
         for k, n in enumerate(cuts):
             fin = k == len(cuts) - 1
             t0 = time.perf_counter()
-            frames = [m.push(toks[:n], fin) for m in mels]
+            if batched:  # the server: token decoder windows and vocoder windows as batches
+                frames = push_mels(mels, [toks[:n]] * rows, [fin] * rows)
+            else:
+                frames = [m.push(toks[:n], fin) for m in mels]
             if batched:
                 audio = push_many(vocs, frames, [fin] * rows)
             else:

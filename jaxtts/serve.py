@@ -609,18 +609,26 @@ class SlotScheduler:
         """Each live row's tokens so far -> {slot: (tokens, ended, new audio | the
         exception)}: the host's share of a segment (token decoder, then the windowed
         Griffin-Lim of every row as one batch, `jaxtts.stream.push_many`)."""
-        from jaxtts.stream import push_many  # start-up: jax 770 ms
+        from jaxtts.stream import push_many, push_mels  # start-up: jax 770 ms
 
         out, mels = {}, {}
         for slot, r in live.items():
             n = min(int(length[slot]), r.cap)
             ended = bool(done[slot]) or n >= r.cap
-            toks = np.asarray(tokens[slot, :n], np.int32)
-            try:
-                mels[slot] = r.mels.push(toks, ended)
-                out[slot] = (toks, ended, None)
-            except Exception as e:  # noqa: BLE001 - reported by _emit as the request's failure
-                out[slot] = (toks, ended, e)
+            out[slot] = (np.asarray(tokens[slot, :n], np.int32), ended, None)
+        order = list(live)
+        toks, ends = [out[i][0] for i in order], [out[i][1] for i in order]
+        try:  # every row's token decoder window in one batch (a bad row raises before any
+            # row's state moves: `push_mels` decodes first, then takes)
+            frames = push_mels([live[i].mels for i in order], toks, ends)
+            mels = dict(zip(order, frames, strict=True))
+        except Exception:  # noqa: BLE001 - find the failing row(s): one at a time
+            for slot in order:
+                toks, ended, _ = out[slot]
+                try:
+                    mels[slot] = live[slot].mels.push(toks, ended)
+                except Exception as e:  # noqa: BLE001 - reported by _emit as the request's failure
+                    out[slot] = (toks, ended, e)
         slots = list(mels)
         try:
             audio = push_many(

@@ -41,7 +41,7 @@ from jaxtts.data.prompt import Prompt
 from jaxtts.decode import driver
 from jaxtts.errors import ConfigError
 
-__all__ = ["MelStream", "StreamChunk", "VocoderStream", "push_many", "stream"]
+__all__ = ["MelStream", "StreamChunk", "VocoderStream", "push_many", "push_mels", "stream"]
 
 
 @dataclasses.dataclass
@@ -76,21 +76,32 @@ class MelStream:
 
     def push(self, tokens: np.ndarray, final: bool) -> np.ndarray:
         """All tokens decoded so far int [n] -> new final frames float32 [m, n_mels]."""
+        return push_mels([self], [tokens], [final])[0]
+
+    def _plan(self, tokens: np.ndarray, final: bool):
+        """-> None (no new frame yet), or the window to decode: (start, n, ready)."""
         n = int(tokens.size)
         f = self.frames_per_token
         ready = (n if final else max(0, n - self.lookahead)) * f
         if ready <= self.emitted:
-            return np.zeros((0, self.n_mels), np.float32)
+            return None
         if self.tok is None:
-            mel = np.asarray(self.decode(tokens), np.float32)  # [n f, M] the whole prefix
-            out = mel[self.emitted : ready]
-            self.emitted = ready
-            return out
+            return 0, n, ready
         # the window: every token from which a frame is emitted or becomes final, plus R
         # tokens of left context; its rows from `start + R` on equal the whole prefix's
         first = self.emitted // f  # the first token to emit
-        start = max(0, min(first, self.n_final) - self.reach)
-        z = self.tok.decode_standardised(np.asarray(tokens[start:n]))  # [n - start, f M]
+        return max(0, min(first, self.n_final) - self.reach), n, ready
+
+    def _take(self, plan, z: np.ndarray, final: bool) -> np.ndarray:
+        """The decoded window (standardised vectors [n - start, f M], or the whole prefix's
+        log-mel without a windowing tokenizer) -> the new final frames."""
+        start, n, ready = plan
+        f = self.frames_per_token
+        if self.tok is None:
+            out = z[self.emitted : ready]
+            self.emitted = ready
+            return out
+        first = self.emitted // f
         done = n if final else max(self.n_final, n - self.reach)  # tokens final after this call
         if done > self.n_final:
             newly = z[self.n_final - start : done - start].reshape(-1, self.n_mels)
@@ -104,6 +115,28 @@ class MelStream:
         )
         self.emitted = ready
         return np.asarray(out, np.float32)
+
+
+def push_mels(streams, tokens, finals) -> list[np.ndarray]:
+    """`[s.push(t, f) for s, t, f in zip(streams, tokens, finals)]` with the windows of the
+    streams that share a tokenizer decoded as one batch (`decode_standardised_many`: a row's
+    vectors are the ones it gets alone; a server's rows advance together)."""
+    out = [np.zeros((0, s.n_mels), np.float32) for s in streams]
+    groups: dict[int, list] = {}
+    for i, (s, t, fin) in enumerate(zip(streams, tokens, finals, strict=True)):
+        plan = s._plan(t, fin)
+        if plan is None:
+            continue
+        if s.tok is None:  # the whole prefix through the engine's decoder
+            out[i] = s._take(plan, np.asarray(s.decode(t), np.float32), fin)
+        else:
+            groups.setdefault(id(s.tok), []).append((i, plan))
+    for items in groups.values():
+        tok = streams[items[0][0]].tok
+        windows = [np.asarray(tokens[i][start:n]) for i, (start, n, _) in items]
+        for (i, plan), z in zip(items, tok.decode_standardised_many(windows), strict=True):
+            out[i] = streams[i]._take(plan, z, finals[i])
+    return out
 
 
 class VocoderStream:

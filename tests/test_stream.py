@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxtts.errors import ConfigError
-from jaxtts.stream import MelStream, VocoderStream, push_many
+from jaxtts.stream import MelStream, VocoderStream, push_many, push_mels
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "Where did you put the keys?"
@@ -143,6 +143,30 @@ def test_push_many_equals_pushing_each_stream(synth):
         for w, g in zip(want, got, strict=True):
             np.testing.assert_array_equal(g, w)
     assert all(s.emitted == (m.shape[0] - 1) * 320 for s, m in zip(many, mels, strict=True))
+
+
+def test_push_mels_equals_pushing_each_stream(synth):
+    """The rows' token decoder windows run as one batch padded with the outside id: every
+    stream gets the frames it gets alone (rows of different lengths and finals, a row with
+    nothing new, an empty row)."""
+    eng = synth.engine
+    toks = [_tokens(4, 50), _tokens(5, 31), _tokens(6, 12), _tokens(7, 0)]
+    cuts = [[9, 21, 50], [3, 21, 31], [12, 12, 12], [0, 0, 0]]
+    alone = [MelStream(eng) for _ in toks]
+    many = [MelStream(eng) for _ in toks]
+    for k in range(3):
+        parts = [t[: c[k]] for t, c in zip(toks, cuts, strict=True)]
+        finals = [k == 2] * len(toks)
+        want = [s.push(p, f) for s, p, f in zip(alone, parts, finals, strict=True)]
+        got = push_mels(many, parts, finals)
+        assert [g.shape for g in got] == [w.shape for w in want]
+        for w, g in zip(want, got, strict=True):
+            np.testing.assert_allclose(g, w, rtol=0, atol=1e-5)
+    assert [s.emitted for s in many] == [2 * t.size for t in toks]
+    # the batch decoder itself: rows padded with K give each row's own vectors
+    rows = [t[:c] for t, c in [(toks[0], 17), (toks[1], 5), (toks[3], 0)]]
+    for r, z in zip(rows, eng.tokenizer.decode_standardised_many(rows), strict=True):
+        np.testing.assert_allclose(z, eng.tokenizer.decode_standardised(r), rtol=0, atol=1e-5)
 
 
 def test_min_frames_waits_after_the_first_audio(synth):

@@ -188,41 +188,46 @@ def stft(wav: np.ndarray, cfg: MelConfig) -> np.ndarray:
 
 
 def _overlap_add(frames: np.ndarray, hop: int) -> np.ndarray:
-    """Sum frames [..., T, L] placed every `hop` samples -> float64 [..., L + hop * (T - 1)].
+    """Sum frames [..., T, L] placed every `hop` samples -> [..., L + hop * (T - 1)] in the
+    frames' dtype.
 
     Vectorised: each frame is cut into ceil(L / hop) hop-long segments; segment k of frame t
     lands on output block t + k, so the sum is ceil(L / hop) shifted array additions.
     """
     *lead, t, length = frames.shape
     k = -(-length // hop)
-    pad = [(0, 0)] * (len(lead) + 1) + [(0, k * hop - length)]
-    seg = np.pad(frames, pad).reshape(*lead, t, k, hop)  # [..., T, K, hop]
-    out = np.zeros((*lead, t + k - 1, hop), np.float64)
+    out = np.zeros((*lead, t + k - 1, hop), frames.dtype)
     for j in range(k):
-        out[..., j : j + t, :] += seg[..., j, :]
+        w = min(hop, length - j * hop)  # the last segment may be short
+        out[..., j : j + t, :w] += frames[..., j * hop : j * hop + w]
     return out.reshape(*lead, -1)[..., : length + hop * (t - 1)]
 
 
 @functools.lru_cache(maxsize=64)
 def _window_sum(cfg: MelConfig, t: int) -> np.ndarray:
+    """1 / (the overlap-added squared window) float32 [n_fft + hop (T - 1)] (1 where ~0)."""
     win2 = np.broadcast_to(_window(cfg.win_length, cfg.n_fft) ** 2, (t, cfg.n_fft))
     norm = _overlap_add(win2, cfg.hop_length)
-    return np.where(norm > 1e-8, norm, 1.0)
+    return (1.0 / np.where(norm > 1e-8, norm, 1.0)).astype(np.float32)
 
 
 def istft(spec: np.ndarray, cfg: MelConfig, length: int | None = None) -> np.ndarray:
-    """Inverse of `stft` (weighted overlap-add): complex [..., T, F] -> float32 [..., N]."""
+    """Inverse of `stft` (weighted overlap-add): complex [..., T, F] -> float32 [..., N].
+    float32 throughout (scipy's real FFT keeps single precision; Griffin-Lim runs one per
+    iteration)."""
     t = spec.shape[-2]
-    win = _window(cfg.win_length, cfg.n_fft)
-    frames = np.fft.irfft(spec, n=cfg.n_fft, axis=-1) * win  # [..., T, n_fft]
-    out = _overlap_add(frames, cfg.hop_length) / _window_sum(cfg, t)
-    out = out[..., cfg.n_fft // 2 :]
+    win = _window(cfg.win_length, cfg.n_fft).astype(np.float32)
+    spec = np.asarray(spec, np.complex64)
+    frames = scipy.fft.irfft(spec, n=cfg.n_fft, axis=-1)  # float32 [..., T, n_fft]
+    frames *= win
+    out = _overlap_add(frames, cfg.hop_length)
+    out *= _window_sum(cfg, t)
     length = (t - 1) * cfg.hop_length if length is None else length
-    if out.shape[-1] >= length:
-        out = out[..., :length]
-    else:
-        out = np.pad(out, [(0, 0)] * (out.ndim - 1) + [(0, length - out.shape[-1])])
-    return out.astype(np.float32)
+    pad = cfg.n_fft // 2
+    if out.shape[-1] - pad >= length:
+        return out[..., pad : pad + length]
+    out = out[..., pad:]
+    return np.pad(out, [(0, 0)] * (out.ndim - 1) + [(0, length - out.shape[-1])])
 
 
 @functools.lru_cache(maxsize=8)

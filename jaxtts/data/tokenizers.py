@@ -405,6 +405,22 @@ class KMeansTokenizer(SpeechTokenizer):
             z = z + token_decoder.apply(self.conv_decoder, tokens[None])[0]  # [T, f M]
         return z
 
+    def decode_standardised_many(self, rows: list[np.ndarray], conv: bool = True) -> list:
+        """`[decode_standardised(t, conv) for t in rows]` with the conv decoder of every row in
+        one batch: rows padded with the outside id K, which the decoder treats as the zeros
+        beyond a sequence's end, so a row's vectors are the ones it gets alone (tested).
+        A streaming server decodes its rows' windows this way."""
+        zs = [self.decode_standardised(np.asarray(t), conv=False) for t in rows]
+        live = [i for i, t in enumerate(rows) if len(t)]
+        if conv and self.conv_decoder is not None and live:
+            ids = np.full((len(live), max(len(rows[i]) for i in live)), self.k, np.int64)
+            for j, i in enumerate(live):
+                ids[j, : len(rows[i])] = rows[i]
+            res = token_decoder.apply(self.conv_decoder, ids)  # [R, T, f M]
+            for j, i in enumerate(live):
+                zs[i] = zs[i] + res[j, : len(rows[i])]
+        return zs
+
     @property
     def lookahead_tokens(self) -> int:
         """W of the context decoder + L * (k // 2) of the conv decoder (its 'same' convolutions)."""

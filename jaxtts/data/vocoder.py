@@ -109,22 +109,32 @@ class GriffinLim(Vocoder):
         `seed` is an int, or one per row; a row's result is the one it gets alone. `n_iter`:
         the vocoder's unless given."""
         cfg = self.mel_cfg
-        length = (mag.shape[-2] - 1) * cfg.hop_length
+        mag = np.asarray(mag, np.float32)
+        t, f = mag.shape[-2:]
+        length = (t - 1) * cfg.hop_length
         lead = mag.shape[:-2]
         seeds = np.broadcast_to(np.asarray(self.seed if seed is None else seed), lead)
+        t0 = 0 if init is None else init.shape[-2]  # frames with known phases
         angles = np.empty(mag.shape, np.complex64)  # [..., T, F]
-        for idx in np.ndindex(*lead):
+        angles[..., :t0, :] = init if t0 else 0
+        for idx in np.ndindex(*lead):  # random unit phases for the other frames, per row
             rng = np.random.default_rng(int(seeds[idx]))
-            angles[idx] = np.exp(2j * np.pi * rng.random(mag.shape[-2:]))
-        if init is not None and init.shape[-2]:
-            angles[..., : init.shape[-2], :] = init
+            ph = rng.random((t - t0, f), dtype=np.float32) * np.float32(2 * np.pi)
+            row = angles[idx][t0:]
+            row.real, row.imag = np.cos(ph), np.sin(ph)
+        # fast Griffin-Lim; the update in place (numpy's temporaries were most of its time)
+        keep = np.float32(self.momentum / (1 + self.momentum))
         prev = np.zeros_like(angles)
+        norm = np.empty(mag.shape, np.float32)
         for _ in range(self.n_iter if n_iter is None else n_iter):
             rebuilt = stft(istft(mag * angles, cfg, length), cfg)  # [..., T, F]
-            accel = rebuilt - (self.momentum / (1 + self.momentum)) * prev
-            angles = accel / np.maximum(np.abs(accel), 1e-8)
+            prev *= -keep
+            prev += rebuilt  # the accelerated estimate
+            np.abs(prev, out=norm)
+            np.maximum(norm, 1e-8, out=norm)
+            np.divide(prev, norm, out=angles)
             prev = rebuilt
-        return istft(mag * angles, cfg, length), angles.astype(np.complex64)
+        return istft(mag * angles, cfg, length), angles
 
 
 VOCODERS = {"griffin_lim": GriffinLim}
