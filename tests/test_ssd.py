@@ -130,29 +130,32 @@ def test_greedy_ssd_with_the_target_as_draft_accepts_everything(params, L):
     assert np.all(prop - acc <= L - 1) and np.all(acc > 0), (acc, prop)
 
 
-def test_draft_suppresses_early_eos_at_its_own_positions():
+@pytest.mark.parametrize("L, min_tokens", [(3, 6), (2, 4)])
+def test_draft_suppresses_early_eos_at_its_own_positions(L, min_tokens):
     """min_tokens = 6 and an EOS the model always prefers: with the target as its own draft
     (L = 3, greedy) step 1 emits positions 0-3 (3 drafts + the bonus) and step 2 drafts
     positions 4, 5, 6; EOS is allowed from position 6 on, so the draft proposes it there and the
     target accepts it: 6 tokens and the EOS in 2 steps, all 6 proposals accepted. A draft that
-    suppressed EOS at the wrong positions is rejected at position 6 (5 accepted)."""
+    suppressed EOS at the wrong positions is rejected at position 6 (5 accepted). L = 2,
+    min_tokens = 4: step 2 drafts positions 3 and 4 (a draft position of `length | i` instead
+    of `length + i` would suppress the EOS at 4)."""
     p = init_params(eos_bias=30.0)
     tp = {k: v for k, v in p.items() if not k.startswith("head_")}
     rows = random_rows(3, seed=4)
     out = decode(
-        SSD(3, 0.0),
+        SSD(L, 0.0),
         {"target": TTSLM(TINY), "draft": TTSLM(dataclasses.replace(TINY, num_mtp_heads=1))},
         {"target": p, "draft": tp},
         batch_of(rows),
         row_keys(0, range(3)),
         max_new_tokens=24,
-        sampling=SamplingConfig(greedy=True, min_tokens=6),
+        sampling=SamplingConfig(greedy=True, min_tokens=min_tokens),
     )
-    np.testing.assert_array_equal(out.length, [6, 6, 6])
+    np.testing.assert_array_equal(out.length, [min_tokens] * 3)
     np.testing.assert_array_equal(out.steps, [2, 2, 2])
-    np.testing.assert_array_equal(out.stats["proposed_drafts"], [6, 6, 6])
-    np.testing.assert_array_equal(out.stats["accepted_drafts"], [6, 6, 6])
-    assert not (np.asarray(out.tokens)[:, :6] == TINY.eos).any()
+    np.testing.assert_array_equal(out.stats["proposed_drafts"], [2 * L] * 3)
+    np.testing.assert_array_equal(out.stats["accepted_drafts"], [2 * L] * 3)
+    assert not (np.asarray(out.tokens)[:, :min_tokens] == TINY.eos).any()
 
 
 @pytest.mark.parametrize(
@@ -161,7 +164,7 @@ def test_draft_suppresses_early_eos_at_its_own_positions():
 def test_ssd_batch_n_equals_batch_1(params, draft_params, sampling):
     rows = random_rows(4, seed=7)
     big = run_ssd(
-        "ssd:L=3,beta=0.2",
+        SSD(3, 0.2, record=True),
         params,
         draft_params,
         batch_of(rows, 14, 8),
@@ -180,6 +183,12 @@ def test_ssd_batch_n_equals_batch_1(params, draft_params, sampling):
         n = int(one.length[0])
         assert int(big.length[i]) == n
         np.testing.assert_array_equal(big.tokens[i, :n], one.tokens[0, :n])
+    # the recorded schedule: accepted drafts (0..L) at each of a row's steps, -1 after its end
+    hist, steps = np.asarray(big.stats["accepted_per_step"]), np.asarray(big.steps)
+    assert len(set(steps.tolist())) > 1  # rows end at different steps
+    for i, s in enumerate(steps):
+        assert ((hist[i, :s] >= 0) & (hist[i, :s] <= 3)).all() and (hist[i, s:] == -1).all()
+        assert hist[i, :s].sum() == int(big.stats["accepted_drafts"][i])
 
 
 def _exact_first_two(params, text, prompt, sampling):

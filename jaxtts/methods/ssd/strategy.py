@@ -92,13 +92,13 @@ def verify(
     else:
         ok = u < jnp.minimum(1.0, qx / jnp.maximum(px, 1e-30)) + beta
     n = jnp.sum(jnp.cumprod(ok.astype(jnp.int32)))
-    qn, pn = q[n], jnp.where(n < L, p[jnp.minimum(n, L - 1)], 0.0)
-    dist = jnp.where(n < L, residual(qn, pn), qn)  # [V]
+    # rejected at n < L: the residual of q_n over p_n; all accepted: the bonus from q_L (p[n]
+    # is then an index past the end, clamped by JAX, and its residual unused)
+    dist = jnp.where(n < L, residual(q[n], p[n]), q[n])  # [V], a distribution either way
     if greedy:
         z = jnp.argmax(dist)
     else:
         z = jax.random.categorical(key, log_of(dist))
-        z = jnp.where(jnp.sum(dist) > 0, z, jnp.argmax(qn))
     return n.astype(jnp.int32), z.astype(jnp.int32)
 
 
