@@ -494,3 +494,41 @@ def test_untrained_draft_folder_loads_the_targets_layers(tmp_path):
     config.ssd.from_target = True
     with pytest.raises(ConfigError, match="from_target"):
         ssd_task.train(config, str(tmp_path / "never"))
+
+
+def test_each_step_rolls_both_caches_back_to_the_accepted_prefix(params, draft_params):
+    """One loop step at a time (a random draft, so rejections happen): after a step in which a
+    row accepted n of L drafts, the target cache grew by 1 + n (the last committed token y and
+    the n accepted drafts) and the draft cache by its pending tokens plus min(n, L - 1) (it has
+    not seen x_L when all L were accepted: x_L is pending with the bonus, n_pending = 2)."""
+    from jaxtts.decode import driver
+
+    L = 3
+    rows = random_rows(4, seed=9)
+    batch, keys = batch_of(rows), row_keys(3, range(4))
+    s = SamplingConfig(temperature=1.0, top_k=8)
+    run = driver.start(
+        SSD(L, 0.0),
+        {"target": TTSLM(TINY), "draft": TTSLM(DRAFT)},
+        {"target": params, "draft": draft_params},
+        batch,
+        max_new_tokens=20,
+    )
+    seen = set()
+    while not run.all_done():
+        c = run.state.carry
+        t0, d0, pend = (
+            np.asarray(x) for x in (c.target.speech_len, c.draft.speech_len, c.n_pending)
+        )
+        acc0, active = np.asarray(c.accepted), ~np.asarray(run.state.done)
+        run = driver.advance(
+            run, {"target": params, "draft": draft_params}, keys, num_steps=1, sampling=s
+        )
+        c = run.state.carry
+        n = np.asarray(c.accepted) - acc0  # this step's accepted drafts (0 for ended rows)
+        for b in np.flatnonzero(active):
+            assert int(c.target.speech_len[b]) == t0[b] + 1 + n[b]
+            assert int(c.draft.speech_len[b]) == d0[b] + pend[b] + min(n[b], L - 1)
+            assert int(c.n_pending[b]) == (2 if n[b] == L else 1)
+            seen.add(int(n[b]))
+    assert {0, L} <= seen  # rejections and full acceptances both happened
