@@ -14,7 +14,8 @@ Three incremental stages:
    t are final once token t + R exists, R = `tokenizer.lookahead_tokens` (5 tokens = 200 ms
    for the shipped 25 Hz tokenizer). A smaller `lookahead` emits earlier from a context cut
    at the last decoded token. The global-variance postfilter's mean is the mean of the frames
-   decoded so far (offline: the whole utterance's).
+   decoded so far (offline: the whole utterance's). `push_mels` decodes the windows of
+   several streams (a server's rows) as one batch.
 3. **Log-mel -> audio** (`VocoderStream`): Griffin-Lim on a window made of the new frames and
    `context` frames before them. The window's known frames start from the phases the
    previous window found (continuing the phase, as RTISI does) instead of random ones. The
