@@ -134,11 +134,9 @@ def main() -> None:
             t0 = time.perf_counter()
             if batched:  # the server: token decoder windows and vocoder windows as batches
                 frames = push_mels(mels, [toks[:n]] * rows, [fin] * rows)
-            else:
-                frames = [m.push(toks[:n], fin) for m in mels]
-            if batched:
                 audio = push_many(vocs, frames, [fin] * rows)
             else:
+                frames = [m.push(toks[:n], fin) for m in mels]
                 audio = [v.push(f, fin) for v, f in zip(vocs, frames, strict=True)]
             t += time.perf_counter() - t0
             samples += audio[0].size

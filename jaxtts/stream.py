@@ -97,11 +97,11 @@ class MelStream:
         """The decoded window (standardised vectors [n - start, f M], or the whole prefix's
         log-mel without a windowing tokenizer) -> the new final frames."""
         start, n, ready = plan
-        f = self.frames_per_token
         if self.tok is None:
             out = z[self.emitted : ready]
             self.emitted = ready
             return out
+        f = self.frames_per_token
         first = self.emitted // f
         done = n if final else max(self.n_final, n - self.reach)  # tokens final after this call
         if done > self.n_final:
