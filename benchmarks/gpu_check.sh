@@ -15,7 +15,7 @@
 #   .whl/, .whl_gpu/          wheels the GPU image lacks (pinned flax / optax / orbax / chex,
 #                             ml-collections, grain, librosa, soundfile, ...); .whl_gpu/ holds the
 #                             5 MB a decode / one-batch training run imports (no grain: no loader)
-# --slim moves the shipped models that the run does not use (and tldr_deep's copy of car_deep's
+# --slim moves the shipped models that the run does not use (and tldr_deep_p4's copy of car_deep's
 # tokenizer) to .gpu_aside/, git-ignored, so the working tree fits the device call's 64 MiB with
 # gpu_bundle/data, gpu_bundle/bin, gpu_bundle/espeak_table.json and .whl_gpu carried; --unslim
 # puts them back. The image's own CUDA jax runs the code (the pinned jaxlib's CUDA wheels are
@@ -28,19 +28,26 @@
 # exclusive flock on $WORK/timing.lock around each timed section, so no two timings overlap).
 # Parts (each under its own time limit; on the limit Python gets SIGINT first, so its log shows
 # where it was):
-#   deep_<row>  methods_speed.py, one process per row on the 12-layer backbone: FAR, CAR 2/3,
-#               VADUSA, DCAR (pretrained/dcar_deep), SSD beta 0.4 (pretrained/ssd_deep), TLDR
-#               (pretrained/tldr_deep); batch 1 / 8 / 32; joined after with --combine
+#   deep_<row>_b<batch>  methods_speed.py, one process per row and batch size (1 / 8 / 32) on
+#               the 12-layer backbone: FAR, CAR 2/3, VADUSA, DCAR (pretrained/dcar_deep), SSD
+#               beta 0.4 (pretrained/ssd_deep), TLDR P = 4 (pretrained/tldr_deep_p4); joined
+#               after with --combine (DCAR alone compiles 150-175 s per batch size on an H200)
 #   paper       decode.py: paper-size random weights, bf16 weights and compute, batch 1 / 32
 #   train       train_throughput.py: one paper-size training step in bf16, its MFU
 #   calibrate   roofline.py calibrate: matmul FLOP/s by rows, bandwidth, the fixed cost of a
 #               lax.while_loop iteration and of a layer, the bf16 matmul peak
 #   tests_*     the decode-equivalence and lossless-SSD tests, on the GPU (three processes)
+#   where_<row> the batch-1 rows of WHERE_ROWS (FAR, CAR c=3, SSD) with the sampling fallback
+#               computed by jnp.where, not lax.cond (JAXTTS_SAMPLING_FALLBACK=where): a cond
+#               costs a host round trip per step on a GPU
+#   cond        cond_cost.py: what one lax.cond costs per while_loop iteration
 #   check       (after the others) roofline.py check: the roofline's prediction with this GPU's
 #               calibration beside the measured LM-RTF of every deep row
 # Results: $OUT/gpu_check.log (everything printed here, the tables last), $OUT/speed_deep.json,
 # $OUT/calibration.json, $OUT/roofline_check.json and $OUT/parts.tgz (every part's log and JSON;
-# a device call returns at most 8 files). PARTS="deep paper" runs a subset (prefix match).
+# a device call returns at most 8 files). PARTS="deep paper" runs a subset (prefix match); the
+# default is "deep calibrate tests where cond"; ROWS and DEEP_BATCHES ("1:8 8:16") narrow the
+# deep rows.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-run}
@@ -49,20 +56,21 @@ PY=${PY:-python3}
 OUT=${OUT:-out/gpu_check}
 BUNDLE=gpu_bundle
 ASIDE=.gpu_aside
-UNUSED="car_small ctc_asr mdm palle palle_par"  # (TLDR needs speaker_encoder)
+UNUSED="car_small ctc_asr mdm palle palle_par tldr_deep"  # (TLDR needs speaker_encoder)
 
 if [ "$MODE" = --slim ]; then
   set -e
   mkdir -p $ASIDE
   for m in $UNUSED; do [ -d pretrained/$m ] && mv pretrained/$m $ASIDE/; done
-  [ -d pretrained/tldr_deep/tokenizer ] && mv pretrained/tldr_deep/tokenizer $ASIDE/tldr_tokenizer
+  [ -d pretrained/tldr_deep_p4/tokenizer ] && mv pretrained/tldr_deep_p4/tokenizer $ASIDE/tldr_tokenizer
   echo "moved to $ASIDE: $(ls $ASIDE | tr '\n' ' ')(bash $0 --unslim puts them back)"
   exit 0
 fi
 if [ "$MODE" = --unslim ]; then
   set -e
   for m in $UNUSED; do [ -d $ASIDE/$m ] && mv $ASIDE/$m pretrained/; done
-  [ -d $ASIDE/tldr_tokenizer ] && mv $ASIDE/tldr_tokenizer pretrained/tldr_deep/tokenizer
+  [ -L pretrained/tldr_deep_p4/tokenizer ] && rm pretrained/tldr_deep_p4/tokenizer
+  [ -d $ASIDE/tldr_tokenizer ] && mv $ASIDE/tldr_tokenizer pretrained/tldr_deep_p4/tokenizer
   rmdir $ASIDE 2> /dev/null || true
   git status --short pretrained
   exit 0
@@ -137,7 +145,8 @@ WORK=${WORK:-$OUT/parts}
 [ $DRY = 0 ] && WORK=/tmp/gpu_check_parts
 rm -rf "$WORK" && mkdir -p "$WORK"
 exec > >(tee -a "$OUT/gpu_check.log") 2>&1
-PARTS=${PARTS:-deep paper train calibrate tests}
+# paper and train were measured on the second lease (RESULTS §gpu-check-2): PARTS="paper train"
+PARTS=${PARTS:-deep calibrate tests where cond}
 want() { for p in $PARTS; do [[ $1 == "$p"* ]] && return 0; done; return 1; }
 launch() {  # launch <name> <limit s> <command...>: in the background, output to $WORK/<name>.log
   local name=$1 limit=$2
@@ -153,21 +162,27 @@ launch() {  # launch <name> <limit s> <command...>: in the background, output to
 }
 PIDS=()
 
-ROWS="far@pretrained/car_deep car:2@pretrained/car_deep car:3@pretrained/car_deep"
-ROWS+=" vadusa:2@pretrained/car_deep dcar:sample@pretrained/dcar_deep"
-ROWS+=" ssd:L=3,beta=0.4@pretrained/ssd_deep tldr@pretrained/tldr_deep"
+ALL_ROWS="far@pretrained/car_deep car:2@pretrained/car_deep car:3@pretrained/car_deep"
+ALL_ROWS+=" vadusa:2@pretrained/car_deep dcar:sample@pretrained/dcar_deep"
+ALL_ROWS+=" ssd:L=3,beta=0.4@pretrained/ssd_deep tldr@pretrained/tldr_deep_p4"
+# the sampling fallback without lax.cond (JAXTTS_SAMPLING_FALLBACK=where), part `where`
+WHERE_ROWS=${WHERE_ROWS:-far@pretrained/car_deep car:3@pretrained/car_deep ssd:L=3,beta=0.4@pretrained/ssd_deep}
 TESTS="tests/test_lm.py tests/test_ssd.py"
 if [ $DRY = 1 ]; then  # tiny sizes on the CPU: the flow and the files, not the numbers
   CAL_MB=4
-  ROWS="far@pretrained/car_deep dcar:sample@pretrained/dcar_deep"
-  DEEP_ARGS="--num 2 --batch 1 --rounds 1"
+  ROWS=${ROWS:-far@pretrained/car_deep dcar:sample@pretrained/dcar_deep}
+  WHERE_ROWS=far@pretrained/car_deep
+  DEEP_BATCHES=${DEEP_BATCHES:-1:2}  # batch:sentences, one process each
+  DEEP_ARGS="--rounds 1"
   PAPER_ARGS="--config configs/car.py:tiny --batch 1,2 --tokens 8 --repeats 1"
   TRAIN_ARGS="--config configs/car.py:tiny --batch 2 --text 16 --speech 32 --steps 1"
   TEST_K=(c1_equals "greedy_ssd_equals_greedy_far and 1")
   LIMIT=${LIMIT:-400}
 else
   CAL_MB=64
-  DEEP_ARGS="--num 8,16,32 --batch 1,8,32 --rounds 2"
+  ROWS=${ROWS:-$ALL_ROWS}
+  DEEP_BATCHES=${DEEP_BATCHES:-1:8 8:16 32:32}  # batch:sentences, one process each
+  DEEP_ARGS="--rounds 2"
   PAPER_ARGS="--config configs/car.py:paper --batch 1,32 --tokens 200 --repeats 3"
   PAPER_ARGS+=" --strategies far,car:3 --param_dtype bfloat16"
   TRAIN_ARGS="--config configs/car.py:paper --batch 32 --dtype bfloat16 --steps 5 --mesh data=1"
@@ -188,7 +203,7 @@ if [ $DRY = 0 ] && ls .whl_gpu/*.whl > /dev/null 2>&1; then
     --target /tmp/site .whl_gpu/*.whl || echo "=== env: the wheels did not install"
   export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
-[ -e pretrained/tldr_deep/tokenizer ] || ln -s ../car_deep/tokenizer pretrained/tldr_deep/tokenizer
+[ -e pretrained/tldr_deep_p4/tokenizer ] || ln -s ../car_deep/tokenizer pretrained/tldr_deep_p4/tokenizer
 if ! command -v espeak-ng > /dev/null && [ -x $BUNDLE/bin/espeak-ng ]; then
   export PATH="$PWD/$BUNDLE/bin:$PATH"  # no espeak-ng here: the recorded one (see --prepare)
   echo "espeak-ng: the recording in $BUNDLE/espeak_table.json"
@@ -204,11 +219,24 @@ PY
 echo "=== start $(date -u +%T): every part at once, timed parts one at a time"
 DEEP_JSONS=""
 for spec in $ROWS; do
-  name=deep_$(echo "${spec%@*}" | tr -c 'a-zA-Z0-9.\n' _)
-  DEEP_JSONS+="${DEEP_JSONS:+,}$WORK/$name.json"
-  XLA_FLAGS="${XLA_FLAGS:-} $FAST" launch "$name" "$LIMIT" $PY benchmarks/methods_speed.py \
-    --corpus $BUNDLE/data/builtin --rows "$spec" $DEEP_ARGS --out "$WORK/$name.json"
+  for bn in $DEEP_BATCHES; do  # one process per row and batch size: they compile side by side
+    name=deep_$(echo "${spec%@*}" | tr -c 'a-zA-Z0-9.\n' _)_b${bn%:*}
+    DEEP_JSONS+="${DEEP_JSONS:+,}$WORK/$name.json"
+    XLA_FLAGS="${XLA_FLAGS:-} $FAST" launch "$name" "$LIMIT" $PY benchmarks/methods_speed.py \
+      --corpus $BUNDLE/data/builtin --rows "$spec" --batch "${bn%:*}" --num "${bn#*:}" \
+      $DEEP_ARGS --out "$WORK/$name.json"
+  done
 done
+WHERE_JSONS=""
+for spec in $WHERE_ROWS; do  # batch 1 (the host round trips show at batch 1)
+  bn=${DEEP_BATCHES%% *}
+  name=where_$(echo "${spec%@*}" | tr -c 'a-zA-Z0-9.\n' _)_b${bn%:*}
+  WHERE_JSONS+="${WHERE_JSONS:+,}$WORK/$name.json"
+  XLA_FLAGS="${XLA_FLAGS:-} $FAST" JAXTTS_SAMPLING_FALLBACK=where launch "$name" "$LIMIT" \
+    $PY benchmarks/methods_speed.py --corpus $BUNDLE/data/builtin --rows "$spec" \
+    --batch "${bn%:*}" --num "${bn#*:}" $DEEP_ARGS --out "$WORK/$name.json"
+done
+launch cond "$LIMIT" $PY benchmarks/cond_cost.py --out "$WORK/cond.json"
 XLA_FLAGS="${XLA_FLAGS:-} $FAST" launch paper "$LIMIT" $PY benchmarks/decode.py $PAPER_ARGS \
   --out "$WORK/paper.json"
 launch train "$LIMIT" $PY benchmarks/train_throughput.py $TRAIN_ARGS --out "$WORK/train.json"
@@ -239,6 +267,11 @@ if want deep; then
   $PY benchmarks/methods_speed.py --combine "$DEEP_JSONS" --out "$OUT/speed_deep.json"
   grep -h "warm-up\|timing lock" "$WORK"/deep_*.log | head -40
 fi
+if want where; then
+  echo "sampling fallback by jnp.where instead of lax.cond (JAXTTS_SAMPLING_FALLBACK=where):"
+  $PY benchmarks/methods_speed.py --combine "$WHERE_JSONS" --out "$OUT/speed_where.json"
+fi
+[ -f "$WORK/cond.log" ] && tail -n 1 "$WORK/cond.log"
 [ -f "$WORK/paper.json" ] && sed -n '/^| strategy/,$p' "$WORK/paper.log"
 [ -f "$WORK/train.json" ] && $PY -c "import json; r = json.load(open('$WORK/train.json')); \
 print({k: r[k] for k in ('config', 'device', 'params', 'batch', 'step_s', 'compile_s', \

@@ -134,7 +134,14 @@ def main(argv=None) -> int:
             if not Path(p).is_file():
                 print(f"  (--combine: {p}: no such file; its rows are missing)", file=sys.stderr)
                 continue
-            table += json.loads(Path(p).read_text())
+            for e in json.loads(Path(p).read_text()):  # one row's batch sizes may come from
+                same = [
+                    t for t in table if (t["strategy"], t["folder"]) == (e["strategy"], e["folder"])
+                ]
+                if same:  # several processes: one entry with all of them
+                    same[0].update({k: v for k, v in e.items() if k[0] == "b" and k[1:].isdigit()})
+                else:
+                    table.append(e)
         if not table:
             print(f"error: --combine: {args.combine}: no rows", file=sys.stderr)
             return 2

@@ -139,10 +139,15 @@ class Forward:
         return 2 * b * self.q * w + 4 * b * self.q * self.layers * self.attn * self.context
 
     def bytes(self, b: int, wbytes: int, cbytes: int) -> float:
+        return sum(self.bytes_split(b, wbytes, cbytes))
+
+    def bytes_split(self, b: int, wbytes: int, cbytes: int) -> tuple[float, float]:
+        """(weights, streamed): the weight matrices, read one GEMM at a time, and the KV cache
+        read and written plus the logits, a few large buffers per layer."""
         w = self.layers * self.layer_w + self.head_w + self.extra_w
         kv = b * self.layers * 2 * self.attn * (self.context + self.q) * cbytes
         logits = 2 * b * self.q * self.head_v * 4
-        return w * wbytes + kv + logits
+        return w * wbytes, kv + logits
 
 
 def step_forwards(strategy: str, lm: LMShape, stats: dict, context: float, extra=None) -> list:
@@ -241,7 +246,7 @@ def step_forwards(strategy: str, lm: LMShape, stats: dict, context: float, extra
 @dataclasses.dataclass
 class Device:
     name: str
-    bw: float  # B/s
+    bw: float  # B/s, weights read matrix by matrix (and everything when bw_stream is None)
     o_f: float  # s per forward
     o_l: float  # s per layer
     wbytes: int = 4
@@ -250,6 +255,9 @@ class Device:
     curve: list | None = None  # [[M, FLOP/s], ...] achieved matmul throughput by rows
     # {batch: [o_f, o_l(, o_s, o_sl)]} fitted on real decode steps
     fixed_by_batch: dict | None = None
+    # B/s over one large buffer (the KV cache, the logits); on a GPU 3x the per-matrix rate,
+    # whose many small reads are bound by their launches (RESULTS gpu-check-3)
+    bw_stream: float | None = None
 
     def fixed(self, b: int) -> tuple[float, float, float, float]:
         """(per forward, per layer, per extra token slot, per extra slot and layer) fixed
@@ -275,7 +283,8 @@ class Device:
 
     def forward_time(self, f: Forward, b: int) -> dict:
         compute = f.flops(b) / self.flops_rate(b * f.q)
-        memory = f.bytes(b, self.wbytes, self.cbytes) / self.bw
+        weights, streamed = f.bytes_split(b, self.wbytes, self.cbytes)
+        memory = weights / self.bw + streamed / (self.bw_stream or self.bw)
         o_f, o_l, o_s, o_sl = self.fixed(b)
         # the slot terms: what a forward of q tokens per row costs beyond one token's (its
         # heads' sampling, cache writes, per-layer ops on more rows), fitted on car:3 vs far
@@ -382,7 +391,9 @@ def calibrate(
         return _timeit(f, jnp.ones((1, 8), jnp.float32), reps=10) / iters
 
     t0, t4 = loop_time(0), loop_time(4)
-    fixed_by_batch = fit_fixed_costs(dict(d_model=d_model, d_ff=d_ff), bw=bw, curve=curve)
+    fixed_by_batch = fit_fixed_costs(
+        dict(d_model=d_model, d_ff=d_ff), bw=bw, curve=curve, bw_stream=bw_stream
+    )
     peak = None
     if jax.default_backend() != "cpu":
         a = jnp.ones((8192, 8192), jnp.bfloat16)
@@ -405,7 +416,13 @@ def calibrate(
 
 
 def fit_fixed_costs(
-    model: dict, bw: float, curve: list, batches=(1, 8), depths=(1, 4), tokens: int = 64
+    model: dict,
+    bw: float,
+    curve: list,
+    batches=(1, 8),
+    depths=(1, 4),
+    tokens: int = 64,
+    bw_stream: float | None = None,
 ) -> dict:
     """{batch: [o_f, o_l, o_s, o_sl]}: the fixed costs of real decode steps. FAR decodes `tokens`
     tokens (EOS suppressed) with random weights of the `small` shapes at two depths; the
@@ -430,7 +447,7 @@ def fit_fixed_costs(
     from jaxtts.decode.sampling import SamplingConfig
     from jaxtts.methods.lm.model import TTSLM, LMConfig
 
-    dev = Device("fit", bw=bw, o_f=0.0, o_l=0.0, curve=curve)
+    dev = Device("fit", bw=bw, o_f=0.0, o_l=0.0, curve=curve, bw_stream=bw_stream)
     sampling = SamplingConfig(temperature=1.0, top_p=0.6, min_tokens=tokens)
     text_len, prompt_len = 48, 75
     out = {}
@@ -553,11 +570,13 @@ def check(args) -> int:
         o_l=cal["o_l"],
         curve=cal["curve"],
         fixed_by_batch=fixed or None,
+        bw_stream=cal.get("bw_stream"),
     )
     rows = json.loads(Path(args.speed).read_text())
     print(
         f"calibration: {cal['device']}, bandwidth {cal['bw'] / 1e9:.1f} GB/s over "
-        f"{cal['weights_mb']:.0f} MB, matmul {cal['curve'][0][1] / 1e9:.1f} GFLOP/s at M=1 .. "
+        f"{cal['weights_mb']:.0f} MB of matrices, {(cal.get('bw_stream') or cal['bw']) / 1e9:.1f}"
+        f" GB/s over one buffer, matmul {cal['curve'][0][1] / 1e9:.1f} GFLOP/s at M=1 .. "
         f"{cal['curve'][-1][1] / 1e9:.1f} at M={cal['curve'][-1][0]}, per forward "
         f"{1e6 * cal['o_f']:.0f} us, per layer {1e6 * cal['o_l']:.0f} us"
     )

@@ -65,6 +65,12 @@ def test_step_time_formula_with_fixed_terms(roofline):
     old = dataclasses.replace(dev, fixed_by_batch={1: [1e-3, 2e-4]})  # a calibration without
     assert old.forward_time(f, 1)["fixed"] == pytest.approx(1e-3 + 2 * 2e-4)  # slot terms
     assert st["time"] == pytest.approx(max(flops, nbytes) / 1e9 + st["fixed"])
+    # a device that streams one large buffer 3x faster than it reads matrix after matrix (an
+    # H200: 650 vs 227 GB/s): the weights at bw, the KV cache and the logits at bw_stream
+    split = dataclasses.replace(dev, bw_stream=3e9)
+    weights, streamed = f.bytes_split(1, 4, 4)
+    assert (weights, streamed) == (4 * 2000, 2 * 2 * 8 * 13 * 4)
+    assert split.forward_time(f, 1)["memory"] == pytest.approx(weights / 1e9 + streamed / 3e9)
 
 
 def test_lm_rtf_uses_the_steps_the_batches_ran(roofline):

@@ -97,6 +97,27 @@ def test_rows_do_not_depend_on_each_other():
         np.testing.assert_array_equal(alone[0], together[i])
 
 
+def test_fallback_by_where_equals_fallback_by_cond(monkeypatch):
+    """JAXTTS_SAMPLING_FALLBACK=where (the fallback computed always, no `lax.cond`: no host
+    round trip on a GPU) filters and draws exactly as the default `cond`; an unknown mode is a
+    one-line error naming the variable."""
+    s = SamplingConfig(top_p=0.9)
+    x = _logits(2, b=6)
+    keys = row_keys(0, range(6))
+    got = {}
+    for mode in ("cond", "where"):
+        monkeypatch.setenv("JAXTTS_SAMPLING_FALLBACK", mode)
+        got[mode] = (
+            np.asarray(jax.jit(filter_logits, static_argnums=1)(x, s)),
+            np.asarray(jax.jit(sample_tokens, static_argnums=2)(keys, x, s)),
+        )
+    for a, b in zip(got["cond"], got["where"], strict=True):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setenv("JAXTTS_SAMPLING_FALLBACK", "never")
+    with pytest.raises(sampling.ConfigError, match="JAXTTS_SAMPLING_FALLBACK: 'never'"):
+        filter_logits(x, s)
+
+
 def test_new_temperature_top_k_or_top_p_reuses_the_compiled_loop():
     """temperature, top_k and top_p are traced: a sweep compiles the decode loop once;
     turning top-k or top-p on (or greedy) compiles anew."""

@@ -18,6 +18,7 @@ Axis letters: B batch, C tokens per step, V vocabulary.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import flax.struct
 import jax
@@ -162,6 +163,19 @@ def _candidates(x: jax.Array, s: SamplingConfig):
     return vals, ids, keep, covered
 
 
+def _unless_covered(covered: jax.Array, fast: jax.Array, full) -> jax.Array:
+    """`full()` where some row is not `covered`, else `fast`: a `lax.cond`, so the fallback's
+    sort runs only when needed. On a GPU every `lax.cond` in the decode loop costs a
+    device-to-host copy of its predicate and a wait; JAXTTS_SAMPLING_FALLBACK=where computes
+    the fallback always instead (the same values; `benchmarks/gpu_check.sh` times both)."""
+    mode = os.environ.get("JAXTTS_SAMPLING_FALLBACK", "cond")
+    if mode == "where":
+        return full()
+    if mode != "cond":
+        raise ConfigError(f"JAXTTS_SAMPLING_FALLBACK: {mode!r}: expected 'cond' or 'where'")
+    return jax.lax.cond(jnp.all(covered), lambda: fast, full)
+
+
 def filter_logits(logits: jax.Array, s: SamplingConfig) -> jax.Array:
     """Temperature, top-k and top-p applied to logits [..., V] (removed ids -> -inf).
 
@@ -174,7 +188,7 @@ def filter_logits(logits: jax.Array, s: SamplingConfig) -> jax.Array:
     vals, _, keep, covered = _candidates(x, s)
     thr = jnp.min(jnp.where(keep, vals, jnp.inf), axis=-1, keepdims=True)
     fast = jnp.where(x < thr, -jnp.inf, x)
-    full = jax.lax.cond(jnp.all(covered), lambda: fast, lambda: _filter_sorted(x, s))
+    full = _unless_covered(covered, fast, lambda: _filter_sorted(x, s))
     return jnp.where(covered[..., None], fast, full)
 
 
@@ -224,9 +238,7 @@ def sample_tokens(keys: jax.Array, logits: jax.Array, s: SamplingConfig) -> jax.
     vals, ids, keep, covered = _candidates(x, s)
     pick = _inverse_cdf(jnp.where(keep, vals, -jnp.inf), u)  # [B, C] index into candidates
     fast = jnp.take_along_axis(ids, pick[..., None], axis=-1)[..., 0].astype(jnp.int32)
-    full = jax.lax.cond(
-        jnp.all(covered), lambda: fast, lambda: _inverse_cdf(_filter_sorted(x, s), u)
-    )
+    full = _unless_covered(covered, fast, lambda: _inverse_cdf(_filter_sorted(x, s), u))
     return jnp.where(covered, fast, full)
 
 
