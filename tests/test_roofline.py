@@ -3,6 +3,7 @@ step counts against a real decode, and the time formula with its fixed terms."""
 
 import dataclasses
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
@@ -110,3 +111,35 @@ def test_step_counts_of_a_real_decode(roofline, strategy, chunk):
     lm = roofline.LMShape.from_config(TINY)
     (fw,) = roofline.step_forwards(strategy, lm, {"tokens_per_step": tokens / steps[0]}, 50)
     assert fw.q == chunk
+
+
+def test_methods_speed_combine_joins_one_rows_batch_sizes(tmp_path, capsys):
+    """gpu_check.sh times every row and batch size in its own process; `methods_speed.py
+    --combine` makes one table row per (strategy, folder) with all its batch sizes, each
+    against FAR's at the same batch size."""
+    spec = importlib.util.spec_from_file_location(
+        "methods_speed", ROOT / "benchmarks" / "methods_speed.py"
+    )
+    ms = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ms)
+
+    def entry(strategy, b, rtf):
+        m = dict(lm_rtf=rtf, steps_per_audio_s=25.0, kv_mb_per_audio_s=1.0)
+        return dict(
+            strategy=strategy, folder="m", backbone="m", wer=None, wer_source="", **{f"b{b}": m}
+        )
+
+    parts = {"far1": [entry("far", 1, 0.02)], "far8": [entry("far", 8, 0.004)]}
+    parts |= {"car1": [entry("car:3", 1, 0.01)], "car8": [entry("car:3", 8, 0.001)]}
+    paths = []
+    for name, rows in parts.items():
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(rows))
+    out = tmp_path / "all.json"
+    assert ms.main(["--combine", ",".join(map(str, paths)), "--out", str(out)]) == 0
+    table = json.loads(out.read_text())
+    assert [e["strategy"] for e in table] == ["far", "car:3"]
+    car = table[1]
+    assert car["b1"]["speed_vs_far"] == pytest.approx(2.0)
+    assert car["b8"]["speed_vs_far"] == pytest.approx(4.0)
+    assert "| car:3 | m | m | — | 0.0100 | 2.00x | 0.0010 | 4.00x |" in capsys.readouterr().out
