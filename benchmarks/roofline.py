@@ -47,7 +47,8 @@ from benchmarks.timing_lock import exclusive  # noqa: E402
 DEVICES = {
     # name: (peak FLOP/s, bandwidth B/s, bytes per weight, per-forward s, per-layer s)
     # per-forward / per-layer overheads on accelerators are ASSUMED (kernel launches inside a
-    # while loop, ~10 fused kernels a layer at ~2 us): benchmarks/gpu_check.sh measures them
+    # while loop, ~10 fused kernels a layer at ~2 us): 0.27 ms for a 12-layer step. An H200's
+    # fitted ones (benchmarks/gpu_check.sh, RESULTS gpu-check-3): 0.19 ms at batch 1, 0.31 at 8
     "h100": dict(peak=989e12, bw=3.35e12, wbytes=2, o_f=30e-6, o_l=20e-6),
     "tpu_v5e": dict(peak=197e12, bw=819e9, wbytes=2, o_f=30e-6, o_l=20e-6),
 }
