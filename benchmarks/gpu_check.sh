@@ -38,15 +38,15 @@
 #               lax.while_loop iteration and of a layer, the bf16 matmul peak
 #   tests_*     the decode-equivalence and lossless-SSD tests, on the GPU (three processes)
 #   where_<row> the batch-1 rows of WHERE_ROWS (FAR, CAR c=3, SSD) with the sampling fallback
-#               computed by jnp.where, not lax.cond (JAXTTS_SAMPLING_FALLBACK=where): a cond
-#               costs a host round trip per step on a GPU
+#               computed by jnp.where, not lax.cond (JAXTTS_SAMPLING_FALLBACK=where), in case a
+#               cond costs a host round trip per step (on an H200 it did not: RESULTS gpu-check-3)
 #   cond        cond_cost.py: what one lax.cond costs per while_loop iteration
 #   check       (after the others) roofline.py check: the roofline's prediction with this GPU's
 #               calibration beside the measured LM-RTF of every deep row
 # Results: $OUT/gpu_check.log (everything printed here, the tables last), $OUT/speed_deep.json,
 # $OUT/calibration.json, $OUT/roofline_check.json and $OUT/parts.tgz (every part's log and JSON;
 # a device call returns at most 8 files). PARTS="deep paper" runs a subset (prefix match); the
-# default is "deep calibrate tests where cond"; ROWS and DEEP_BATCHES ("1:8 8:16") narrow the
+# default is "deep calibrate tests"; ROWS and DEEP_BATCHES ("1:8 8:16") narrow the
 # deep rows.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -145,8 +145,8 @@ WORK=${WORK:-$OUT/parts}
 [ $DRY = 0 ] && WORK=/tmp/gpu_check_parts
 rm -rf "$WORK" && mkdir -p "$WORK"
 exec > >(tee -a "$OUT/gpu_check.log") 2>&1
-# paper and train were measured on the second lease (RESULTS §gpu-check-2): PARTS="paper train"
-PARTS=${PARTS:-deep calibrate tests where cond}
+# measured on earlier leases: paper and train (RESULTS §gpu-check-2), where and cond (-3)
+PARTS=${PARTS:-deep calibrate tests}
 want() { for p in $PARTS; do [[ $1 == "$p"* ]] && return 0; done; return 1; }
 launch() {  # launch <name> <limit s> <command...>: in the background, output to $WORK/<name>.log
   local name=$1 limit=$2

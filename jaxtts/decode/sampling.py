@@ -165,9 +165,9 @@ def _candidates(x: jax.Array, s: SamplingConfig):
 
 def _unless_covered(covered: jax.Array, fast: jax.Array, full) -> jax.Array:
     """`full()` where some row is not `covered`, else `fast`: a `lax.cond`, so the fallback's
-    sort runs only when needed. On a GPU every `lax.cond` in the decode loop costs a
-    device-to-host copy of its predicate and a wait; JAXTTS_SAMPLING_FALLBACK=where computes
-    the fallback always instead (the same values; `benchmarks/gpu_check.sh` times both)."""
+    sort runs only when needed. JAXTTS_SAMPLING_FALLBACK=where computes the fallback always
+    instead (the same values), for accelerators where a conditional in the decode loop might
+    cost a host round trip; on an H200 the two timed the same (RESULTS gpu-check-3)."""
     mode = os.environ.get("JAXTTS_SAMPLING_FALLBACK", "cond")
     if mode == "where":
         return full()
