@@ -153,6 +153,7 @@ def main(argv=None) -> int:
         return 2
 
     import jax
+    import numpy as np
 
     from jaxtts.data.manifest import read_split
     from jaxtts.evaluate import split_specs
@@ -187,7 +188,9 @@ def main(argv=None) -> int:
             texts, prompts, strategy=strategy, batch_size=b, progress=False, vocode=False
         )
         audio = sum(r.info["duration"] for r in res)
-        return {
+        hists = [r.info["chunk_hist"] for r in res if r.info.get("chunk_hist") is not None]
+        extra = {"chunk_hist": [int(v) for v in np.sum(hists, axis=0)]} if hists else {}
+        return extra | {
             "lm_rtf": sum(r.info["lm_s"] for r in res) / audio,
             "steps_per_audio_s": sum(r.info["steps"] for r in res) / audio,
             # the steps the batches ran (each until its longest row ended) per audio second
@@ -245,7 +248,10 @@ def report(rows, batches, meas, wers, out, final: bool, keep=()) -> list:
         entry["wer"], entry["wer_source"] = wer
         for b in batches:
             ms = meas[(strategy, folder, b)]
-            entry[f"b{b}"] = {k: statistics.median(m[k] for m in ms) for k in ms[0]}
+            entry[f"b{b}"] = {  # (a list, DCAR's chunk sizes: the same every round, seeded)
+                k: ms[0][k] if isinstance(ms[0][k], list) else statistics.median(m[k] for m in ms)
+                for k in ms[0]
+            }
         table.append(entry)
     table = list(keep) + table  # rows of an earlier run (--merge), as they were measured
     far = {e["backbone"]: e for e in table if e["strategy"] == "far"}

@@ -40,6 +40,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.timing_lock import exclusive  # noqa: E402
@@ -151,8 +153,19 @@ class Forward:
         return w * wbytes, kv + logits
 
 
-def step_forwards(strategy: str, lm: LMShape, stats: dict, context: float, extra=None) -> list:
-    """The forwards of one decode step of `strategy` (its measured `stats`: tokens_per_step)."""
+def expected_max(hist, b: int) -> float:
+    """E[max of b independent draws] from the sizes 1..K counted in `hist` [K]."""
+    p = np.asarray(hist, np.float64) / max(1, np.sum(hist))
+    cdf = np.cumsum(p)
+    below = np.concatenate([[0.0], cdf[:-1]])
+    return float(np.sum(np.arange(1, len(p) + 1) * (cdf**b - below**b)))
+
+
+def step_forwards(
+    strategy: str, lm: LMShape, stats: dict, context: float, extra=None, b: int = 1
+) -> list:
+    """The forwards of one decode step of `strategy` at batch b (its measured `stats`:
+    tokens_per_step, DCAR's chunk_hist)."""
     name = strategy.split(":")[0]
     tps = float(stats.get("tokens_per_step", 1.0))
     stack = dict(layers=lm.layers, layer_w=lm.layer_w, attn=lm.attn, context=context)
@@ -164,8 +177,10 @@ def step_forwards(strategy: str, lm: LMShape, stats: dict, context: float, extra
         heads = lm.base_head_w + (c - 1) * lm.mtp_head_w
         return [Forward("target", q=c, head_w=heads, head_v=c * v, **stack)]
     if name == "dcar":
-        # the batch extends by its largest chosen size: at batch 1 the mean chunk
-        c = max(1.0, tps)
+        # the batch extends by its largest chosen size: at batch 1 the mean chunk, at batch b
+        # the expected largest of b draws from the measured sizes (without them, the mean)
+        hist = stats.get("chunk_hist")
+        c = expected_max(hist, b) if b > 1 and hist else max(1.0, tps)
         heads = lm.base_head_w + (c - 1) * lm.mtp_head_w
         pol = extra or {}
         return [
@@ -312,7 +327,7 @@ def lm_rtf(
     the batches ran per audio second, methods_speed.py) the time is step time x those steps;
     without it (predictions from batch-1 statistics) rows are taken as equally long, step
     time x steps per audio second / b."""
-    fw = step_forwards(strategy, lm, stats, context, extra)
+    fw = step_forwards(strategy, lm, stats, context, extra, b)
     st = dev.step_time(fw, b)
     steps = float(stats["steps_per_audio_s"])
     if b > 1 and "batch_steps_per_audio_s" in stats:

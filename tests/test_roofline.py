@@ -143,3 +143,18 @@ def test_methods_speed_combine_joins_one_rows_batch_sizes(tmp_path, capsys):
     assert car["b1"]["speed_vs_far"] == pytest.approx(2.0)
     assert car["b8"]["speed_vs_far"] == pytest.approx(4.0)
     assert "| car:3 | m | m | — | 0.0100 | 2.00x | 0.0010 | 4.00x |" in capsys.readouterr().out
+
+
+def test_dcar_batch_extends_by_the_expected_largest_chosen_size(roofline):
+    """At batch b a DCAR step extends every row by the largest size any row chose: the
+    expected largest of b draws from the measured sizes (2 or 3, half each: 2.75 at b = 2)."""
+    assert roofline.expected_max([0, 1, 1, 0], 1) == pytest.approx(2.5)
+    assert roofline.expected_max([0, 1, 1, 0], 2) == pytest.approx(2.75)
+    assert roofline.expected_max([0, 0, 5, 0], 8) == pytest.approx(3.0)
+    lm = roofline.LMShape.from_config(TINY)
+    stats = {"tokens_per_step": 2.5, "chunk_hist": [0, 1, 1, 0]}
+    (one, _) = roofline.step_forwards("dcar", lm, stats, 100, b=1)
+    (two, _) = roofline.step_forwards("dcar", lm, stats, 100, b=2)
+    assert (one.q, two.q) == (pytest.approx(2.5), pytest.approx(2.75))
+    (old, _) = roofline.step_forwards("dcar", lm, {"tokens_per_step": 2.5}, 100, b=2)
+    assert old.q == pytest.approx(2.5)  # without the sizes: the mean
