@@ -4,12 +4,13 @@
 
 A while loop of `--iters` iterations whose body is one [B, 256] x [256, 256] product and a
 tanh, timed plain and with 1 and 4 `lax.cond`s per iteration (predicates computed on the
-device from the carry, both branches a few elementwise ops). On a GPU, XLA copies each
-conditional's predicate to the host and waits for it before launching the chosen branch
-(as it does for the loop's own condition), so every cond adds a round trip; on a CPU it is
-a branch. The decode loop has one per sampling call (`jaxtts/decode/sampling.py`, the
-full-sort fallback) and DCAR one more (`lax.switch` over chunk sizes). Prints microseconds
-per iteration and per cond; writes `--out` (JSON).
+device from the carry, both branches a few elementwise ops). The question: does a
+conditional cost a host round trip per iteration on an accelerator (its predicate copied to
+the host before the chosen branch launches)? On an H200 with jax 0.11.2 it did not: 17.5 /
+15.1 / 11.4 us per iteration with 0 / 1 / 4 conds (RESULTS gpu-check-3). The decode loop has
+one per sampling call (`jaxtts/decode/sampling.py`, the full-sort fallback) and DCAR one more
+(`lax.switch` over chunk sizes). Prints microseconds per iteration and per cond; writes
+`--out` (JSON).
 """
 
 from __future__ import annotations
