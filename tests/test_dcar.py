@@ -1,6 +1,7 @@
 """DCAR policy + `dcar` / `vadusa` strategies on a tiny random backbone: exact equivalences."""
 
 import os
+import re
 import sys
 
 import flax.linen as nn
@@ -130,6 +131,56 @@ def test_step_that_follows_the_choice_equals_extend_by_k(params, sampling):
     hist = np.asarray(fast.stats["chunk_hist"])
     np.testing.assert_array_equal(hist, np.asarray(ref.stats["chunk_hist"]))
     assert (hist > 0).sum(axis=1).max() >= 2 and len({tuple(h) for h in hist}) >= 2  # mixed
+
+
+@pytest.mark.parametrize("spec", ["dcar", "far", "car:3", "vadusa:2"])
+def test_decode_loop_writes_the_cache_in_place(params, spec):
+    """No loop body or branch of the compiled decode copies a KV cache buffer. DCAR's step
+    branches on the chosen size (`lax.switch`) and writes the cache after the branch: written
+    inside it, XLA copied every layer's buffer every step."""
+    from jaxtts.decode.driver import _decode
+
+    models = {"target": TTSLM(TINY), "policy": ChunkPolicy(PCFG)}
+    ps = {"target": params, "policy": policy_params(2, scale=3.0)}
+    if spec != "dcar":
+        models, ps = {"target": models["target"]}, {"target": params}
+    strat = registry.get(spec).bind(models)
+    hlo = (
+        _decode.lower(
+            ps,
+            batch_of(random_rows(2, seed=4)),
+            row_keys(0, range(2)),
+            strategy=strat,
+            models=tuple(sorted(models.items())),
+            max_new_tokens=40,
+            sampling=GREEDY.traced(),
+        )
+        .compile()
+        .as_text()
+    )
+    copy = re.compile(rf"= f32\[2,{TINY.num_heads},\d\d+,{TINY.head_dim}\]\S* copy\(")
+    comps, calls, where = {}, {}, "ENTRY"
+    for line in hlo.splitlines():
+        if line and not line.startswith((" ", "}", "HloModule")):
+            where = "ENTRY" if line.startswith("ENTRY") else line.split(" ")[0]
+            comps[where], calls[where] = 0, set()
+        elif where in comps:
+            comps[where] += bool(copy.search(line))
+            calls[where] |= set(
+                re.findall(r"(?:calls|body|branch_computations)=\{?([^,}\s]+)", line)
+            )
+            for group in re.findall(r"branch_computations=\{([^}]*)\}", line):
+                calls[where] |= {g.strip() for g in group.split(",")}
+    bodies = {c for cs in calls.values() for c in cs if "region" in c or "body" in c}
+    seen, todo = set(), list(bodies)  # every computation a loop body or branch reaches
+    while todo:
+        c = todo.pop()
+        if c not in seen and c in comps:
+            seen.add(c)
+            todo.extend(calls[c])
+    assert sum(comps.values()) > 0  # the pattern matches: growing the cache copies it
+    inner = {c: comps[c] for c in seen if comps[c]}
+    assert not inner, inner
 
 
 def test_forced_rows_reproduce_car_and_others_follow_the_policy(params):

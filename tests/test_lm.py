@@ -83,6 +83,37 @@ def test_cache_rollback_then_extend_equals_direct(params):
     np.testing.assert_allclose(h_a, h_b, atol=1e-6)
 
 
+def test_deferred_extend_then_append_equals_extend(params):
+    """`extend_deferred` attends the buffer (its own slots masked) plus the block's keys, then
+    `KVCache.append` writes the block and keeps count[b] of it: the hidden states agree with
+    `extend` to float rounding, the written slots and lengths exactly as extend + rollback."""
+    m = TTSLM(TINY)
+    p = {"params": params}
+    rng = np.random.default_rng(3)
+    b, x = 3, 6
+    text = rng.integers(2, TINY.num_text_symbols, (b, x)).astype(np.int32)
+    prompt = rng.integers(0, TINY.num_speech_tokens, (b, 5)).astype(np.int32)
+    prompt[:, 0] = TINY.bos
+    cache = m.apply(p, b, x, 16, method="init_cache")
+    _, cache = m.apply(
+        p, text, np.array([6, 4, 2]), prompt, np.array([5, 3, 1]), cache, method="prefill"
+    )
+    toks = jnp.asarray(rng.integers(0, TINY.num_speech_tokens, (b, 3)), jnp.int32)
+    h_ref, c_ref = m.apply(p, toks, cache, method="extend")
+    emb = m.apply(p, toks, method="embed_speech")
+    h, blocks = m.apply(p, emb, cache, method="extend_deferred")
+    np.testing.assert_allclose(h, h_ref, atol=2e-6)
+    assert blocks[0].k.shape == (b, TINY.num_heads, 3, TINY.head_dim)
+    count = jnp.array([3, 1, 2], jnp.int32)
+    got = cache.append(blocks, count)
+    want = c_ref.rollback(cache.speech_len + count)
+    np.testing.assert_array_equal(got.speech_len, want.speech_len)
+    for g, w in zip(got.layers, want.layers, strict=True):
+        np.testing.assert_allclose(g.k, w.k, atol=2e-6)
+        np.testing.assert_allclose(g.v, w.v, atol=2e-6)
+    np.testing.assert_array_equal(cache.append(blocks).speech_len, c_ref.speech_len)
+
+
 @pytest.mark.parametrize("spec", ["far", "car:2", "car:4"])
 def test_while_loop_equals_python_reference(params, spec):
     strat = registry.get(spec)

@@ -6,6 +6,14 @@ queries attend over the whole buffer (decoding loops grow the buffer in steps, s
 follows the valid length: `jaxtts.decode.driver`). The visibility mask is an argument
 (`jaxtts.nn.masks`): layers never decide causality themselves.
 
+`defer_write=True` attends the same keys without writing: the buffer's slots that this block
+would fill are masked and the block's own keys/values are attended beside the buffer; the layer
+returns the block (`LayerCache` of [B, N, T, H]) for the caller to write later. A write inside
+a `lax.cond` / `lax.switch` branch copies the whole buffer on XLA (the conditional cannot update
+its operand in place: 7 ms a step for a 12-layer batch-8 cache on 2 CPU cores), so a decode step
+that branches on its size runs the branch deferred and writes after it
+(`jaxtts.methods.lm.strategies.dynamic_chunk_step`).
+
 The cache holds keys/values head-major, `[B, N, S, H]`: the attention contractions then read
 it in place (the `[B, S, N, H]` layout cost a transpose of the whole cache per layer and step:
 4x slower attention on CPU at batch 32, benchmarks/RESULTS.md section 10).
@@ -48,11 +56,19 @@ def write_rows(buf: jax.Array, new: jax.Array, start: jax.Array, axis: int = 1) 
 
 
 def attend(
-    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, bias: jax.Array | None = None
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: jax.Array,
+    bias: jax.Array | None = None,
+    block: tuple[jax.Array, jax.Array, jax.Array] | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Softmax attention. q [B, T, N, H], k/v [B, N, S, H], mask bool [B, T, S], bias float
     [B, N, T, S] or None (added to the logits of visible keys: an alignment prior) ->
     (out [B, T, N, H], logits float32 [B, N, T, S] after the bias, NEG_INF where masked).
+
+    block (k2, v2 [B, N, R, H], mask2 bool [B, T, R]): R more keys attended in the same
+    softmax as the buffer's (a deferred write's own keys); the logits are then [B, N, T, S + R].
 
     Rows whose mask is all False (padding queries) return zeros, never NaN. Batch and heads
     are folded into one batch axis (free for head-major k/v): XLA's CPU batched matmul is then
@@ -67,9 +83,20 @@ def attend(
     if bias is not None:
         logits = logits + jnp.broadcast_to(bias, (b, n, t, s)).reshape(b * n, t, s)
     m = jnp.broadcast_to(mask[:, None], (b, n, t, s)).reshape(b * n, t, s)  # [BN, T, S]
+    if block is not None:
+        k2, v2, mask2 = block
+        r = k2.shape[2]
+        k2f, v2f = k2.reshape(b * n, r, h), v2.reshape(b * n, r, h)  # [BN, R, H]
+        l2 = jnp.einsum("ZTH,ZRH->ZTR", qf, k2f).astype(jnp.float32) / jnp.sqrt(h)
+        m2 = jnp.broadcast_to(mask2[:, None], (b, n, t, r)).reshape(b * n, t, r)
+        logits, m, s = jnp.concatenate([logits, l2], -1), jnp.concatenate([m, m2], -1), s + r
     logits = jnp.where(m, logits, NEG_INF)
     probs = jnp.where(m, jax.nn.softmax(logits, axis=-1), 0.0)
-    out = jnp.einsum("ZTS,ZSH->ZTH", probs.astype(vf.dtype), vf)  # [BN, T, H]
+    if block is None:
+        out = jnp.einsum("ZTS,ZSH->ZTH", probs.astype(vf.dtype), vf)  # [BN, T, H]
+    else:
+        p1, p2 = probs[..., : s - r].astype(vf.dtype), probs[..., s - r :].astype(v2f.dtype)
+        out = jnp.einsum("ZTS,ZSH->ZTH", p1, vf) + jnp.einsum("ZTR,ZRH->ZTH", p2, v2f)
     return out.reshape(b, n, t, h).transpose(0, 2, 1, 3), logits.reshape(b, n, t, s)
 
 
@@ -92,6 +119,7 @@ class Attention(nn.Module):
         bias: jax.Array | None = None,
         capture: bool = False,
         context: jax.Array | None = None,
+        defer_write: bool = False,
     ) -> tuple[jax.Array, LayerCache | None]:
         """x [B, T, D], positions [B, T] (RoPE; ignored when rope_theta == 0), mask bool
         [B, T, S]; bias [B, N, T, S] added to the attention logits (None: none); capture: sow
@@ -102,7 +130,9 @@ class Attention(nn.Module):
         compressor and extractor; use rope_theta=0, positions then go unused).
         cache None: keys are the T positions of x (S == T). Else the new keys/values are
         written into the cache at slots write_start[b] .. + T - 1 and attention runs over the
-        whole buffer (S = cache length); returns the updated cache.
+        whole buffer (S = cache length); returns the updated cache. defer_write: the same
+        attention without writing (module docstring); returns this block's keys/values
+        `LayerCache` [B, N, T, H] (in the buffer's dtype) instead of the cache.
         """
         d = x.shape[-1]
         nh = (self.num_heads, self.head_dim)
@@ -116,13 +146,25 @@ class Attention(nn.Module):
             q = apply_rope(q, positions, self.rope_theta)
             k = apply_rope(k, positions, self.rope_theta)
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, N, T, H]
-        if cache is not None:
+        block = None
+        if cache is not None and defer_write:
+            t, s = x.shape[1], cache.k.shape[2]
+            kb, vb = k.astype(cache.k.dtype), v.astype(cache.v.dtype)  # as the buffer holds them
+            slot = jnp.arange(s)[None]  # [1, S]
+            fresh = (slot >= write_start[:, None]) & (slot < write_start[:, None] + t)  # [B, S]
+            own = write_start[:, None, None] + jnp.arange(t)[None, None]  # [B, 1, T]
+            mask_own = jnp.take_along_axis(mask, jnp.broadcast_to(own, mask.shape[:2] + (t,)), 2)
+            block = (kb.astype(q.dtype), vb.astype(q.dtype), mask_own)  # [B, N, T, H], [B, T, T]
+            mask = mask & ~fresh[:, None]  # the buffer's stale copies of this block's slots
+            k, v = cache.k.astype(q.dtype), cache.v.astype(q.dtype)
+            cache = LayerCache(kb, vb)
+        elif cache is not None:
             cache = LayerCache(
                 k=write_rows(cache.k, k, write_start, axis=2),
                 v=write_rows(cache.v, v, write_start, axis=2),
             )
             k, v = cache.k.astype(q.dtype), cache.v.astype(q.dtype)  # [B, N, S, H]
-        out, logits = attend(q, k, v, mask, bias)  # [B, T, N, H], [B, N, T, S]
+        out, logits = attend(q, k, v, mask, bias, block)  # [B, T, N, H], [B, N, T, S]
         if capture:
             self.sow("intermediates", "attn_logits", logits)
         out = Dense(d, (axes.HEADS, axes.KV, axes.EMBED), in_axes=2, name="o", **kw)(out)

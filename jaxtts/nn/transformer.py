@@ -67,12 +67,20 @@ class Block(nn.Module):
         train=False,
         bias=None,
         capture=False,
+        defer_write=False,
     ):
         c = self.cfg
         lora = dict(lora_rank=c.lora_rank, lora_alpha=c.lora_alpha)
         dtype = jnp.dtype(c.dtype)
         h, cache = Attention(c.num_heads, c.head_dim, dtype, c.rope_theta, name="attn", **lora)(
-            RMSNorm(name="attn_norm")(x), positions, mask, cache, write_start, bias, capture
+            RMSNorm(name="attn_norm")(x),
+            positions,
+            mask,
+            cache,
+            write_start,
+            bias,
+            capture,
+            defer_write=defer_write,
         )
         x = x + nn.Dropout(c.dropout, deterministic=not train)(h.astype(jnp.float32))
         h = MLP(c.d_ff, c.mlp, dtype, name="mlp", **lora)(RMSNorm(name="mlp_norm")(x))
@@ -98,6 +106,7 @@ class TransformerStack(nn.Module):
         train: bool = False,
         attn_bias: jax.Array | None = None,
         bias_layers: Sequence[int] = (),
+        defer_write: bool = False,
     ) -> tuple[jax.Array, tuple[LayerCache, ...] | None]:
         """x [B, T, D] float32 -> (hidden [B, T, D] after the final norm, updated caches).
 
@@ -105,6 +114,8 @@ class TransformerStack(nn.Module):
         attn_bias [B, N, T, S]: added to the attention logits of the blocks in `bias_layers`,
         which also sow their logits (`intermediates/layer_<i>/attn/attn_logits`): the
         alignment prior and loss of `jaxtts.train.align` (training only).
+        defer_write: the caches are read, not written; the returned tuple holds each layer's
+        new keys/values [B, N, T, H] instead (`jaxtts.nn.attention`).
         """
         run = self.cfg.check_layers(layers)
         self.cfg.check_layers(bias_layers or None)
@@ -121,6 +132,7 @@ class TransformerStack(nn.Module):
                 train=train,
                 bias=attn_bias if i in bias_layers else None,
                 capture=i in bias_layers,
+                defer_write=defer_write,
             )
             new_caches.append(c)
         return RMSNorm(name="final_norm")(x), (None if caches is None else tuple(new_caches))

@@ -50,7 +50,7 @@ import jax.numpy as jnp
 
 from jaxtts.errors import ConfigError
 from jaxtts.nn import axes
-from jaxtts.nn.attention import LayerCache
+from jaxtts.nn.attention import LayerCache, write_rows
 from jaxtts.nn.layers import Dense, param_with_axes
 from jaxtts.nn.masks import prefix_lm_mask
 from jaxtts.nn.transformer import StackConfig, TransformerStack
@@ -167,6 +167,19 @@ class KVCache:
     def rollback(self, speech_len: jax.Array) -> KVCache:
         """Per-row rollback: keep only the first `speech_len[b]` speech slots of row b."""
         return self.replace(speech_len=jnp.minimum(self.speech_len, speech_len))
+
+    def append(self, blocks: tuple[LayerCache, ...], count: jax.Array | None = None) -> KVCache:
+        """Write each layer's new keys/values blocks[l] [B, N, C, H] at every row's speech_len
+        (`TTSLM.extend_deferred`) and keep count[b] of them (default all C): slots past the
+        count hold the rest of the block but stay invalid, as after `rollback`."""
+        c = blocks[0].k.shape[2]
+        start = self.text_slots + self.speech_len  # [B]
+        layers = tuple(
+            LayerCache(write_rows(old.k, new.k, start, 2), write_rows(old.v, new.v, start, 2))
+            for old, new in zip(self.layers, blocks, strict=True)
+        )
+        n = jnp.full_like(self.speech_len, c) if count is None else count.astype(jnp.int32)
+        return self.replace(layers=layers, speech_len=self.speech_len + n)
 
     def resize(self, speech_slots: int) -> KVCache:
         """The same cache with room for `speech_slots` speech slots (grown with zeros at the
@@ -432,3 +445,22 @@ class TTSLM(nn.Module):
             emb, pos, mask, cache.layers, cache.text_slots + cache.speech_len, layers=layers
         )
         return h, cache.replace(layers=caches, speech_len=new_len.astype(jnp.int32))
+
+    def extend_deferred(
+        self, emb: jax.Array, cache: KVCache, layers: Sequence[int] | None = None, stride: int = 1
+    ) -> tuple[jax.Array, tuple[LayerCache, ...]]:
+        """`extend_embedded` without writing the cache: -> (hidden [B, C, D], each layer's new
+        keys/values [B, N, C, H]) for `KVCache.append`, which may run later (outside a
+        `lax.switch`: `jaxtts.nn.attention`). The same keys and the same attention as
+        `extend_embedded`, summed in another order (the block's keys after the buffer's), so
+        the hidden states agree to float rounding, not bit for bit. `extend_embedded` keeps the
+        write-then-attend order: there XLA updates the cache in place, while a write after
+        the reads of the same buffer in one computation costs a copy of it."""
+        b, c = emb.shape[:2]
+        q_idx = cache.speech_len[:, None] + jnp.arange(c)[None]  # [B, C]
+        pos = cache.text_len[:, None] + stride * q_idx
+        mask = prefix_lm_mask(
+            jnp.ones((b, c), bool), q_idx, *cache.key_segments(cache.speech_len + c)
+        )  # [B, C, S]
+        start = cache.text_slots + cache.speech_len
+        return self.stack(emb, pos, mask, cache.layers, start, layers=layers, defer_write=True)

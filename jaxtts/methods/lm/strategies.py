@@ -92,6 +92,13 @@ class ChunkCarry:
     hidden: jax.Array  # float32 [B, D] last hidden state of each row
 
 
+def _sample_chunk(model, params, carry: ChunkCarry, state, keys, sampling, heads: int):
+    """heads tokens per row from heads 1..heads at each row's last hidden -> int32 [B, heads]."""
+    logits = model.apply({"params": params}, carry.hidden, heads, method="heads")  # [B, C, V]
+    logits = suppress_early_eos(logits, state.length, sampling, model.cfg.eos)
+    return sample_tokens(step_keys(keys, state.steps), logits, sampling)  # [B, C]
+
+
 def chunk_step(
     model: TTSLM,
     params,
@@ -103,9 +110,7 @@ def chunk_step(
     count: jax.Array,
 ) -> Proposal:
     """Sample `heads` tokens per row from heads 1..heads, keep count[b] of them (int32 [B])."""
-    logits = model.apply({"params": params}, carry.hidden, heads, method="heads")  # [B, C, V]
-    logits = suppress_early_eos(logits, state.length, sampling, model.cfg.eos)
-    toks = sample_tokens(step_keys(keys, state.steps), logits, sampling)  # [B, C]
+    toks = _sample_chunk(model, params, carry, state, keys, sampling, heads)
     hidden, cache = extend_rows(model, params, toks, count, carry.cache)
     return Proposal(tokens=toks, count=count, carry=ChunkCarry(cache, hidden))
 
@@ -125,19 +130,36 @@ def dynamic_chunk_step(
     `lax.switch` branch per static c. Row b keeps count[b] tokens as in `chunk_step`, and its
     tokens equal those of `chunk_step(..., max_chunk, count)` (a slot's draw does not depend
     on how many slots the step samples; causal attention: later appended slots do not change
-    earlier ones). Tokens come back as [B, max_chunk], zeros past the step's c."""
+    earlier ones). Tokens come back as [B, max_chunk], zeros past the step's c.
+
+    The branches only read the cache (`TTSLM.extend_deferred`) and return the new keys/values
+    padded to max_chunk slots; they are written after the switch, in place. Written inside a
+    branch, the whole cache was copied every step (`jaxtts.nn.attention`). The padding slots
+    lie past every active row's kept length (the cache holds max_chunk slots of headroom:
+    `window_fits`)."""
     c_max = jnp.max(jnp.where(state.done, 1, count))
+    p = {"params": params}
 
     def branch(c: int):
         def run(_):
-            prop = chunk_step(model, params, carry, state, keys, sampling, c, jnp.minimum(count, c))
-            pad = jnp.zeros((count.shape[0], max_chunk - c), jnp.int32)
-            return jnp.concatenate([prop.tokens, pad], axis=1), prop.carry
+            toks = _sample_chunk(model, params, carry, state, keys, sampling, c)  # [B, c]
+            emb = model.apply(p, toks, method="embed_speech")
+            h, blocks = model.apply(p, emb, carry.cache, method="extend_deferred")
+            keep = jnp.minimum(count, c)
+            last = jnp.take_along_axis(h, (keep - 1)[:, None, None], axis=1)[:, 0]  # [B, D]
+            pad = max_chunk - c
+            toks = jnp.pad(toks, ((0, 0), (0, pad)))  # [B, K]
+            slots = ((0, 0), (0, 0), (0, pad), (0, 0))
+            blocks = tuple(jax.tree.map(lambda x: jnp.pad(x, slots), blk) for blk in blocks)
+            return toks, last, blocks  # blocks: [B, N, K, H] per layer
 
         return run
 
-    toks, new_carry = jax.lax.switch(c_max - 1, [branch(c) for c in range(1, max_chunk + 1)], None)
-    return Proposal(tokens=toks, count=count, carry=new_carry)
+    toks, last, blocks = jax.lax.switch(
+        c_max - 1, [branch(c) for c in range(1, max_chunk + 1)], None
+    )
+    cache = carry.cache.append(blocks, jnp.minimum(count, c_max))
+    return Proposal(tokens=toks, count=count, carry=ChunkCarry(cache, last))
 
 
 @dataclasses.dataclass(frozen=True)
