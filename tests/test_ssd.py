@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from engine_checks import check_synthesizes  # noqa: E402
+from hlo_checks import loop_copies, mentions  # noqa: E402
 from lm_reference import TINY, batch_of, init_params, random_rows, run  # noqa: E402
 
 from jaxtts.decode import registry  # noqa: E402
@@ -95,6 +96,29 @@ def test_verify_bonus_after_all_accepted_by_hand():
 
 
 # ----------------------------------------------------------------------------- decoding
+
+
+def test_ssd_loop_writes_the_caches_in_place(params, draft_params):
+    """No loop body of the compiled SSD decode copies a KV cache buffer (target or draft)."""
+    from jaxtts.decode.driver import _decode
+
+    models = {"target": TTSLM(TINY), "draft": TTSLM(DRAFT)}
+    hlo = (
+        _decode.lower(
+            {"target": params, "draft": draft_params},
+            batch_of(random_rows(2, seed=4)),
+            row_keys(0, range(2)),
+            strategy=registry.get("ssd:L=3,beta=0.4").bind(models),
+            models=tuple(sorted(models.items())),
+            max_new_tokens=40,
+            sampling=SamplingConfig(temperature=1.0, top_p=0.8).traced(),
+        )
+        .compile()
+        .as_text()
+    )
+    cache = rf"f32\[2,{TINY.num_heads},\d\d+,{TINY.head_dim}\]"  # [B, N, S, H], S >= 10
+    assert mentions(hlo, cache) > 0  # the pattern names the cache buffers
+    assert not loop_copies(hlo, cache)
 
 
 @pytest.mark.parametrize("L", [1, 3, 5])

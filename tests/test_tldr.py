@@ -333,6 +333,39 @@ def test_greedy_decode_equals_teacher_forced_argmax(token_rate):
     np.testing.assert_array_equal(out.steps, want_steps)
 
 
+def test_tldr_loop_writes_the_caches_in_place():
+    """No loop body of the compiled TLDR decode copies a KV cache buffer (backbone at the
+    patch rate, extractor)."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from hlo_checks import loop_copies, mentions
+
+    from jaxtts.decode.driver import _decode as jit_decode
+
+    cfg = make_cfg()
+    model, params = init_model(cfg)
+    text, text_len, speech, _, prompt_len = rows(b=2)
+    prompt = np.where(np.arange(8)[None] < prompt_len[:, None], speech[:, :8], 0).astype(np.int32)
+    hlo = (
+        jit_decode.lower(
+            {"tldr": params},
+            PromptBatch(text, text_len, prompt, prompt_len),
+            row_keys(0, range(2)),
+            strategy=TLDR().bind({"tldr": model}),
+            models=(("tldr", model),),
+            max_new_tokens=40,
+            sampling=SamplingConfig(greedy=True).traced(),
+        )
+        .compile()
+        .as_text()
+    )
+    cache = rf"f32\[2,{LM.num_heads},\d\d+,{LM.head_dim}\]"  # [B, N, S, H], S >= 10
+    assert mentions(hlo, cache) > 0  # the pattern names the cache buffers
+    assert not loop_copies(hlo, cache)
+
+
 def test_batch_n_equals_batch_1(greedy=False):
     """Sampled decoding (per-row keys): each row of a batch equals that row decoded alone
     (greedy rows are covered by the teacher-forced test above)."""
