@@ -133,11 +133,14 @@ def test_step_that_follows_the_choice_equals_extend_by_k(params, sampling):
     assert (hist > 0).sum(axis=1).max() >= 2 and len({tuple(h) for h in hist}) >= 2  # mixed
 
 
+@pytest.mark.parametrize("rows", [1, 2])
 @pytest.mark.parametrize("spec", ["dcar", "far", "car:3", "vadusa:2"])
-def test_decode_loop_writes_the_cache_in_place(params, spec):
-    """No loop body or branch of the compiled decode copies a KV cache buffer. DCAR's step
-    branches on the chosen size (`lax.switch`) and writes the cache after the branch: written
-    inside it, XLA copied every layer's buffer every step."""
+def test_decode_loop_writes_the_cache_in_place(params, spec, rows):
+    """No loop body or branch of the compiled decode copies a KV cache buffer, at batch 1 and
+    2. DCAR's step branches on the chosen size (`lax.switch`) and writes the cache after the
+    branch: written inside it, XLA copied every layer's buffer every step. At batch 1 a
+    one-token write is a two-index scatter (`jaxtts.nn.attention._write_one_slot`): as a
+    dynamic-update-slice it was copied every FAR step."""
     from jaxtts.decode.driver import _decode
 
     models = {"target": TTSLM(TINY), "policy": ChunkPolicy(PCFG)}
@@ -148,8 +151,8 @@ def test_decode_loop_writes_the_cache_in_place(params, spec):
     hlo = (
         _decode.lower(
             ps,
-            batch_of(random_rows(2, seed=4)),
-            row_keys(0, range(2)),
+            batch_of(random_rows(rows, seed=4)),
+            row_keys(0, range(rows)),
             strategy=strat,
             models=tuple(sorted(models.items())),
             max_new_tokens=40,
@@ -158,7 +161,7 @@ def test_decode_loop_writes_the_cache_in_place(params, spec):
         .compile()
         .as_text()
     )
-    cache = rf"f32\[2,{TINY.num_heads},\d\d+,{TINY.head_dim}\]"  # [B, N, S, H], S >= 10
+    cache = rf"f32\[{rows},{TINY.num_heads},\d\d+,{TINY.head_dim}\]"  # [B, N, S, H], S >= 10
     assert mentions(hlo, cache) > 0  # the pattern names the cache buffers
     assert not loop_copies(hlo, cache)
 

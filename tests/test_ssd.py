@@ -98,16 +98,18 @@ def test_verify_bonus_after_all_accepted_by_hand():
 # ----------------------------------------------------------------------------- decoding
 
 
-def test_ssd_loop_writes_the_caches_in_place(params, draft_params):
-    """No loop body of the compiled SSD decode copies a KV cache buffer (target or draft)."""
+@pytest.mark.parametrize("rows", [1, 2])
+def test_ssd_loop_writes_the_caches_in_place(params, draft_params, rows):
+    """No loop body of the compiled SSD decode copies a KV cache buffer (target or draft),
+    at batch 1 and 2."""
     from jaxtts.decode.driver import _decode
 
     models = {"target": TTSLM(TINY), "draft": TTSLM(DRAFT)}
     hlo = (
         _decode.lower(
             {"target": params, "draft": draft_params},
-            batch_of(random_rows(2, seed=4)),
-            row_keys(0, range(2)),
+            batch_of(random_rows(rows, seed=4)),
+            row_keys(0, range(rows)),
             strategy=registry.get("ssd:L=3,beta=0.4").bind(models),
             models=tuple(sorted(models.items())),
             max_new_tokens=40,
@@ -116,7 +118,7 @@ def test_ssd_loop_writes_the_caches_in_place(params, draft_params):
         .compile()
         .as_text()
     )
-    cache = rf"f32\[2,{TINY.num_heads},\d\d+,{TINY.head_dim}\]"  # [B, N, S, H], S >= 10
+    cache = rf"f32\[{rows},{TINY.num_heads},\d\d+,{TINY.head_dim}\]"  # [B, N, S, H], S >= 10
     assert mentions(hlo, cache) > 0  # the pattern names the cache buffers
     assert not loop_copies(hlo, cache)
 

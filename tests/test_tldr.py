@@ -333,9 +333,10 @@ def test_greedy_decode_equals_teacher_forced_argmax(token_rate):
     np.testing.assert_array_equal(out.steps, want_steps)
 
 
-def test_tldr_loop_writes_the_caches_in_place():
+@pytest.mark.parametrize("b", [1, 2])
+def test_tldr_loop_writes_the_caches_in_place(b):
     """No loop body of the compiled TLDR decode copies a KV cache buffer (backbone at the
-    patch rate, extractor)."""
+    patch rate, extractor), at batch 1 and 2."""
     import os
     import sys
 
@@ -346,13 +347,13 @@ def test_tldr_loop_writes_the_caches_in_place():
 
     cfg = make_cfg()
     model, params = init_model(cfg)
-    text, text_len, speech, _, prompt_len = rows(b=2)
+    text, text_len, speech, _, prompt_len = rows(b=b)
     prompt = np.where(np.arange(8)[None] < prompt_len[:, None], speech[:, :8], 0).astype(np.int32)
     hlo = (
         jit_decode.lower(
             {"tldr": params},
             PromptBatch(text, text_len, prompt, prompt_len),
-            row_keys(0, range(2)),
+            row_keys(0, range(b)),
             strategy=TLDR().bind({"tldr": model}),
             models=(("tldr", model),),
             max_new_tokens=40,
@@ -361,7 +362,7 @@ def test_tldr_loop_writes_the_caches_in_place():
         .compile()
         .as_text()
     )
-    cache = rf"f32\[2,{LM.num_heads},\d\d+,{LM.head_dim}\]"  # [B, N, S, H], S >= 10
+    cache = rf"f32\[{b},{LM.num_heads},\d\d+,{LM.head_dim}\]"  # [B, N, S, H], S >= 10
     assert mentions(hlo, cache) > 0  # the pattern names the cache buffers
     assert not loop_copies(hlo, cache)
 
