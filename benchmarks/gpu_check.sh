@@ -242,7 +242,7 @@ launch cond "$LIMIT" $PY benchmarks/cond_cost.py --out "$WORK/cond.json"
 XLA_FLAGS="${XLA_FLAGS:-} $FAST" launch paper "$LIMIT" $PY benchmarks/decode.py $PAPER_ARGS \
   --out "$WORK/paper.json"
 launch train "$LIMIT" $PY benchmarks/train_throughput.py $TRAIN_ARGS --out "$WORK/train.json"
-launch calibrate "$LIMIT" $PY benchmarks/roofline.py calibrate \
+launch calibrate "$LIMIT" $PY benchmarks/roofline.py calibrate --depths "${CAL_DEPTHS:-1,4}" \
   --weights_mb $CAL_MB --out "$WORK/calibration.json"
 # float32 matmuls at full precision: the tests compare decodes token for token (on the GPU:
 # JAX_PLATFORMS empty, so tests/conftest.py does not pin the CPU); registered with timing_lock,
