@@ -16,6 +16,7 @@ def loop_copies(hlo: str, shape: str) -> dict[str, int]:
     copy = re.compile(rf"= {shape}\S* copy\(%(get-tuple-element|param)")
     counts: dict[str, int] = {}
     calls: dict[str, set[str]] = {}
+    loops: set[str] = set()  # while bodies and conditional branches
     where = None
     for line in hlo.splitlines():
         if line and not line.startswith((" ", "}", "HloModule")):
@@ -23,14 +24,12 @@ def loop_copies(hlo: str, shape: str) -> dict[str, int]:
             counts[where], calls[where] = 0, set()
         elif where is not None:
             counts[where] += bool(copy.search(line))
-            calls[where] |= set(re.findall(r"(?:calls|body|to_apply)=(%[\w.\-]+)", line))
+            calls[where] |= set(re.findall(r"(?:calls|to_apply)=(%[\w.\-]+)", line))
+            inner = set(re.findall(r"body=(%[\w.\-]+)", line))
             for group in re.findall(r"branch_computations=\{([^}]*)\}", line):
-                calls[where] |= {g.strip() for g in group.split(",")}
-    loops = set()
-    for line in hlo.splitlines():
-        loops |= set(re.findall(r"body=(%[\w.\-]+)", line))
-        for group in re.findall(r"branch_computations=\{([^}]*)\}", line):
-            loops |= {g.strip() for g in group.split(",")}
+                inner |= {g.strip() for g in group.split(",")}
+            calls[where] |= inner
+            loops |= inner
     seen, todo = set(), list(loops)
     while todo:
         c = todo.pop()

@@ -72,6 +72,11 @@ def prefill(
     return last, cache
 
 
+def last_kept(h: jax.Array, count: jax.Array) -> jax.Array:
+    """The hidden state of each row's last kept token: h [B, C, D], count [B] in 1..C -> [B, D]."""
+    return jnp.take_along_axis(h, (count - 1)[:, None, None], axis=1)[:, 0]
+
+
 def extend_rows(
     model: TTSLM, params, tokens: jax.Array, count: jax.Array, cache: KVCache, layers=None
 ) -> tuple[jax.Array, KVCache]:
@@ -82,8 +87,7 @@ def extend_rows(
         {"params": params}, tokens, cache, layers=layers, method="extend"
     )  # [B, C, D]
     cache = cache.rollback(start + count)
-    last = jnp.take_along_axis(h, (count - 1)[:, None, None], axis=1)[:, 0]  # [B, D]
-    return last, cache
+    return last_kept(h, count), cache
 
 
 @flax.struct.dataclass
@@ -145,8 +149,7 @@ def dynamic_chunk_step(
             toks = _sample_chunk(model, params, carry, state, keys, sampling, c)  # [B, c]
             emb = model.apply(p, toks, method="embed_speech")
             h, blocks = model.apply(p, emb, carry.cache, method="extend_deferred")
-            keep = jnp.minimum(count, c)
-            last = jnp.take_along_axis(h, (keep - 1)[:, None, None], axis=1)[:, 0]  # [B, D]
+            last = last_kept(h, jnp.minimum(count, c))  # [B, D]
             pad = max_chunk - c
             toks = jnp.pad(toks, ((0, 0), (0, pad)))  # [B, K]
             slots = ((0, 0), (0, 0), (0, pad), (0, 0))
