@@ -7,7 +7,8 @@ benchmark's sizes, the backbone's own sampling settings) of the backbone with
 - `car:c`;
 - DCAR forced to c in every row (`forced_chunk`: the policy still runs every step, as a
   policy that always picks c would), with the step that follows the choice
-  (`dynamic_chunk_step`, shipped) and with the old extend-by-K step (`extend_all`);
+  (`dynamic_chunk_step`, shipped), with the old extend-by-K step (`extend_all`) and with the
+  step that writes the cache inside its `lax.switch` branch (`write_in_branch`);
 for c in `--chunks`, at each batch size, in `--rounds` interleaved rounds (median). The
 policy's own cost per step is the DCAR-forced time minus `car:c`'s, divided by the steps. Its
 parameters come from `--policy` (a DCAR run; the benchmark loads them whatever backbone they
@@ -35,6 +36,11 @@ def main(argv=None) -> int:
     ap.add_argument("--text_len", type=int, default=128)
     ap.add_argument("--prompt_len", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--variants",
+        default="follows,extend by K,writes in branch",
+        help="DCAR steps to time beside car:c (substrings of the row names)",
+    )
     args = ap.parse_args(argv)
 
     import flax.linen as nn
@@ -77,9 +83,12 @@ def main(argv=None) -> int:
             runs = {
                 f"car:{c}": (registry.get(f"car:{c}"), {"target": engine.model},
                              {"target": engine.params}),
-                "dcar forced (follows c)": (DCAR(), models, ps),
+                "dcar forced (follows c)": (DCAR(write_in_branch=False), models, ps),
                 "dcar forced (extend by K)": (DCAR(extend_all=True), models, ps),
+                "dcar forced (writes in branch)": (DCAR(write_in_branch=True), models, ps),
             }  # fmt: skip
+            runs = {k: v for k, v in runs.items() if k.startswith("car:") or
+                    any(w in k for w in args.variants.split(","))}  # fmt: skip
             times = {k: [] for k in runs}
             steps = {}
             for _ in range(args.rounds):

@@ -106,7 +106,8 @@ def test_constant_policy_reproduces_car(params, chunk, sampling):
 def test_step_that_follows_the_choice_equals_extend_by_k(params, sampling):
     """The step that extends by the batch's largest chosen size (`dynamic_chunk_step`) gives
     the tokens, steps and chunk histogram of the reference step that computes all K heads and
-    extends by K; batch 4, rows choosing different sizes."""
+    extends by K, and so does the variant that writes the cache inside its branch; batch 4,
+    rows choosing different sizes."""
     from jaxtts.methods.dcar.strategies import DCAR
 
     rows = random_rows(4, seed=21)
@@ -115,7 +116,7 @@ def test_step_that_follows_the_choice_equals_extend_by_k(params, sampling):
     ps = {"target": params, "policy": policy_params(2, scale=3.0)}
     outs = [
         decode(
-            DCAR(extend_all=ref),
+            strat,
             models,
             ps,
             batch_of(rows),
@@ -123,11 +124,16 @@ def test_step_that_follows_the_choice_equals_extend_by_k(params, sampling):
             max_new_tokens=20,
             sampling=sampling,
         )
-        for ref in (False, True)
+        for strat in (
+            DCAR(write_in_branch=False),
+            DCAR(extend_all=True),
+            DCAR(write_in_branch=True),
+        )
     ]
-    fast, ref = outs
-    np.testing.assert_array_equal(fast.tokens, ref.tokens)
-    np.testing.assert_array_equal(fast.steps, ref.steps)
+    fast, ref, branch = outs
+    for out in (fast, branch):
+        np.testing.assert_array_equal(out.tokens, ref.tokens)
+        np.testing.assert_array_equal(out.steps, ref.steps)
     hist = np.asarray(fast.stats["chunk_hist"])
     np.testing.assert_array_equal(hist, np.asarray(ref.stats["chunk_hist"]))
     assert (hist > 0).sum(axis=1).max() >= 2 and len({tuple(h) for h in hist}) >= 2  # mixed

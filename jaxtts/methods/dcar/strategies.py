@@ -81,6 +81,11 @@ class DCAR(_SpeechSlots, Strategy):
     # the reference step: every step computes all K heads and extends by K (the step before
     # `dynamic_chunk_step`; same tokens, kept for the equivalence test and the benchmark)
     extend_all: bool = False
+    # `dynamic_chunk_step(write_in_branch=...)`: True writes the cache inside the switch (a
+    # copy of every layer's cache per step on a CPU; on an H200 the forced-c=3 step took 0.93 /
+    # 0.80 of the deferred write's time at batch 1 / 8, RESULTS gpu-check-4), False writes it
+    # after. None (default): True on a GPU, else False. Same tokens either way.
+    write_in_branch: bool | None = None
 
     @property
     def name(self) -> str:
@@ -153,7 +158,15 @@ class DCAR(_SpeechSlots, Strategy):
             prop = chunk_step(target, params["target"], c.chunk, state, keys, sampling, k, count)
         else:
             prop = dynamic_chunk_step(
-                target, params["target"], c.chunk, state, keys, sampling, count, k
+                target,
+                params["target"],
+                c.chunk,
+                state,
+                keys,
+                sampling,
+                count,
+                k,
+                write_in_branch=self._write_in_branch(),
             )
         active = ~state.done
         i = jnp.minimum(state.steps, c.actions.shape[1] - 1)  # this row's decision index
@@ -169,6 +182,11 @@ class DCAR(_SpeechSlots, Strategy):
             chunk=prop.carry, policy=pcache, inputs=inputs, actions=actions, logp=lp, hist=hist
         )
         return Proposal(tokens=prop.tokens, count=count, carry=carry)
+
+    def _write_in_branch(self) -> bool:
+        if self.write_in_branch is None:
+            return jax.default_backend() == "gpu"
+        return self.write_in_branch
 
     def finish(self, models, state):
         c: DCARCarry = state.carry

@@ -128,6 +128,7 @@ def dynamic_chunk_step(
     sampling: SamplingConfig,
     count: jax.Array,
     max_chunk: int,
+    write_in_branch: bool = False,
 ) -> Proposal:
     """`chunk_step` whose cost follows the sizes chosen: count int32 [B] in 1..max_chunk; the
     step computes heads 1..c and extends by c, c = the largest count among active rows, one
@@ -140,9 +141,26 @@ def dynamic_chunk_step(
     padded to max_chunk slots; they are written after the switch, in place. Written inside a
     branch, the whole cache was copied every step (`jaxtts.nn.attention`). The padding slots
     lie past every active row's kept length (the cache holds max_chunk slots of headroom:
-    `window_fits`)."""
+    `window_fits`).
+
+    write_in_branch=True is the earlier step: each branch runs `chunk_step`, which writes the
+    cache. Same tokens; on a CPU it copies the cache every step, on a GPU it launches fewer
+    kernels (benchmarks/dcar_step.py compares both)."""
     c_max = jnp.max(jnp.where(state.done, 1, count))
     p = {"params": params}
+    if write_in_branch:
+
+        def write(c: int):
+            def run(_):
+                kept = jnp.minimum(count, c)
+                prop = chunk_step(model, params, carry, state, keys, sampling, c, kept)
+                return jnp.pad(prop.tokens, ((0, 0), (0, max_chunk - c))), prop.carry
+
+            return run
+
+        branches = [write(c) for c in range(1, max_chunk + 1)]
+        toks, new_carry = jax.lax.switch(c_max - 1, branches, None)
+        return Proposal(tokens=toks, count=count, carry=new_carry)
 
     def branch(c: int):
         def run(_):
