@@ -269,21 +269,21 @@ class Device:
     cbytes: int = 4
     peak: float = 0.0  # FLOP/s (used when no per-M curve)
     curve: list | None = None  # [[M, FLOP/s], ...] achieved matmul throughput by rows
-    # {batch: [o_f, o_l(, o_s, o_sl)]} fitted on real decode steps
+    # {batch: [o_f, o_l(, o_s, o_sl(, o_c))]} fitted on real decode steps
     fixed_by_batch: dict | None = None
     # B/s over one large buffer (the KV cache, the logits); on a GPU 3x the per-matrix rate,
     # whose many small reads are bound by their launches (RESULTS gpu-check-3)
     bw_stream: float | None = None
 
-    def fixed(self, b: int) -> tuple[float, float, float, float]:
-        """(per forward, per layer, per extra token slot, per extra slot and layer) fixed
-        costs at batch b: the fit at the nearest calibrated batch (log scale), else the
-        constants (no slot terms)."""
+    def fixed(self, b: int) -> tuple[float, float, float, float, float]:
+        """(per forward, per layer, per extra token slot, per extra slot and layer, per chunk
+        choice) fixed costs at batch b: the fit at the nearest calibrated batch (log scale),
+        else the constants (no slot or choice terms)."""
         if not self.fixed_by_batch:
-            return self.o_f, self.o_l, 0.0, 0.0
+            return self.o_f, self.o_l, 0.0, 0.0, 0.0
         near = min(self.fixed_by_batch, key=lambda k: abs(math.log(int(k)) - math.log(b)))
-        f = list(self.fixed_by_batch[near]) + [0.0, 0.0]
-        return f[0], f[1], f[2], f[3]
+        f = list(self.fixed_by_batch[near]) + [0.0, 0.0, 0.0]
+        return f[0], f[1], f[2], f[3], f[4]
 
     def flops_rate(self, m: float) -> float:
         if not self.curve:
@@ -301,10 +301,14 @@ class Device:
         compute = f.flops(b) / self.flops_rate(b * f.q)
         weights, streamed = f.bytes_split(b, self.wbytes, self.cbytes)
         memory = weights / self.bw + streamed / (self.bw_stream or self.bw)
-        o_f, o_l, o_s, o_sl = self.fixed(b)
+        o_f, o_l, o_s, o_sl, o_c = self.fixed(b)
         # the slot terms: what a forward of q tokens per row costs beyond one token's (its
-        # heads' sampling, cache writes, per-layer ops on more rows), fitted on car:3 vs far
+        # heads' sampling, cache writes, per-layer ops on more rows), fitted on car:3 vs far;
+        # the choice term: DCAR's draw of a chunk size and its switch over the sizes, beyond
+        # the policy layer's own terms, fitted on DCAR forced to 3 vs car:3
         fixed = o_f + o_l * f.layers + (o_s + o_sl * f.layers) * max(0.0, f.q - 1)
+        if f.name == "policy":
+            fixed += o_c
         return {
             "compute": compute,
             "memory": memory,
@@ -447,18 +451,21 @@ def fit_fixed_costs(
     tokens: int = 64,
     bw_stream: float | None = None,
 ) -> dict:
-    """{batch: [o_f, o_l, o_s, o_sl]}: the fixed costs of real decode steps. FAR decodes `tokens`
-    tokens (EOS suppressed) with random weights of the `small` shapes at two depths; the
+    """{batch: [o_f, o_l, o_s, o_sl, o_c]}: the fixed costs of real decode steps. FAR decodes
+    `tokens` tokens (EOS suppressed) with random weights of the `small` shapes at two depths; the
     measured time per step minus what the FLOP and byte terms predict for it is the fixed
     part, split into a per-layer slope and a per-forward intercept. CAR c=3 at the same
     depths gives the per-slot terms: what each extra token of a step costs beyond its FLOPs
     and bytes (its head's sampling, cache writes), per forward and per layer. (A synthetic
     fused layer measures far less than a real one: ~15 separate ops, attention over the
-    cache, the heads' sampling.)"""
+    cache, the heads' sampling.) DCAR with a random policy forced to chunk 3 gives the choice
+    term o_c: its step minus car:3's, less the policy layer's own FLOP, byte and fixed terms,
+    averaged over the depths (the policy has one layer whatever the backbone's depth)."""
     import importlib.util
 
     import flax.linen as nn
     import jax
+    import jax.numpy as jnp
     import numpy as np
 
     spec = importlib.util.spec_from_file_location(
@@ -468,6 +475,8 @@ def fit_fixed_costs(
     spec.loader.exec_module(bd)
     from jaxtts.decode import registry
     from jaxtts.decode.sampling import SamplingConfig
+    from jaxtts.methods.dcar.policy import ChunkPolicy, PolicyConfig
+    from jaxtts.methods.dcar.strategies import DCAR
     from jaxtts.methods.lm.model import TTSLM, LMConfig
 
     dev = Device("fit", bw=bw, o_f=0.0, o_l=0.0, curve=curve, bw_stream=bw_stream)
@@ -493,13 +502,28 @@ def fit_fixed_costs(
             )["params"]
             batch, keys = bd.random_batch(np.random.default_rng(0), cfg, b, text_len, prompt_len)
             lm = LMShape.from_config(cfg)
-            for strategy in ("far", "car:3"):
+            policy = ChunkPolicy(PolicyConfig(cfg.d_model, cfg.num_mtp_heads))
+            pparams = nn.unbox(
+                jax.jit(policy.init)(
+                    jax.random.key(1), jnp.zeros((1, 2, cfg.d_model)), jnp.array([2])
+                )
+            )["params"]
+            runs = {
+                "far": (registry.get("far"), {"target": TTSLM(cfg)}, {"target": params}),
+                "car:3": (registry.get("car:3"), {"target": TTSLM(cfg)}, {"target": params}),
+                "dcar": (
+                    DCAR(),
+                    {"target": TTSLM(cfg), "policy": policy},
+                    {"target": params, "policy": pparams, "forced_chunk": jnp.full((b,), 3)},
+                ),
+            }
+            for strategy, (strat, models, ps) in runs.items():
                 walls, steps = [], 1
                 for _ in range(3):
                     o, wall, _ = bd.time_decode(
-                        registry.get(strategy),
-                        {"target": TTSLM(cfg)},
-                        {"target": params},
+                        strat,
+                        models,
+                        ps,
                         batch,
                         keys,
                         tokens,
@@ -509,8 +533,9 @@ def fit_fixed_costs(
                     walls.append(wall)
                     steps = max(1, int(np.max(np.asarray(o.steps))))
                 per_step = sorted(walls)[1] / steps
+                stats = {"tokens_per_step": 3.0}  # DCAR: the forced size
                 pred = dev.step_time(
-                    step_forwards(strategy, lm, {}, text_len + prompt_len + tokens / 2), b
+                    step_forwards(strategy, lm, stats, text_len + prompt_len + tokens / 2), b
                 )
                 resid[(strategy, depth)] = per_step - max(pred["compute"], pred["memory"])
         d0, d1 = depths
@@ -519,10 +544,16 @@ def fit_fixed_costs(
         slot = {d: (resid[("car:3", d)] - resid[("far", d)]) / 2 for d in depths}
         o_sl = max(0.0, (slot[d1] - slot[d0]) / (d1 - d0))
         o_s = max(0.0, slot[d0] - o_sl * d0)
-        out[b] = [max(0.0, resid[("far", d0)] - o_l * d0), o_l, o_s, o_sl]
+        o_f = max(0.0, resid[("far", d0)] - o_l * d0)
+        # DCAR's residual beyond car:3's, less the policy forward's own fixed terms (1 layer)
+        over = float(np.mean([resid[("dcar", d)] - resid[("car:3", d)] for d in depths]))
+        o_c = max(0.0, over - (o_f + o_l))
+        out[b] = [o_f, o_l, o_s, o_sl, o_c]
         print(
-            f"batch {b}: fixed {1e3 * out[b][0]:.2f} ms per forward + {1e3 * o_l:.2f} ms per "
-            f"layer; per extra token slot {1e3 * o_s:.2f} ms + {1e3 * o_sl:.2f} ms per layer"
+            f"batch {b}: fixed {1e3 * o_f:.2f} ms per forward + {1e3 * o_l:.2f} ms per "
+            f"layer; per extra token slot {1e3 * o_s:.2f} ms + {1e3 * o_sl:.2f} ms per layer; "
+            f"per chunk choice {1e3 * o_c:.2f} ms (DCAR forced to 3 over car:3, beyond their "
+            f"FLOP and byte terms: {1e3 * over:.2f} ms)"
         )
     return out
 

@@ -66,6 +66,11 @@ def test_step_time_formula_with_fixed_terms(roofline):
     old = dataclasses.replace(dev, fixed_by_batch={1: [1e-3, 2e-4]})  # a calibration without
     assert old.forward_time(f, 1)["fixed"] == pytest.approx(1e-3 + 2 * 2e-4)  # slot terms
     assert st["time"] == pytest.approx(max(flops, nbytes) / 1e9 + st["fixed"])
+    # the chunk-choice term (DCAR's draw and switch) lands on the policy's forward only
+    choice = dataclasses.replace(dev, fixed_by_batch={1: [1e-3, 2e-4, 5e-4, 1e-4, 3e-4]})
+    assert choice.forward_time(f, 1)["fixed"] == pytest.approx(st["fixed"])
+    pol = dataclasses.replace(f, name="policy", layers=1, q=1)
+    assert choice.forward_time(pol, 1)["fixed"] == pytest.approx(1e-3 + 2e-4 + 3e-4)
     # a device that streams one large buffer 3x faster than it reads matrix after matrix (an
     # H200: 650 vs 227 GB/s): the weights at bw, the KV cache and the logits at bw_stream
     split = dataclasses.replace(dev, bw_stream=3e9)
