@@ -237,7 +237,7 @@ def main() -> None:
     ap.add_argument("--segment_steps", type=int, default=4)
     ap.add_argument("--slots", type=int, default=8, help="the server's --slots")
     ap.add_argument("--vocoder_frames", type=int, default=16, help="the server's --vocoder_frames")
-    ap.add_argument("--vocoder_iters", type=int, default=16, help="the server's --vocoder_iters")
+    ap.add_argument("--vocoder_iters", type=int, default=8, help="the server's --vocoder_iters")
     ap.add_argument(
         "--soak",
         default="",

@@ -162,8 +162,11 @@ def main() -> None:
         "8 rows, windowed, batched, min_frames 16": dict(
             rows=8, windowed=True, min_frames=16, batched=True
         ),
-        "8 rows, windowed, batched, min_frames 16, 16 iterations (the server)": dict(
+        "8 rows, windowed, batched, min_frames 16, 16 iterations": dict(
             rows=8, windowed=True, min_frames=16, batched=True, n_iter=16
+        ),
+        "8 rows, windowed, batched, min_frames 16, 8 iterations (the server)": dict(
+            rows=8, windowed=True, min_frames=16, batched=True, n_iter=8
         ),
     }.items():
         out["host"][name] = host(**kw)
