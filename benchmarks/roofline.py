@@ -54,6 +54,7 @@ DEVICES = {
     "h100": dict(peak=989e12, bw=3.35e12, wbytes=2, o_f=30e-6, o_l=20e-6),
     "tpu_v5e": dict(peak=197e12, bw=819e9, wbytes=2, o_f=30e-6, o_l=20e-6),
 }
+FULL_SEQUENCE = ("palle", "mdm")  # strategies whose step is one forward over every position
 PAPER_SPEEDUPS = {
     "dcar": "2.61x (DCAR [2,3,4])",
     "car:3": "2.64x (CAR c=3)",
@@ -249,10 +250,11 @@ def step_forwards(
                 head_v=v,
             )
         ] * p
-    if name in ("palle", "mdm"):
+    if name in FULL_SEQUENCE:
         # one full-sequence forward over all positions per step (no cache)
         t = float((extra or {}).get("seq", context))
-        return [Forward(name, q=t, context=t / 2, head_w=lm.base_head_w, head_v=v, **stack)]
+        full = dict(stack, context=t / 2)
+        return [Forward(name, q=t, head_w=lm.base_head_w, head_v=v, **full)]
     raise ValueError(f"roofline: no cost model for strategy {strategy!r}")
 
 
@@ -306,7 +308,9 @@ class Device:
         # heads' sampling, cache writes, per-layer ops on more rows), fitted on car:3 vs far;
         # the choice term: DCAR's draw of a chunk size and its switch over the sizes, beyond
         # the policy layer's own terms, fitted on DCAR forced to 3 vs car:3
-        fixed = o_f + o_l * f.layers + (o_s + o_sl * f.layers) * max(0.0, f.q - 1)
+        # (a full-sequence forward, PALLE's or MDM's, is one pass: no per-slot work)
+        slots = 0.0 if f.name in FULL_SEQUENCE else max(0.0, f.q - 1)
+        fixed = o_f + o_l * f.layers + (o_s + o_sl * f.layers) * slots
         if f.name == "policy":
             fixed += o_c
         return {
@@ -614,10 +618,10 @@ def row_model(folder: str) -> tuple:
     return lm, extra
 
 
-def check(args) -> int:
-    cal = json.loads(Path(args.calibration).read_text())
+def device_from_calibration(cal: dict) -> Device:
+    """The Device a `calibrate` JSON measured (its matmul curve, bandwidths, fixed costs)."""
     fixed = {int(k): v for k, v in (cal.get("fixed_by_batch") or {}).items()}
-    dev = Device(
+    return Device(
         cal["device"],
         bw=cal["bw"],
         o_f=cal["o_f"],
@@ -626,6 +630,11 @@ def check(args) -> int:
         fixed_by_batch=fixed or None,
         bw_stream=cal.get("bw_stream"),
     )
+
+
+def check(args) -> int:
+    cal = json.loads(Path(args.calibration).read_text())
+    dev = device_from_calibration(cal)
     rows = json.loads(Path(args.speed).read_text())
     print(
         f"calibration: {cal['device']}, bandwidth {cal['bw'] / 1e9:.1f} GB/s over "
@@ -698,28 +707,49 @@ def predict(args) -> int:
 
     rows = json.loads(Path(args.speed).read_text())
     stats = {}  # strategy -> measured batch-1 statistics (the first folder that has it)
+    extras = {}  # strategy -> its own modules' shapes (DCAR policy, TLDR compressor / extractor)
     for r in rows:
         if r["folder"].endswith(args.stats_from) or args.stats_from in r["backbone"]:
-            stats.setdefault(r["strategy"], r["b1"])
+            # batch-1 statistics for every batch size: rows taken as equally long (the batch's
+            # own steps, batch_steps_per_audio_s, are those of batch 1 here)
+            b1 = {k: v for k, v in r["b1"].items() if k != "batch_steps_per_audio_s"}
+            stats.setdefault(r["strategy"], b1)
+            extras.setdefault(r["strategy"], row_model(r["folder"])[1])
+    palle_extra = None
+    if args.palle_steps > 0:  # PALLE has no model on the deep backbone: its measured steps
+        stats["palle"] = {"steps_per_audio_s": args.palle_steps, "tokens_per_step": 1.0}
+        palle_extra = {"seq": args.palle_seq}
     shapes = config_shapes(args.configs.split(","))
     batches = [int(b) for b in args.batches.split(",")]
     result = []
     print(
         f"steps per audio second and tokens per step: the measured rows of {args.stats_from}; "
         f"context {args.context:.0f} positions; per-forward / per-layer overheads ASSUMED "
-        f"(see DEVICES)"
+        f"(see DEVICES); DCAR's policy and TLDR's compressor / extractor: the shipped modules' "
+        f"shapes at every config; SSD's draft: a third of the layers; PALLE: "
+        f"{args.palle_steps:g} full-sequence forwards of {args.palle_seq:g} positions per "
+        f"audio second"
     )
+    devices = []
     for dev_name in args.devices.split(","):
         d = DEVICES[dev_name]
-        dev = Device(
-            dev_name,
-            bw=d["bw"],
-            o_f=d["o_f"],
-            o_l=d["o_l"],
-            wbytes=d["wbytes"],
-            cbytes=d["wbytes"],
-            peak=d["peak"],
+        devices.append(
+            Device(
+                dev_name,
+                bw=d["bw"],
+                o_f=d["o_f"],
+                o_l=d["o_l"],
+                wbytes=d["wbytes"],
+                cbytes=d["wbytes"],
+                peak=d["peak"],
+            )
         )
+    for path in filter(None, args.calibrations.split(",")):  # measured devices, as calibrated
+        dev = device_from_calibration(json.loads(Path(path).read_text()))
+        print(f"{dev.name}: measured calibration {path} (float32 weights, its fitted fixed costs)")
+        devices.append(dev)
+    for dev in devices:
+        dev_name = dev.name
         for cname, lm in shapes.items():
             print(f"\n{dev_name}, config {cname} ({lm.layers} layers, width {lm.d_model})")
             print(
@@ -732,9 +762,11 @@ def predict(args) -> int:
                 b: lm_rtf(dev, "far", lm, stats["far"], b, args.context)["lm_rtf"] for b in batches
             }
             for strategy, st in stats.items():
-                extra = (
-                    {"draft_layers": max(1, lm.layers // 3)} if strategy.startswith("ssd") else None
-                )
+                extra = extras.get(strategy) or None  # the shipped modules, at every config
+                if strategy.startswith("ssd"):  # the paper's ratio: a third of the layers
+                    extra = {"draft_layers": max(1, lm.layers // 3)}
+                if strategy == "palle":
+                    extra = palle_extra
                 cells = []
                 for b in batches:
                     p = lm_rtf(dev, strategy, lm, st, b, args.context, extra)
@@ -755,7 +787,7 @@ def predict(args) -> int:
                 print(f"| {strategy} | " + " | ".join(cells) + f" | {paper} |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
-    devs, cfgs = args.devices.split(","), list(shapes)
+    devs, cfgs = [d.name for d in devices], list(shapes)
     fig, axes = plt.subplots(
         len(devs), len(cfgs), figsize=(4 * len(cfgs), 3.2 * len(devs)), squeeze=False, sharey=True
     )
@@ -811,6 +843,22 @@ def main(argv=None) -> int:
     q.add_argument("--configs", default="small,deep,paper")
     q.add_argument("--devices", default="h100,tpu_v5e")
     q.add_argument("--batches", default="1,8,32,256")
+    q.add_argument(
+        "--calibrations",
+        default="benchmarks/gpu_h200_calibration.json",
+        help="measured calibrations (roofline.py calibrate on that device), predicted as they "
+        "were measured: float32, the fitted fixed costs ('' = none)",
+    )
+    q.add_argument(
+        "--palle_steps",
+        type=float,
+        default=35.5,
+        help="PALLE's full-sequence forwards per audio second (100 + 7 refine steps, measured "
+        "on the full test split, RESULTS 14c; 0 = no PALLE row)",
+    )
+    q.add_argument(
+        "--palle_seq", type=float, default=250.0, help="positions of PALLE's full-sequence forward"
+    )
     q.add_argument("--context", type=float, default=200.0)
     q.add_argument("--out", default="out/roofline_predict.json")
     q.add_argument("--plot", default="benchmarks/roofline_speedup.png")

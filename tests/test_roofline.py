@@ -66,6 +66,12 @@ def test_step_time_formula_with_fixed_terms(roofline):
     old = dataclasses.replace(dev, fixed_by_batch={1: [1e-3, 2e-4]})  # a calibration without
     assert old.forward_time(f, 1)["fixed"] == pytest.approx(1e-3 + 2 * 2e-4)  # slot terms
     assert st["time"] == pytest.approx(max(flops, nbytes) / 1e9 + st["fixed"])
+    # a full-sequence forward (PALLE, MDM) is one pass over its positions: no slot terms
+    (pa,) = roofline.step_forwards(
+        "palle", roofline.LMShape.from_config(TINY), {}, 100, {"seq": 40}
+    )
+    assert (pa.q, pa.context, pa.layers) == (40, 20, 2)
+    assert dev.forward_time(pa, 1)["fixed"] == pytest.approx(1e-3 + 2 * 2e-4)
     # the chunk-choice term (DCAR's draw and switch) lands on the policy's forward only
     choice = dataclasses.replace(dev, fixed_by_batch={1: [1e-3, 2e-4, 5e-4, 1e-4, 3e-4]})
     assert choice.forward_time(f, 1)["fixed"] == pytest.approx(st["fixed"])
