@@ -35,7 +35,9 @@
 #   paper       decode.py: paper-size random weights, bf16 weights and compute, batch 1 / 32
 #   train       train_throughput.py: one paper-size training step in bf16, its MFU
 #   calibrate   roofline.py calibrate: matmul FLOP/s by rows, bandwidth, the fixed cost of a
-#               lax.while_loop iteration and of a layer, the bf16 matmul peak
+#               lax.while_loop iteration and of a layer, the bf16 matmul peak, and the fixed
+#               costs of real decode steps (FAR, CAR c=3 and, since lease 4, DCAR forced to 3:
+#               its chunk-choice cost; 237 s with 24 other processes on the third lease)
 #   tests_*     the decode-equivalence and lossless-SSD tests, on the GPU (three processes)
 #   where_<row> the batch-1 rows of WHERE_ROWS (FAR, CAR c=3, SSD) with the sampling fallback
 #               computed by jnp.where, not lax.cond (JAXTTS_SAMPLING_FALLBACK=where), in case a
