@@ -26,8 +26,9 @@
 # measurement is its own process and they all start at once: they compile side by side on the
 # host's cores, and take turns on the GPU for their timed parts (`benchmarks/timing_lock.py`: an
 # exclusive flock on $WORK/timing.lock around each timed section, so no two timings overlap).
-# Parts (each under its own time limit; on the limit Python gets SIGINT first, so its log shows
-# where it was):
+# Parts (each under its own time limit: SIGINT, then SIGKILL 5 s later. A background job starts
+# with SIGINT ignored, so only a part that takes it back acts on it: `roofline.py calibrate`
+# then writes what it has fitted, without DCAR's choice cost; the others are killed):
 #   deep_<row>_b<batch>  methods_speed.py, one process per row and batch size (1 / 8 / 32) on
 #               the 12-layer backbone: FAR, CAR 2/3, VADUSA, DCAR (pretrained/dcar_deep), SSD
 #               beta 0.4 (pretrained/ssd_deep), TLDR P = 4 (pretrained/tldr_deep_p4); joined

@@ -258,10 +258,13 @@ def main() -> None:
         from jaxtts.synthesize import Synthesizer
 
         synth = Synthesizer.from_workdir(args.workdir)
+        soak_requests = int(args.soak.split(",")[1]) if args.soak else 0
         server = Server(
             synth,
             args.workdir,
             max_queue=256,
+            # the soak reads every request's record back, and serves each completed one again
+            keep_requests=max(256, 2 * soak_requests + 64),
             segment_steps=args.segment_steps,
             slots=args.slots,
             vocoder_frames=args.vocoder_frames,
