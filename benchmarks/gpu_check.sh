@@ -201,6 +201,9 @@ fi
 export JAXTTS_TIMING_LOCK=$WORK/timing.lock
 export JAXTTS_TIMING_PAUSE=$WORK/pids  # the lock holder pauses the other parts (timing_lock.py)
 FAST=${DECODE_XLA_FLAGS-}  # decode parts' extra XLA flags (=--xla_gpu_autotune_level=0: compile faster)
+# the decode parts' XLA_FLAGS, without stray spaces: XLA reads a value that does not start with
+# "--" (a lone " " when both are empty) as a file name and aborts
+DECODE_FLAGS=$(echo ${XLA_FLAGS-} $FAST)
 
 echo "=== env $(date -u +%T)"
 if [ $DRY = 0 ] && ls .whl_gpu/*.whl > /dev/null 2>&1; then
@@ -227,7 +230,7 @@ for spec in $ROWS; do
   for bn in $DEEP_BATCHES; do  # one process per row and batch size: they compile side by side
     name=deep_$(echo "${spec%@*}" | tr -c 'a-zA-Z0-9.\n' _)_b${bn%:*}
     DEEP_JSONS+="${DEEP_JSONS:+,}$WORK/$name.json"
-    XLA_FLAGS="${XLA_FLAGS:-} $FAST" launch "$name" "$LIMIT" $PY benchmarks/methods_speed.py \
+    XLA_FLAGS="$DECODE_FLAGS" launch "$name" "$LIMIT" $PY benchmarks/methods_speed.py \
       --corpus $BUNDLE/data/builtin --rows "$spec" --batch "${bn%:*}" --num "${bn#*:}" \
       $DEEP_ARGS --out "$WORK/$name.json"
   done
@@ -237,12 +240,12 @@ for spec in $WHERE_ROWS; do  # batch 1 (the host round trips show at batch 1)
   bn=${DEEP_BATCHES%% *}
   name=where_$(echo "${spec%@*}" | tr -c 'a-zA-Z0-9.\n' _)_b${bn%:*}
   WHERE_JSONS+="${WHERE_JSONS:+,}$WORK/$name.json"
-  XLA_FLAGS="${XLA_FLAGS:-} $FAST" JAXTTS_SAMPLING_FALLBACK=where launch "$name" "$LIMIT" \
+  XLA_FLAGS="$DECODE_FLAGS" JAXTTS_SAMPLING_FALLBACK=where launch "$name" "$LIMIT" \
     $PY benchmarks/methods_speed.py --corpus $BUNDLE/data/builtin --rows "$spec" \
     --batch "${bn%:*}" --num "${bn#*:}" $DEEP_ARGS --out "$WORK/$name.json"
 done
 launch cond "$LIMIT" $PY benchmarks/cond_cost.py --out "$WORK/cond.json"
-XLA_FLAGS="${XLA_FLAGS:-} $FAST" launch paper "$LIMIT" $PY benchmarks/decode.py $PAPER_ARGS \
+XLA_FLAGS="$DECODE_FLAGS" launch paper "$LIMIT" $PY benchmarks/decode.py $PAPER_ARGS \
   --out "$WORK/paper.json"
 launch train "$LIMIT" $PY benchmarks/train_throughput.py $TRAIN_ARGS --out "$WORK/train.json"
 launch calibrate "$LIMIT" $PY benchmarks/roofline.py calibrate --depths "${CAL_DEPTHS:-1,4}" \
@@ -253,7 +256,7 @@ launch calibrate "$LIMIT" $PY benchmarks/roofline.py calibrate --depths "${CAL_D
 i=0
 for k in "${TEST_K[@]}"; do
   i=$((i + 1))
-  XLA_FLAGS="${XLA_FLAGS:-} $FAST" launch tests_$i "$LIMIT" env \
+  XLA_FLAGS="$DECODE_FLAGS" launch tests_$i "$LIMIT" env \
     JAX_DEFAULT_MATMUL_PRECISION=highest JAX_PLATFORMS="${JAX_PLATFORMS:-}" \
     $PY -c "import sys, pytest, benchmarks.timing_lock; sys.exit(pytest.main(sys.argv[1:]))" \
     -q -p no:cacheprovider --junitxml="$WORK/tests_$i.xml" $TESTS -k "$k"
