@@ -147,7 +147,6 @@ def dynamic_chunk_step(
     cache. Same tokens; on a CPU it copies the cache every step, on a GPU it launches fewer
     kernels (benchmarks/dcar_step.py compares both)."""
     c_max = jnp.max(jnp.where(state.done, 1, count))
-    p = {"params": params}
     if write_in_branch:
 
         def write(c: int):
@@ -161,6 +160,8 @@ def dynamic_chunk_step(
         branches = [write(c) for c in range(1, max_chunk + 1)]
         toks, new_carry = jax.lax.switch(c_max - 1, branches, None)
         return Proposal(tokens=toks, count=count, carry=new_carry)
+
+    p = {"params": params}
 
     def branch(c: int):
         def run(_):
