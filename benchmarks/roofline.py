@@ -489,8 +489,9 @@ def fit_fixed_costs(
     text_len, prompt_len = 48, 75
     context = text_len + prompt_len + tokens / 2
 
-    def runs(b: int, depth: int, names: tuple[str, ...]) -> dict:
-        """{strategy: (strategy, models, params)} on random weights of `depth` layers."""
+    def runs(b: int, depth: int, names: tuple[str, ...]) -> tuple:
+        """(LMConfig, {strategy: (strategy, models, params)}) on random weights of `depth`
+        layers."""
         cfg = LMConfig(
             num_text_symbols=64,
             num_speech_tokens=1024,
