@@ -394,6 +394,66 @@ def test_lora_starts_at_base_model_and_only_adapters_train(params):
     assert jax.tree.leaves(changed) == jax.tree.leaves(mask)
 
 
+def test_merge_lora_folds_the_adapters_into_the_kernels(params):
+    """W' = W + (alpha / r) A B, exactly on a hand example; an adapted TTS LM with non-zero
+    adapters equals the plain model (lora_rank 0) on the merged parameters."""
+    import dataclasses
+
+    from jaxtts.nn.layers import merge_lora
+
+    tree = {
+        "q": {
+            "kernel": np.array([[1.0, 0.0], [0.0, 1.0]], np.float32),
+            "lora_a": np.array([[1.0], [2.0]], np.float32),  # [D, R=1]
+            "lora_b": np.array([[3.0, -1.0]], np.float32),  # [R, F]
+        },
+        "norm": {"scale": np.ones(2, np.float32)},
+    }
+    out = merge_lora(tree, lora_rank=1, lora_alpha=2.0)  # scale 2
+    np.testing.assert_array_equal(out["q"]["kernel"], [[7.0, -2.0], [12.0, -3.0]])
+    assert set(out["q"]) == {"kernel"} and out["norm"] is not tree["norm"]
+    assert merge_lora(tree, lora_rank=0) is tree
+
+    cfg = dataclasses.replace(TINY, lora_rank=4, lora_alpha=8.0)
+    text, speech = np.array([[3, 4, 5]], np.int32), np.array([[TINY.bos, 1, 2]], np.int32)
+    lens = (np.array([3]), np.array([3]))
+    lp = jax.jit(TTSLM(cfg).init)(jax.random.key(1), text, lens[0], speech, lens[1])["params"]
+    lp = jax.tree.map(lambda x: getattr(x, "value", x), lp, is_leaf=lambda x: hasattr(x, "value"))
+    rng = np.random.default_rng(0)
+    lp = jax.tree_util.tree_map_with_path(  # every adapter non-zero
+        lambda p, x: (
+            rng.normal(0, 0.1, x.shape).astype(np.float32)
+            if "lora_b" in jax.tree_util.keystr(p)
+            else x
+        ),
+        lp,
+    )
+    adapted = TTSLM(cfg).apply({"params": lp}, text, lens[0], speech, lens[1])[0]
+    plain = TTSLM(TINY).apply({"params": merge_lora(lp, 4, 8.0)}, text, lens[0], speech, lens[1])
+    base = TTSLM(TINY).apply({"params": params}, text, lens[0], speech, lens[1])[0]
+    assert np.abs(np.asarray(adapted) - np.asarray(base)).max() > 1e-2  # the adapters act
+    np.testing.assert_allclose(plain[0], adapted, atol=1e-5)
+
+
+def test_block_with_last_queries_equals_the_last_rows():
+    """`Block(..., queries=n)` (TLDR's compressor in decoding) computes the last n rows of the
+    full block: their attention over every key, their MLP."""
+    from jaxtts.nn.transformer import Block, StackConfig
+
+    cfg = StackConfig(num_layers=1, num_heads=2, head_dim=8, d_ff=32, rope_theta=10_000.0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 7, 16)).astype(np.float32)
+    pos = np.broadcast_to(np.arange(7), (2, 7))
+    mask = np.tril(np.ones((7, 7), bool))[None] & (rng.random((2, 1, 7)) > 0.2)
+    mask[:, :, -1] = True
+    block = Block(cfg)
+    p = block.init(jax.random.key(0), x, pos, mask)
+    full, _ = block.apply(p, x, pos, mask)
+    last, _ = block.apply(p, x, pos, mask[:, -3:], queries=3)
+    assert last.shape == (2, 3, 16)
+    np.testing.assert_allclose(last, full[:, -3:], atol=1e-5)
+
+
 def _get(tree, path):
     for k in path:
         tree = tree[k.key]

@@ -143,11 +143,13 @@ class Attention(nn.Module):
         capture: bool = False,
         context: jax.Array | None = None,
         defer_write: bool = False,
+        queries: int = 0,
     ) -> tuple[jax.Array, LayerCache | None]:
         """x [B, T, D], positions [B, T] (RoPE; ignored when rope_theta == 0), mask bool
-        [B, T, S]; bias [B, N, T, S] added to the attention logits (None: none); capture: sow
-        the logits [B, N, T, S] (after the bias) as `intermediates/.../attn_logits` (the
-        alignment loss reads them; `apply(..., mutable=['intermediates'])`).
+        [B, T, S] (with `queries`: [B, queries, S]); bias [B, N, T, S] added to the attention
+        logits (None: none); capture: sow the logits [B, N, T, S] (after the bias) as
+        `intermediates/.../attn_logits` (the alignment loss reads them;
+        `apply(..., mutable=['intermediates'])`).
 
         context [B, S, D]: keys/values from another sequence (cross-attention: TLDR's
         compressor and extractor; use rope_theta=0, positions then go unused).
@@ -156,17 +158,22 @@ class Attention(nn.Module):
         whole buffer (S = cache length); returns the updated cache. defer_write: the same
         attention without writing (module docstring); returns this block's keys/values
         `LayerCache` [B, N, T, H] (in the buffer's dtype) instead of the cache.
+        queries > 0 (self-attention without a cache): only the last `queries` positions of x
+        query (keys: all T); returns [B, queries, D], equal to those rows of the full output.
         """
         d = x.shape[-1]
         nh = (self.num_heads, self.head_dim)
         kw = dict(dtype=self.dtype, lora_rank=self.lora_rank, lora_alpha=self.lora_alpha)
         names = (axes.EMBED, axes.HEADS, axes.KV)
-        q = Dense(nh, names, name="q", **kw)(x)  # [B, T, N, H]
+        if queries and (cache is not None or context is not None):
+            raise ValueError("Attention(queries=...): self-attention without a cache only")
+        xq, pq = (x[:, -queries:], positions[:, -queries:]) if queries else (x, positions)
+        q = Dense(nh, names, name="q", **kw)(xq)  # [B, T, N, H]
         kv_in = x if context is None else context
         k = Dense(nh, names, name="k", **kw)(kv_in)
         v = Dense(nh, names, name="v", **kw)(kv_in)
         if self.rope_theta and context is None:  # 0 = no rotary embedding (e.g. the conformer ASR)
-            q = apply_rope(q, positions, self.rope_theta)
+            q = apply_rope(q, pq, self.rope_theta)
             k = apply_rope(k, positions, self.rope_theta)
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, N, T, H]
         block = None

@@ -68,7 +68,10 @@ class Block(nn.Module):
         bias=None,
         capture=False,
         defer_write=False,
+        queries=0,
     ):
+        """queries > 0: only the last `queries` positions of x are computed (their attention
+        over all of x, their MLP): [B, queries, D], those rows of the full output."""
         c = self.cfg
         lora = dict(lora_rank=c.lora_rank, lora_alpha=c.lora_alpha)
         dtype = jnp.dtype(c.dtype)
@@ -81,7 +84,10 @@ class Block(nn.Module):
             bias,
             capture,
             defer_write=defer_write,
+            queries=queries,
         )
+        if queries:
+            x = x[:, -queries:]
         x = x + nn.Dropout(c.dropout, deterministic=not train)(h.astype(jnp.float32))
         h = MLP(c.d_ff, c.mlp, dtype, name="mlp", **lora)(RMSNorm(name="mlp_norm")(x))
         x = x + nn.Dropout(c.dropout, deterministic=not train)(h.astype(jnp.float32))

@@ -14,6 +14,8 @@ encoder runs it names.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,6 +30,7 @@ from jaxtts.methods.tldr.assemble import (
     tldr_config,
 )
 from jaxtts.methods.tldr.model import TLDRModel
+from jaxtts.nn.layers import merge_lora
 from jaxtts.run_folder import RunFolder, check_trained_on
 from jaxtts.train.checkpoint import abstract_params, check_tree_matches
 from jaxtts.train.state import tree_from_flat, tree_to_flat
@@ -41,6 +44,14 @@ class TLDREngine(LMEngine):
         parameters (also what training samples with)."""
         args, kw = base._backbone_args()
         super().__init__(*args, **kw)
+        # decoding runs the backbone with its LoRA adapters folded into the kernels (one model
+        # with lora_rank 0: the same function up to rounding, 2.5 ms less per batch-1 step of
+        # the 12-layer backbone on a CPU; RESULTS tldr)
+        bb = cfg.backbone
+        params = merge_lora(params, bb.lora_rank, bb.lora_alpha)
+        cfg = dataclasses.replace(
+            cfg, backbone=dataclasses.replace(bb, lora_rank=0, lora_alpha=0.0)
+        )
         self.tldr, self.tldr_params = TLDRModel(cfg, speaker_model), params
         self.decode_config = {**base.decode_config, **dict(config.decode), "strategy": "tldr"}
 

@@ -150,12 +150,16 @@ class Compressor(nn.Module):
     cfg: TLDRConfig
 
     @nn.compact
-    def __call__(self, emb: jax.Array, valid: jax.Array) -> jax.Array:
+    def __call__(self, emb: jax.Array, valid: jax.Array, last: bool = False) -> jax.Array:
+        """last: only the last patch's vector [B, 1, D] (decoding: the window's earlier patches
+        are keys of the local layer only); equal to the last row of the full output."""
         c = self.cfg
         b, nj, p, d = emb.shape
         w = valid.astype(jnp.float32)[..., None]  # [B, J, P, 1]
         mean = (emb * w).sum(2) / jnp.maximum(w.sum(2), 1.0)  # [B, J, D]
-        query = RMSNorm(name="init_norm")(mean)  # [B, J, D]
+        if last:
+            mean = mean[:, -1:]
+        query = RMSNorm(name="init_norm")(mean)  # [B, J', D], J' = 1 if last else J
         if c.compressor == "mean":
             return query
         # local layer over the flattened grid: causal within W grid positions, valid keys
@@ -172,11 +176,16 @@ class Compressor(nn.Module):
             d_ff=c.comp_ff,
             rope_theta=c.backbone.rope_theta,
         )
-        h, _ = Block(stack, name="local")(x, jnp.broadcast_to(pos, (b, n)), mask)
-        h = RMSNorm(name="token_norm")(h).reshape(b * nj, p, d)  # [BJ, P, D]
+        nq = p if last else n  # the query positions: the last patch's tokens, or all
+        h, _ = Block(stack, name="local")(
+            x, jnp.broadcast_to(pos, (b, n)), mask[:, n - nq :], queries=nq if last else 0
+        )
+        nj = nq // p
+        valid = valid[:, -nj:]
+        h = RMSNorm(name="token_norm")(h).reshape(b * nj, p, d)  # [BJ', P, D]
         # masked patch -> token cross-attention: each patch sees only its own valid tokens
         q = query.reshape(b * nj, 1, d)
-        cmask = valid.reshape(b * nj, 1, p)  # [BJ, 1, P]
+        cmask = valid.reshape(b * nj, 1, p)  # [BJ', 1, P]
         att, _ = Attention(c.comp_heads, d // c.comp_heads, rope_theta=0.0, name="cross")(
             RMSNorm(name="cross_norm")(q), jnp.zeros((b * nj, 1), jnp.int32), cmask, context=h
         )
@@ -233,6 +242,7 @@ class Extractor(nn.Module):
         s: jax.Array | None,
         inputs: jax.Array | None,
         slots: jax.Array | None = None,
+        last: bool = False,
     ) -> jax.Array:
         c = self.cfg
         bb = c.backbone
@@ -263,6 +273,8 @@ class Extractor(nn.Module):
         x = x + pos[None, : inputs.shape[1]]
         for i, layer in enumerate(layers):
             x = layer(x, slots=slots[:, i])
+        if last:  # decoding: the logits of the last input only
+            x = x[:, -1:]
         x = RMSNorm(name="final_norm")(x)
         v = bb.padded(bb.out_vocab)
         logits = Dense(v, (axes.EMBED, axes.VOCAB), use_bias=True, name="out")(x)
@@ -304,10 +316,11 @@ class TLDRModel(nn.Module):
         s = jnp.where((frames >= c.min_reference_frames)[:, None], s, 0.0)
         return jax.lax.stop_gradient(s)
 
-    def compress(self, tokens: jax.Array, valid: jax.Array) -> jax.Array:
-        """Grid tokens [B, J, P] + valid -> patch vectors [B, J, D]."""
+    def compress(self, tokens: jax.Array, valid: jax.Array, last: bool = False) -> jax.Array:
+        """Grid tokens [B, J, P] + valid -> patch vectors [B, J, D] (last: [B, 1, D], the last
+        patch's only)."""
         emb = self.backbone.embed_speech(tokens)  # [B, J, P, D]
-        return self.compressor(emb, valid)
+        return self.compressor(emb, valid, last)
 
     def extract(self, g: jax.Array, s: jax.Array | None, inputs: jax.Array) -> jax.Array:
         """g [B, J, D], s [B, E_s] or None, inputs [B, J, P] -> logits [B, J, P, V]."""
@@ -323,7 +336,7 @@ class TLDRModel(nn.Module):
     def extract_step(self, slots: jax.Array, inputs: jax.Array) -> jax.Array:
         """Decoding: slots [B, L, S, E], the patch's first inputs [B, i + 1] -> the logits of
         its token i [B, V]."""
-        return self.extractor(None, None, inputs, slots=slots)[:, -1]
+        return self.extractor(None, None, inputs, slots=slots, last=True)[:, 0]
 
     def shifted_inputs(self, tokens: jax.Array) -> jax.Array:
         """Grid tokens [..., P] -> the extractor's teacher-forced inputs [START, t_0..t_{P-2}]."""
@@ -388,6 +401,6 @@ class TLDRModel(nn.Module):
         to the backbone's cache -> (g of the next patch [B, D], cache)."""
         grid = jnp.concatenate([win_tokens, tokens[:, None]], axis=1)  # [B, NW + 1, P]
         valid = jnp.concatenate([win_valid, jnp.ones_like(tokens[:, None], bool)], axis=1)
-        z = self.compress(grid, valid)[:, -1:]  # [B, 1, D]
+        z = self.compress(grid, valid, last=True)  # [B, 1, D]
         h, cache = self.backbone.extend_embedded(z, cache, stride=self.cfg.stride)
         return h[:, 0], cache
