@@ -205,6 +205,8 @@ class Synthesizer:
             strategy=strategy, max_seconds=max_seconds or None, **sampling_overrides
         )
         name = engine.check_strategy(options.strategy)
+        # from here on the canonical spec ("car:3" for " car:03"): one compile key, one name
+        options = dataclasses.replace(options, strategy=name)
         if batch_size < 1:
             raise ConfigError(f"batch_size={batch_size}: expected >= 1")
         if isinstance(prompts, Prompt) or prompts is None:
