@@ -290,6 +290,34 @@ def _import_graph(root):
     return graph
 
 
+def test_families_use_each_other_through_public_names_only():
+    """No model family imports another family's trainer (`task.py`) or a private (`_x`) name
+    of another family; the LM backbone's API is `jaxtts.methods.lm` (its `__init__`)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "jaxtts" / "methods"
+    bad = []
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root).parts
+        own = rel[0] if len(rel) > 1 else p.stem  # family folder, or a one-file family
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                mods, names = [node.module], [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                mods, names = [a.name for a in node.names], []
+            else:
+                continue
+            for mod in mods:
+                parts = mod.split(".")
+                if parts[:2] != ["jaxtts", "methods"] or len(parts) < 3 or parts[2] == own:
+                    continue
+                if parts[-1] == "task":
+                    bad.append(f"{p.relative_to(root)}: imports {mod}")
+                bad += [f"{p.relative_to(root)}: {mod}.{n}" for n in names if n.startswith("_")]
+    assert bad == [], bad
+
+
 def test_no_import_cycles():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     graph = _import_graph(root)

@@ -400,7 +400,7 @@ def test_text_information_scores_the_stage_one_span(tiny_runs, tiny_corpus):
     row and mask draw, and repeats exactly (fixed draws)."""
     from jaxtts.data.manifest import read_split
     from jaxtts.engine import load_engine
-    from jaxtts.methods.lm.diagnostics import _loader
+    from jaxtts.methods.lm.diagnostics import teacher_forcing_loader
     from jaxtts.methods.palle.task import text_information
 
     par, _, _ = tiny_runs
@@ -409,7 +409,7 @@ def test_text_information_scores_the_stage_one_span(tiny_runs, tiny_corpus):
     a = text_information(eng, utts, batch_size=4, seeds=2)
     b = text_information(eng, utts, batch_size=4, seeds=2)
     np.testing.assert_array_equal(a.ce_right, b.ce_right)
-    loader = _loader(eng, utts, None, 4)
+    loader = teacher_forcing_loader(eng, utts, None, 4)
     want = 0
     for s in range(len(loader)):
         n = loader.get_batch(s)["speech_len"]

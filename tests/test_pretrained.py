@@ -102,7 +102,7 @@ def test_car_small_aligned_heads(lm_engine, tiny_corpus):
     from jaxtts.train.align import AlignConfig
 
     utts = _utts(tiny_corpus)[:12]
-    loader = diagnostics._loader(lm_engine, utts, None, 12)
+    loader = diagnostics.teacher_forcing_loader(lm_engine, utts, None, 12)
     assert len(loader) == 1  # one batch: the per-batch means are comparable as they are
     batch = loader.get_batch(0)
     a = diagnostics.alignment_scores(lm_engine, utts, batch_size=12)

@@ -127,9 +127,11 @@ def teacher_forced_choices(engine: DCAREngine, utts, chunk: int = 3, batch_size:
     prompt (another utterance of its speaker, as in training); decision j reads the backbone's
     hidden state of position P + j * chunk (P: the prompt's length), as it does when decoding.
     -> probs float32 [S, K] over every decision of every utterance."""
-    from jaxtts.methods.lm.diagnostics import _loader  # start-up: 100 ms, only for this diagnostic
+    from jaxtts.methods.lm.diagnostics import (
+        teacher_forcing_loader,
+    )  # start-up: 100 ms, only for this diagnostic
 
-    loader = _loader(engine, utts, None, batch_size)
+    loader = teacher_forcing_loader(engine, utts, None, batch_size)
     cfg, model, policy = engine.cfg, engine.model, engine.policy
 
     @jax.jit

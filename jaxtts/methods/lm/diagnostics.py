@@ -47,7 +47,9 @@ def utterance_tokens(engine, utts: Sequence) -> dict[str, np.ndarray]:
     }
 
 
-def _loader(engine, utts: Sequence, tokens: dict[str, np.ndarray] | None, batch_size: int):
+def teacher_forcing_loader(
+    engine, utts: Sequence, tokens: dict[str, np.ndarray] | None, batch_size: int
+):
     """Teacher-forcing batches of `utts` in a fixed order, as in training (prompts: other
     utterances of the same speaker)."""
     tokens = tokens if tokens is not None else utterance_tokens(engine, utts)
@@ -77,7 +79,7 @@ def text_information(
     of the same speaker, as in training). `engine`: an `LMEngine`; tokens default to
     `utterance_tokens`. `score(params, batch) -> (nll sums [K], counts [K], scored tokens per
     row [B])` and `params` replace the MTP heads' score (TLDR scores its extractor)."""
-    loader = _loader(engine, utts, tokens, batch_size)
+    loader = teacher_forcing_loader(engine, utts, tokens, batch_size)
     cfg, model = engine.cfg, engine.model
 
     @jax.jit
@@ -165,7 +167,7 @@ def alignment_scores(
         ]
         return jnp.stack(out) * rows, rows  # [G, 2] batch means weighted by its rows
 
-    loader = _loader(engine, utts, tokens, batch_size)
+    loader = teacher_forcing_loader(engine, utts, tokens, batch_size)
     total, rows = np.zeros((groups, 2)), 0.0
     for s in range(len(loader)):
         b = {name: jnp.asarray(v) for name, v in loader.get_batch(s).items()}

@@ -22,17 +22,15 @@ import jax.numpy as jnp
 import ml_collections as mlc
 import numpy as np
 
-from jaxtts.data.prepare import LMData, fill_model_sizes, prepare_data
+from jaxtts.data.prepare import fill_model_sizes, prepare_data
 from jaxtts.errors import ConfigError
-from jaxtts.eval.asr import PocketSphinxASR
-from jaxtts.eval.metrics import wer
 from jaxtts.methods.lm.engine import LMEngine
 from jaxtts.methods.lm.model import RETIRED_MODEL_KEYS, TTSLM, LMConfig, with_bos
 from jaxtts.run_folder import RunFolder
-from jaxtts.synthesize import Synthesizer, prompts_from_utterances
 from jaxtts.train import align as align_lib
 from jaxtts.train import loop, losses
 from jaxtts.train.align import AlignConfig
+from jaxtts.train.samples import sample_eval
 
 log = logging.getLogger("jaxtts.lm")
 
@@ -210,7 +208,15 @@ def train(
     hooks = []
     n_samples = int(config.get("eval", {}).get("num_samples", 0))
     if n_samples > 0 and dev is not None:
-        hooks.append(sample_eval(config, workdir, data, n_samples, progress))
+        hooks.append(
+            sample_eval(
+                config,
+                workdir,
+                data,
+                n_samples,
+                lambda params: LMEngine(config, params, data.frontend, data.tokenizer),
+            )
+        )
     if task.align.enabled and dev is not None:
         hooks.append(_attention_image(task, workdir, dev.get_batch(0)))
 
@@ -274,45 +280,3 @@ def save_attention_png(p: np.ndarray, path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-def sample_eval(config, workdir: str, data: LMData, n: int, progress: bool, make_engine=None):
-    """on_eval hook: synthesize `n` dev sentences with the current params, write the wavs to
-    `samples/step_<k>/` and score them with the evaluation ASR (domain LM) when available.
-    make_engine(params) -> Engine (default: an LMEngine of `config`; TLDR passes its own)."""
-    utts = data.splits["dev"][:n]
-    prompts = prompts_from_utterances(data.splits["dev"], utts)
-    asr = None
-    if config.eval.get("asr", "domain") != "none":
-        try:
-            asr = PocketSphinxASR.from_corpus(data.corpus_dir, "domain", progress=False)
-        except Exception as e:  # noqa: BLE001 - an optional metric must not stop training
-            log.warning("sample WER disabled: %s", e)
-
-    def on_eval(step, state) -> dict[str, float]:
-        engine = (
-            make_engine(state.full_params)
-            if make_engine is not None
-            else LMEngine(config, state.full_params, data.frontend, data.tokenizer)
-        )
-        synth = Synthesizer(engine, vocoder=config.eval.get("vocoder", "griffin_lim"))
-        out_dir = RunFolder(workdir).samples_dir(step)
-        results = synth.synthesize(
-            [u.text for u in utts],
-            prompts,
-            strategy=config.decode.strategy,
-            batch_size=len(utts),
-            progress=False,
-        )
-        out: dict[str, float] = {}
-        if jax.process_index() == 0:
-            synth.write(results, out_dir)
-        lengths = [r.info["num_tokens"] for r in results]
-        out["samples/mean_tokens"] = float(np.mean(lengths))
-        out["samples/hit_max"] = float(np.mean([r.info["hit_max"] for r in results]))
-        if asr is not None:
-            hyps = asr.transcribe([r.wav for r in results], synth.sample_rate)
-            out["samples/wer_domain"] = wer([u.text for u in utts], hyps)
-        return out
-
-    return on_eval

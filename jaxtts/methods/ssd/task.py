@@ -23,10 +23,10 @@ import sys
 
 import ml_collections as mlc
 
+from jaxtts import families
 from jaxtts.config_help import load_config
 from jaxtts.errors import ConfigError, JaxttsError
 from jaxtts.methods.lm import LMConfig, LMEngine, start_on_backbone
-from jaxtts.methods.lm.task import train as lm_train
 from jaxtts.methods.ssd.draft import draft_config, draft_layers, draft_params, forward_cost
 from jaxtts.run_folder import RunFolder, params_fingerprint, record_fingerprint
 from jaxtts.train.checkpoint import write_params_file
@@ -112,6 +112,8 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         tm.num_layers,
         forward_cost(dm) / forward_cost(tm),
     )
+    # the draft is a TTS LM: the LM family's trainer, through the families table
+    lm_train = families.resolve(families.family("lm").train)
     return lm_train(
         dconf,
         workdir,

@@ -29,7 +29,6 @@ import optax
 from jaxtts.data.prepare import prepare_data
 from jaxtts.methods.lm import start_on_backbone
 from jaxtts.methods.lm.diagnostics import text_information as lm_text_information
-from jaxtts.methods.lm.task import sample_eval
 from jaxtts.methods.tldr.assemble import (
     TRAINABLE,
     check_keys,
@@ -44,6 +43,7 @@ from jaxtts.methods.tldr.model import TLDRConfig, TLDRModel
 from jaxtts.run_folder import RunFolder, record_fingerprint
 from jaxtts.train import loop
 from jaxtts.train.checkpoint import write_params_file
+from jaxtts.train.samples import sample_eval
 from jaxtts.train.state import tree_from_flat, tree_to_flat
 
 log = logging.getLogger("jaxtts.tldr")
@@ -166,7 +166,7 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         def make_engine(params):
             return TLDREngine.build(rconf, base, cfg, spk_model, params)
 
-        on_eval = sample_eval(rconf, workdir, data, n_samples, progress, make_engine=make_engine)
+        on_eval = sample_eval(rconf, workdir, data, n_samples, make_engine)
     return loop.train_and_evaluate(
         rconf,
         workdir,
