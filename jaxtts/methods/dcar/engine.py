@@ -127,9 +127,8 @@ def teacher_forced_choices(engine: DCAREngine, utts, chunk: int = 3, batch_size:
     prompt (another utterance of its speaker, as in training); decision j reads the backbone's
     hidden state of position P + j * chunk (P: the prompt's length), as it does when decoding.
     -> probs float32 [S, K] over every decision of every utterance."""
-    from jaxtts.methods.lm.diagnostics import (
-        teacher_forcing_loader,
-    )  # start-up: 100 ms, only for this diagnostic
+    # imported here: 100 ms of start-up that only this diagnostic needs
+    from jaxtts.methods.lm.diagnostics import teacher_forcing_loader
 
     loader = teacher_forcing_loader(engine, utts, None, batch_size)
     cfg, model, policy = engine.cfg, engine.model, engine.policy
