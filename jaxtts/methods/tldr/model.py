@@ -51,7 +51,7 @@ import jax.numpy as jnp
 from jaxtts.errors import ConfigError
 from jaxtts.methods.lm import TTSLM, KVCache, LMConfig
 from jaxtts.nn import axes
-from jaxtts.nn.attention import Attention
+from jaxtts.nn.attention import Attention, LayerCache
 from jaxtts.nn.layers import MLP, Dense, RMSNorm, param_with_axes
 from jaxtts.nn.transformer import Block, StackConfig
 
@@ -199,10 +199,19 @@ class ExtractorLayer(nn.Module):
 
     @nn.compact
     def __call__(
-        self, x: jax.Array | None, cond: jax.Array | None = None, slots: jax.Array | None = None
-    ) -> jax.Array:
+        self,
+        x: jax.Array | None,
+        cond: jax.Array | None = None,
+        slots: jax.Array | None = None,
+        cache: LayerCache | None = None,
+        index: int = 0,
+    ):
         """x [N, P, E] token states, cond [N, C] conditioning vectors (or their `slots` [N, S,
-        E], computed once per patch in decoding) -> [N, P, E]. x None: the slots only."""
+        E], computed once per patch in decoding) -> [N, P, E]. x None: the slots only.
+
+        Decoding one input at a time: x [N, 1, E] is the patch's input `index`, `cache` the
+        self-attention's keys / values of the inputs before it ([N, H, P, E/H]); returns
+        (x [N, 1, E], the cache with this input's written at slot `index`)."""
         c = self.cfg
         if slots is None:
             slots = Dense((c.slots, c.ext_width), (axes.EMBED, None, None), name="slots")(cond)
@@ -216,13 +225,19 @@ class ExtractorLayer(nn.Module):
             RMSNorm(name="cross_norm")(x), zeros, jnp.ones((n, p, c.slots), bool), context=slots
         )
         x = x + att
-        causal = jnp.broadcast_to(jnp.tril(jnp.ones((p, p), bool)), (n, p, p))
-        pos = jnp.broadcast_to(jnp.arange(p), (n, p))
-        att, _ = Attention(c.ext_heads, hd, rope_theta=c.backbone.rope_theta, name="self")(
-            RMSNorm(name="self_norm")(x), pos, causal
-        )
+        self_att = Attention(c.ext_heads, hd, rope_theta=c.backbone.rope_theta, name="self")
+        if cache is None:
+            causal = jnp.broadcast_to(jnp.tril(jnp.ones((p, p), bool)), (n, p, p))
+            pos = jnp.broadcast_to(jnp.arange(p), (n, p))
+            att, _ = self_att(RMSNorm(name="self_norm")(x), pos, causal)
+        else:  # one input: its keys join the cache, it attends to slots 0..index
+            slots_p = cache.k.shape[2]
+            seen = jnp.broadcast_to(jnp.arange(slots_p) <= index, (n, 1, slots_p))
+            at = jnp.full((n,), index, jnp.int32)
+            att, cache = self_att(RMSNorm(name="self_norm")(x), at[:, None], seen, cache, at)
         x = x + att
-        return x + MLP(c.ext_ff, name="mlp")(RMSNorm(name="mlp_norm")(x))
+        x = x + MLP(c.ext_ff, name="mlp")(RMSNorm(name="mlp_norm")(x))
+        return x if cache is None else (x, cache)
 
 
 class Extractor(nn.Module):
@@ -230,8 +245,10 @@ class Extractor(nn.Module):
     START then the patch's tokens shifted by one, P' <= P) -> logits float32 [N, P', V].
 
     Decoding calls it twice per patch: `inputs=None` returns every layer's slots [N, L, S, E]
-    from (g, s); then each of the P inner steps passes those `slots` and only the first i + 1
-    inputs (causal: the same logits as the full patch)."""
+    from (g, s); then each of the P inner steps passes those `slots`, its one input [N, 1]
+    (`index` i) and every layer's self-attention cache of the inputs before it (`caches`), and
+    gets (logits [N, 1, V], the caches with input i added): the same logits as the full patch
+    (causal)."""
 
     cfg: TLDRConfig
 
@@ -242,8 +259,9 @@ class Extractor(nn.Module):
         s: jax.Array | None,
         inputs: jax.Array | None,
         slots: jax.Array | None = None,
-        last: bool = False,
-    ) -> jax.Array:
+        caches: tuple[LayerCache, ...] | None = None,
+        index: int = 0,
+    ):
         c = self.cfg
         bb = c.backbone
         layers = [ExtractorLayer(c, name=f"layer_{i}") for i in range(c.ext_layers)]
@@ -270,15 +288,22 @@ class Extractor(nn.Module):
             (c.patch, c.ext_width),
             (None, axes.EMBED),
         )
-        x = x + pos[None, : inputs.shape[1]]
-        for i, layer in enumerate(layers):
-            x = layer(x, slots=slots[:, i])
-        if last:  # decoding: the logits of the last input only
-            x = x[:, -1:]
+        if caches is None:
+            x = x + pos[None, : inputs.shape[1]]
+            for i, layer in enumerate(layers):
+                x = layer(x, slots=slots[:, i])
+        else:  # decoding input `index` alone
+            x = x + pos[None, index : index + 1]
+            new = []
+            for i, layer in enumerate(layers):
+                x, cache = layer(x, slots=slots[:, i], cache=caches[i], index=index)
+                new.append(cache)
+            caches = tuple(new)
         x = RMSNorm(name="final_norm")(x)
         v = bb.padded(bb.out_vocab)
         logits = Dense(v, (axes.EMBED, axes.VOCAB), use_bias=True, name="out")(x)
-        return logits[..., : bb.out_vocab].astype(jnp.float32)
+        logits = logits[..., : bb.out_vocab].astype(jnp.float32)
+        return logits if caches is None else (logits, caches)
 
 
 class TLDRModel(nn.Module):
@@ -333,10 +358,22 @@ class TLDRModel(nn.Module):
         """Decoding: g [B, D], s [B, E_s] or None -> every extractor layer's slots [B, L, S, E]."""
         return self.extractor(g, s, None)
 
-    def extract_step(self, slots: jax.Array, inputs: jax.Array) -> jax.Array:
-        """Decoding: slots [B, L, S, E], the patch's first inputs [B, i + 1] -> the logits of
-        its token i [B, V]."""
-        return self.extractor(None, None, inputs, slots=slots, last=True)[:, 0]
+    def extract_caches(self, b: int) -> tuple[LayerCache, ...]:
+        """Decoding: empty self-attention caches of the extractor's layers, one patch long
+        ([B, H, P, E/H] each), for `extract_step`."""
+        c = self.cfg
+        shape = (b, c.ext_heads, c.patch, c.ext_width // c.ext_heads)
+        return tuple(
+            LayerCache(jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
+            for _ in range(c.ext_layers)
+        )
+
+    def extract_step(self, slots: jax.Array, inputs: jax.Array, caches, index: int):
+        """Decoding: slots [B, L, S, E], the patch's input `index` [B, 1] (START or the
+        previous token), the caches of the inputs before it -> (the logits of its token
+        `index` [B, V], the caches with this input added)."""
+        logits, caches = self.extractor(None, None, inputs, slots=slots, caches=caches, index=index)
+        return logits[:, 0], caches
 
     def shifted_inputs(self, tokens: jax.Array) -> jax.Array:
         """Grid tokens [..., P] -> the extractor's teacher-forced inputs [START, t_0..t_{P-2}]."""

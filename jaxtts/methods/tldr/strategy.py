@@ -3,8 +3,9 @@ models {"tldr": TLDRModel}; the backbone's KV cache grows by one slot per patch.
 
 One step, every row at once:
 1. the extractor generates the patch's P tokens autoregressively from the global context
-   g_j (and the speaker embedding): its slots once, then P calls over the first 1..P
-   positions (causal, so each call's last logits equal the full patch's), each token
+   g_j (and the speaker embedding): its slots once, then P calls of one input each, with
+   the self-attention keys / values of the patch's earlier inputs in a P-slot cache (causal,
+   so each call's logits equal the full patch's at that position), each token
    sampled with the run's sampling settings (per-row keys folded with the step and the
    position, so batch-N == batch-1);
 2. the compressor turns them into the patch vector z_j (its window reads the previous
@@ -97,14 +98,16 @@ class TLDR(Strategy):
         b, n = state.length.shape[0], self.patch
         k = step_keys(keys, state.steps)  # [B]
         slots = m.apply(p, c.hidden, c.speaker, method="extract_slots")  # [B, L, S, E]
-        inputs = jnp.full((b, 1), cfg.start, jnp.int32)  # [B, i + 1]
+        caches = m.apply(p, b, method="extract_caches")  # the patch's inputs so far
+        tok = jnp.full((b, 1), cfg.start, jnp.int32)  # [B, 1] input i
+        out = []
         for i in range(n):
-            logits = m.apply(p, slots, inputs, method="extract_step")[:, None]  # [B, 1, V]
-            logits = suppress_early_eos(logits, state.length + i, sampling, cfg.eos)
+            logits, caches = m.apply(p, slots, tok, caches, i, method="extract_step")
+            logits = suppress_early_eos(logits[:, None], state.length + i, sampling, cfg.eos)
             ki = jax.vmap(lambda kk, i=i: jax.random.fold_in(kk, i))(k)
             tok = sample_tokens(ki, logits, sampling)  # [B, 1]
-            inputs = jnp.concatenate([inputs, tok], axis=1)
-        tokens = inputs[:, 1:]  # [B, P]
+            out.append(tok)
+        tokens = jnp.concatenate(out, axis=1)  # [B, P]
         hidden, cache = m.apply(p, c.win_tokens, c.win_valid, tokens, c.cache, method="extend")
         win_t, win_v = c.win_tokens, c.win_valid
         if win_t.shape[1]:  # slide the window by the new patch
