@@ -40,6 +40,13 @@ _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed (per line: (seed, line in
 _TEMP = flags.DEFINE_float("temperature", None, "Sampling temperature.")
 _TOP_K = flags.DEFINE_integer("top_k", None, "Top-k sampling (0 = off).")
 _TOP_P = flags.DEFINE_float("top_p", None, "Nucleus sampling mass (1 = off).")
+_PRECISION = flags.DEFINE_enum(
+    "precision",
+    None,
+    ["float32", "bfloat16"],
+    "Matmul precision of LM-family decoding (bfloat16: weights and matmul inputs in bfloat16, "
+    "float32 sums; default: the run's decode config, float32).",
+)
 _GREEDY = flags.DEFINE_bool("greedy", None, "Greedy decoding.")
 _MAX_SECONDS = flags.DEFINE_float("max_seconds", None, "Length cap per piece of text.")
 _STREAM = flags.DEFINE_bool(
@@ -78,6 +85,7 @@ def main(argv):
         temperature=_TEMP.value,
         top_k=_TOP_K.value,
         top_p=_TOP_P.value,
+        precision=_PRECISION.value,
         greedy=_GREEDY.value,
         max_seconds=_MAX_SECONDS.value,
         stream=_STREAM.value,

@@ -1,6 +1,7 @@
 """Where a synthesis call's fixed LM time goes: fit LM time against steps, and time its parts.
 
     python benchmarks/call_overhead.py --workdir pretrained/car_small --strategies far,car:3
+    python benchmarks/call_overhead.py --workdir pretrained/car_deep --precision bfloat16
 
 For N test sentences at batch 1 with their zero-shot prompts (the evaluation's; shapes
 bucketed as `Synthesizer` does), each strategy is timed three ways (median of `--repeats`,
@@ -34,15 +35,17 @@ def _median_ms(fn, repeats: int) -> float:
     return statistics.median(ts) * 1e3
 
 
-def _measure(engine, spec: str, batches, keys, repeats: int):
+def _measure(engine, spec: str, batches, keys, repeats: int, precision: str = "float32"):
     """(fixed ms, per-step ms, prefill ms, one-step call ms) of `spec` over `batches`."""
     import jax
     import numpy as np
 
     from jaxtts.decode import registry
 
-    models, params = engine.decode_models(), engine.decode_params()
-    opts = engine.options(strategy=spec)
+    opts = engine.options(strategy=spec, precision=precision)
+    _, models, params = engine.at_precision(
+        None, engine.decode_models(), engine.decode_params(), opts
+    )
     one = dataclasses.replace(opts, max_seconds=1.0 / engine.frame_rate)
     strategy = registry.get(spec).bind(models)
     n_max = engine.max_new_units(opts)
@@ -64,6 +67,7 @@ def main(argv=None) -> int:
     ap.add_argument("--strategies", default="far,car:3")
     ap.add_argument("--num", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--precision", default="float32", choices=["float32", "bfloat16"])
     args = ap.parse_args(argv)
 
     import jax
@@ -80,11 +84,16 @@ def main(argv=None) -> int:
     prompts = prompts_from_utterances(pool, utts)
     batches = [sentence_batch(engine, u.text, p) for u, p in zip(utts, prompts, strict=True)]
     keys = row_keys(0, [0])
-    print(f"{args.workdir}: {len(utts)} test sentences, batch 1, {jax.devices()[0].device_kind}")
+    print(
+        f"{args.workdir}: {len(utts)} test sentences, batch 1, {args.precision}, "
+        f"{jax.devices()[0].device_kind}"
+    )
     print("\n| strategy | fixed (fit) ms | per step ms | prefill ms | one-step call ms | rest ms |")
     print("|---|--:|--:|--:|--:|--:|")
     for spec in split_specs(args.strategies):
-        fixed, per_step, pre, one_call = _measure(engine, spec, batches, keys, args.repeats)
+        fixed, per_step, pre, one_call = _measure(
+            engine, spec, batches, keys, args.repeats, args.precision
+        )
         print(
             f"| {spec} | {fixed:.1f} | {per_step:.2f} | {pre:.1f} | {one_call:.1f} | "
             f"{one_call - pre - per_step:.1f} |",

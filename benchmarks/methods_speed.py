@@ -114,6 +114,12 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--batch", default="1,8")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--precision",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="matmul precision of every row (bfloat16: weights and matmul inputs, float32 sums)",
+    )
     ap.add_argument("--out", default="out/methods_speed.json")
     ap.add_argument(
         "--merge",
@@ -185,7 +191,13 @@ def main(argv=None) -> int:
     def run(strategy, folder, b):
         texts, prompts = work[b]
         res = synths[folder].synthesize(
-            texts, prompts, strategy=strategy, batch_size=b, progress=False, vocode=False
+            texts,
+            prompts,
+            strategy=strategy,
+            batch_size=b,
+            progress=False,
+            vocode=False,
+            precision=args.precision,
         )
         audio = sum(r.info["duration"] for r in res)
         hists = [r.info["chunk_hist"] for r in res if r.info.get("chunk_hist") is not None]
@@ -222,7 +234,12 @@ def main(argv=None) -> int:
         for strategy, folder in rows:  # compile every shape of this batch size before timing
             t0 = time.perf_counter()
             synths[folder].synthesize(
-                *work[b], strategy=strategy, batch_size=b, progress=False, vocode=False
+                *work[b],
+                strategy=strategy,
+                batch_size=b,
+                progress=False,
+                vocode=False,
+                precision=args.precision,
             )
             print(
                 f"  warm-up {strategy}@{folder} b{b}: {time.perf_counter() - t0:.0f} s", flush=True
@@ -233,16 +250,18 @@ def main(argv=None) -> int:
                     meas.setdefault((strategy, folder, b), []).append(run(strategy, folder, b))
         print(f"batch {b}: {args.rounds} rounds done", flush=True)
         keep = [e for e in earlier if (e["strategy"], e["folder"]) not in rows]
-        report(rows, batches[: i + 1], meas, wers, args.out, i == len(batches) - 1, keep)
+        final = i == len(batches) - 1
+        report(rows, batches[: i + 1], meas, wers, args.out, final, keep, args.precision)
     return 0
 
 
-def report(rows, batches, meas, wers, out, final: bool, keep=()) -> list:
+def report(rows, batches, meas, wers, out, final: bool, keep=(), precision="float32") -> list:
     """The table of the batch sizes measured so far: printed and written to `out` (JSON), so a
     run stopped at its time limit keeps the batch sizes it finished."""
     table = []
     for strategy, folder in rows:
         entry = {"strategy": strategy, "folder": folder, "backbone": backbone_of(folder)}
+        entry["precision"] = precision
         wer = wers.get((strategy, folder)) or wers.get((strategy, os.path.basename(folder)))
         wer = wer or wers.get((strategy, None)) or (None, "")
         entry["wer"], entry["wer_source"] = wer

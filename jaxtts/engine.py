@@ -27,7 +27,7 @@ import numpy as np
 from jaxtts.data.audio import log_mel, resample
 from jaxtts.decode.driver import PromptBatch
 from jaxtts.decode.options import DecodeOptions
-from jaxtts.errors import CheckpointError, DataError
+from jaxtts.errors import CheckpointError, ConfigError, DataError
 from jaxtts.families import family, resolve
 from jaxtts.run_folder import RunFolder
 
@@ -60,6 +60,7 @@ class Engine(abc.ABC):
     prompt_seconds: float  # prompt speech used, as in training
     prompt_text: str = "proportional"  # or "full": how much of the prompt transcript is kept
     decode_config: dict  # the run's config.decode (defaults of `options`)
+    precisions: tuple[str, ...] = ("float32",)  # decode.precision values it runs
 
     # -- construction
     @classmethod
@@ -101,7 +102,13 @@ class Engine(abc.ABC):
 
     def options(self, **overrides) -> DecodeOptions:
         """The run's decode options with overrides (None = keep)."""
-        return DecodeOptions.from_config(self.decode_config, **overrides)
+        options = DecodeOptions.from_config(self.decode_config, **overrides)
+        if options.precision not in self.precisions:
+            raise ConfigError(
+                f"precision={options.precision!r}: a {self.family} run decodes with "
+                f"{list(self.precisions)}"
+            )
+        return options
 
     def max_new_units(self, options: DecodeOptions) -> int:
         return options.max_new_tokens(self.frame_rate)

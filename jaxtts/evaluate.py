@@ -16,7 +16,8 @@ Rows (``--rows``, comma separated):
                         table compares models: ``--strategies far@pretrained/car_small,
                         palle@pretrained/palle`` (rows named ``far @car_small``, ...)
   model:<strategy>+greedy[@<dir>]  this row's own sampling (``+greedy``, ``+temperature=T``,
-                        ``+top_k=K``, ``+top_p=P``; they win over --greedy / --temperature),
+                        ``+top_k=K``, ``+top_p=P``, ``+precision=bfloat16``; they win over
+                        --greedy / --temperature / --precision),
                         e.g. ``topk:8+greedy@pretrained/mdm`` (row ``topk:8 @mdm greedy``)
 ``--strategies a,b`` is shorthand for ``model:a,model:b``.
 
@@ -196,7 +197,10 @@ def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _R
         name = (
             arg
             + suffix
-            + "".join(f" {k}" if v is True else f" {k}={v:g}" for k, v in sampling.items())
+            + "".join(
+                f" {k}" if v is True else f" {k}={v}" if isinstance(v, str) else f" {k}={v:g}"
+                for k, v in sampling.items()
+            )
         )
         return _SynthRow(name, make_synthesizer(workdir, arg, **sampling))
     raise ConfigError(
@@ -210,7 +214,7 @@ def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _R
 # ------------------------------------------------------------------------------------------
 
 
-_ROW_SAMPLING = {"temperature": float, "top_k": int, "top_p": float}
+_ROW_SAMPLING = {"temperature": float, "top_k": int, "top_p": float, "precision": str}
 
 
 def _row_sampling(spec: str, opts: list[str]) -> dict:
@@ -229,8 +233,8 @@ def _row_sampling(spec: str, opts: list[str]) -> dict:
         except ValueError:
             raise ConfigError(
                 f"--rows {spec}: '+{opt}' is not a sampling setting, expected "
-                "+greedy, +temperature=<float>, +top_k=<int> or "
-                "+top_p=<float>"
+                "+greedy, +temperature=<float>, +top_k=<int>, "
+                "+top_p=<float> or +precision=<float32|bfloat16>"
             ) from None
     return out
 
@@ -702,7 +706,8 @@ rows (--rows, comma separated):
   tokenizer:<dir>       audio -> tokenizer -> vocoder (the token round-trip ceiling)
   model:<strategy>      the --workdir model with a strategy (--strategies a,b adds model:a,model:b)
   model:<strategy>@<dir>  the run folder <dir> with a strategy: one table over several models
-  model:<strategy>+greedy  this row's own sampling: +greedy, +temperature=T, +top_k=K, +top_p=P
+  model:<strategy>+greedy  this row's own sampling: +greedy, +temperature=T, +top_k=K, +top_p=P,
+                           +precision=bfloat16 (matmuls in bfloat16, float32 sums)
 """
 
 
@@ -784,6 +789,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     _add(p, "top_k", type=int, default=None, help="top-k of every model row (0 = off)")
     _add(p, "top_p", type=float, default=None, help="top-p of every model row (1 = off)")
+    _add(
+        p,
+        "precision",
+        default=None,
+        help="matmul precision of every model row: float32 | bfloat16 (LM-family rows)",
+    )
     _add(p, "no_plots", action="store_true", help="skip wer_vs_rtf.png and mels.png")
     _add(p, "no_progress", action="store_true", help="no progress bars")
     return p.parse_args(argv)
@@ -844,6 +855,7 @@ def main(argv: list[str] | None = None) -> int:
                     "temperature": a.temperature,
                     "top_k": a.top_k,
                     "top_p": a.top_p,
+                    "precision": a.precision,
                 },
             )
     except JaxttsError as e:

@@ -100,6 +100,11 @@ def test_second_family_through_the_shared_synthesis(engine, tmp_path):
         np.testing.assert_array_equal(a.wav, b.wav)
     with pytest.raises(ConfigError, match="this engine has only 'fixed'"):
         synth.synthesize(["abc"], None, strategy="car:3", progress=False)
+    # a family that decodes in float32 only names what it runs
+    with pytest.raises(
+        ConfigError, match=r"precision='bfloat16': a fixed_mel run decodes with \['float32'\]"
+    ):
+        synth.synthesize(["abc"], None, precision="bfloat16", progress=False)
 
 
 def test_load_engine_rejects_a_non_tts_run(tmp_path):

@@ -320,6 +320,10 @@ def test_sampling_overrides_name_the_model_rows(tiny_corpus, tmp_path, capsys):
     assert make_row("model:far+greedy", run, None).name == "far greedy"
     row = make_row("model:car:3+top_p=0.9@" + run, None, {"top_p": 0.5, "top_k": 7})
     assert row.name == "car:3 @car_small top_p=0.9 top_k=7"
+    row = make_row("model:car:3+precision=bfloat16", run, {"top_k": 7})
+    assert row.name == "car:3 top_k=7 precision=bfloat16"
+    with pytest.raises(ConfigError, match=r"decode.precision='fp8': expected one of"):
+        make_row("model:far+precision=fp8", run, None)
     with pytest.raises(ConfigError, match=r"'\+top_q=1' is not a sampling setting"):
         make_row("model:far+top_q=1", run, None)
     with pytest.raises(ConfigError, match=r"'\+top_k=x'"):

@@ -8,16 +8,29 @@ import math
 from jaxtts.decode.sampling import SamplingConfig
 from jaxtts.errors import ConfigError
 
-_KEYS = ("strategy", "greedy", "temperature", "top_k", "top_p", "min_tokens", "max_seconds")
+_KEYS = (
+    "strategy",
+    "greedy",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_tokens",
+    "max_seconds",
+    "precision",
+)
+PRECISIONS = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
 class DecodeOptions:
-    """What a synthesis call decodes with: the strategy spec, sampling and the length cap."""
+    """What a synthesis call decodes with: the strategy spec, sampling, the length cap and the
+    matmul precision (`jaxtts.decode.precision`: float32, or bfloat16 weights and matmul
+    inputs with float32 accumulation; the parameters on disk stay float32)."""
 
     strategy: str = "far"
     sampling: SamplingConfig = SamplingConfig()
     max_seconds: float = 12.0
+    precision: str = "float32"
 
     def max_new_tokens(self, frame_rate: float) -> int:
         """The length cap in output units (tokens or frames) at `frame_rate` per second."""
@@ -37,4 +50,7 @@ class DecodeOptions:
         max_s = float(d.get("max_seconds", 12.0))
         if not max_s > 0:
             raise ConfigError(f"decode.max_seconds={max_s}: expected > 0")
-        return cls(str(d.get("strategy", "far")), SamplingConfig.from_config(d), max_s)
+        precision = str(d.get("precision", "float32"))
+        if precision not in PRECISIONS:
+            raise ConfigError(f"decode.precision={precision!r}: expected one of {list(PRECISIONS)}")
+        return cls(str(d.get("strategy", "far")), SamplingConfig.from_config(d), max_s, precision)

@@ -47,6 +47,31 @@ def param_with_axes(
     return module.param(name, nn.with_logical_partitioning(init, names), tuple(shape), dtype)
 
 
+def matmul(eq: str, x: jax.Array, kernel: jax.Array, dtype: Dtype) -> jax.Array:
+    """`jnp.einsum(eq, x, kernel)` with both operands in `dtype` (x [..., *in], kernel
+    [*in, *out], `eq` of the form "...<in>,<in><out>->...<out>").
+
+    float32: a plain float32 einsum. A lower precision (bfloat16): the operands in `dtype`,
+    products accumulated and returned in float32 (a bfloat16 output costs 7x on XLA's CPU
+    backend: 17 vs 2.1 ms for a 12-layer, 3-row forward). On the CPU backend one row
+    (x of one vector) is padded to two: XLA's CPU bfloat16 dot has no fast one-row path (15
+    vs 2.2 ms a 12-layer forward), while from two rows up it runs at the memory's speed,
+    2.1-2.4 ms for 2 to 8 rows against float32's 2.0 (1 row) to 4.9 ms (8 rows): RESULTS
+    precision.
+    """
+    dt = _dtype(dtype)
+    if dt == jnp.float32:
+        return jnp.einsum(eq, x.astype(dt), kernel.astype(dt))
+    n_in = len(eq.split(",")[0].replace("...", ""))
+    rows = math.prod(x.shape[: x.ndim - n_in])
+    if rows == 1 and jax.default_backend() == "cpu":
+        flat = x.reshape((1, *x.shape[x.ndim - n_in :]))
+        two = jnp.concatenate([flat, flat], axis=0).astype(dt)  # [2, *in]
+        y = jnp.einsum(eq, two, kernel.astype(dt), preferred_element_type=jnp.float32)[:1]
+        return y.reshape((*x.shape[: x.ndim - n_in], *y.shape[1:]))
+    return jnp.einsum(eq, x.astype(dt), kernel.astype(dt), preferred_element_type=jnp.float32)
+
+
 class Dense(nn.Module):
     """y = x W (+ b) over the last `len(in_shape)` axes; kernel axes `names`.
 
@@ -86,7 +111,7 @@ class Dense(nn.Module):
         fo = "wxyz"[: len(feats)]
         eq = f"...{xi},{xi}{fo}->...{fo}"
         dt = _dtype(self.dtype)
-        y = jnp.einsum(eq, x.astype(dt), kernel.astype(dt))
+        y = matmul(eq, x, kernel, dt)
         if self.lora_rank > 0:
             a = param_with_axes(
                 self,
@@ -103,13 +128,13 @@ class Dense(nn.Module):
                 (None, *self.names[self.in_axes :]),
             )
             scale = (self.lora_alpha or self.lora_rank) / self.lora_rank
-            low = jnp.einsum(f"...{xi},{xi}r->...r", x.astype(dt), a.astype(dt))
-            y = y + scale * jnp.einsum(f"...r,r{fo}->...{fo}", low, b.astype(dt))
+            low = matmul(f"...{xi},{xi}r->...r", x, a, dt)
+            y = y + scale * matmul(f"...r,r{fo}->...{fo}", low, b, dt)
         if self.use_bias:
             bias = param_with_axes(
                 self, "bias", nn.initializers.zeros, feats, self.names[self.in_axes :]
             )
-            y = y + bias.astype(dt)
+            y = y + bias.astype(y.dtype)
         return y
 
 

@@ -11,7 +11,8 @@ from jaxtts.data.text import TextFrontend
 from jaxtts.data.tokenizers import SpeechTokenizer, load_tokenizer
 from jaxtts.decode import registry
 from jaxtts.decode.driver import PromptBatch, Strategy, decode
-from jaxtts.decode.options import DecodeOptions
+from jaxtts.decode.options import PRECISIONS, DecodeOptions
+from jaxtts.decode.precision import at_precision
 from jaxtts.engine import Engine, Generated
 from jaxtts.errors import CheckpointError, ConfigError
 from jaxtts.methods.lm.model import TTSLM, LMConfig
@@ -21,6 +22,7 @@ from jaxtts.train.checkpoint import abstract_params
 
 class LMEngine(Engine):
     family = "lm"
+    precisions = PRECISIONS
 
     def __init__(
         self,
@@ -53,6 +55,7 @@ class LMEngine(Engine):
         self.prompt_seconds = float(config.data.prompt_seconds)
         self.prompt_text = str(config.data.get("prompt_text", "proportional"))
         self.decode_config = dict(config.decode)
+        self._cast_key, self._cast = None, None  # `at_precision`'s last cast
 
     def _backbone_args(self) -> tuple[tuple, dict]:
         """The constructor arguments that rebuild this engine's backbone part (engines of the
@@ -95,7 +98,12 @@ class LMEngine(Engine):
 
     def compile_key(self, options: DecodeOptions):
         # the generic driver traces temperature and top_p (`SamplingConfig.traced`)
-        return (options.strategy, options.sampling.static_key, options.max_seconds)
+        return (
+            options.strategy,
+            options.sampling.static_key,
+            options.max_seconds,
+            options.precision,
+        )
 
     def check_strategy(self, spec: str) -> str:
         models = self.decode_models()
@@ -112,7 +120,20 @@ class LMEngine(Engine):
     def decode_plan(self, batch: PromptBatch, options: DecodeOptions) -> tuple:
         """(strategy, models, params) that decode `options.strategy` for `batch`: what
         `generate` runs in one call and `jaxtts.stream` runs segment by segment."""
-        return registry.get(options.strategy), self.decode_models(), self.decode_params()
+        return self.at_precision(
+            registry.get(options.strategy), self.decode_models(), self.decode_params(), options
+        )
+
+    def at_precision(self, strategy, models: dict, params: dict, options: DecodeOptions):
+        """(strategy, models, params) with the models' matmuls at `options.precision`
+        (`jaxtts.decode.precision`); the cast parameters are kept per precision."""
+        if options.precision == "float32":
+            return strategy, models, params
+        key = (options.precision, tuple((k, id(v)) for k, v in sorted(params.items())))
+        if self._cast_key != key:
+            self._cast = at_precision(models, params, options.precision)
+            self._cast_key = key
+        return (strategy, *self._cast)
 
     def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
         return self._generate(*self.decode_plan(batch, options), batch, keys, options)

@@ -373,7 +373,7 @@ class TTSLM(nn.Module):
         """Zero buffers for every layer (or one per index of `layers`)."""
         c = self.cfg
         shape = (batch, c.num_heads, text_slots + speech_slots, c.head_dim)  # [B, N, S, H]
-        dt = jnp.dtype(dtype or c.dtype)
+        dt = jnp.dtype(dtype or jnp.float32)
         n = len(c.stack.check_layers(layers))
         zeros = jnp.zeros((batch,), jnp.int32)
         return KVCache(

@@ -76,7 +76,9 @@ class SSDEngine(LMEngine):
         if not isinstance(registry.get(options.strategy), Draft):
             return super().decode_plan(batch, options)
         # `draft`: the draft alone decodes FAR (its own quality)
-        return registry.get("far"), {"target": self.draft}, {"target": self.draft_params}
+        return self.at_precision(
+            registry.get("far"), {"target": self.draft}, {"target": self.draft_params}, options
+        )
 
 
 def acceptance_schedule(
