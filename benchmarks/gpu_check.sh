@@ -32,7 +32,8 @@
 #   deep_<row>_b<batch>  methods_speed.py, one process per row and batch size (1 / 8 / 32) on
 #               the 12-layer backbone: FAR, CAR 2/3, VADUSA, DCAR (pretrained/dcar_deep), SSD
 #               beta 0.4 (pretrained/ssd_deep), TLDR P = 4 (pretrained/tldr_deep_p4); joined
-#               after with --combine (DCAR alone compiles 150-175 s per batch size on an H200)
+#               after with --combine (DCAR alone compiles 150-175 s per batch size on an H200);
+#               DEEP_PRECISION=bfloat16 times them with bfloat16 matmuls
 #   paper       decode.py: paper-size random weights, bf16 weights and compute, batch 1 / 32
 #   train       train_throughput.py: one paper-size training step in bf16, its MFU
 #   calibrate   roofline.py calibrate: matmul FLOP/s by rows, bandwidth, the fixed cost of a
@@ -171,6 +172,9 @@ ALL_ROWS+=" ssd:L=3,beta=0.4@pretrained/ssd_deep tldr@pretrained/tldr_deep_p4"
 # the sampling fallback without lax.cond (JAXTTS_SAMPLING_FALLBACK=where), part `where`
 WHERE_ROWS=${WHERE_ROWS:-far@pretrained/car_deep car:3@pretrained/car_deep ssd:L=3,beta=0.4@pretrained/ssd_deep}
 TESTS="tests/test_lm.py tests/test_ssd.py"
+# the deep rows' matmul precision: float32, or bfloat16 (RESULTS precision: weights cast once at
+# load, float32 sums), e.g. DEEP_PRECISION=bfloat16 bash benchmarks/gpu_check.sh
+DEEP_PRECISION=${DEEP_PRECISION:-float32}
 if [ $DRY = 1 ]; then  # tiny sizes on the CPU: the flow and the files, not the numbers
   CAL_MB=4
   ROWS=${ROWS:-far@pretrained/car_deep dcar:sample@pretrained/dcar_deep}
@@ -232,7 +236,7 @@ for spec in $ROWS; do
     DEEP_JSONS+="${DEEP_JSONS:+,}$WORK/$name.json"
     XLA_FLAGS="$DECODE_FLAGS" launch "$name" "$LIMIT" $PY benchmarks/methods_speed.py \
       --corpus $BUNDLE/data/builtin --rows "$spec" --batch "${bn%:*}" --num "${bn#*:}" \
-      $DEEP_ARGS --out "$WORK/$name.json"
+      $DEEP_ARGS --precision "$DEEP_PRECISION" --out "$WORK/$name.json"
   done
 done
 WHERE_JSONS=""
