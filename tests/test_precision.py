@@ -135,3 +135,24 @@ def test_precision_option_errors():
         DecodeOptions.from_config({}, precision="half")
     assert DecodeOptions.from_config({"precision": "bfloat16"}).precision == "bfloat16"
     assert DecodeOptions.from_config({}).precision == "float32"
+
+
+def test_engine_casts_once_per_precision():
+    """`LMEngine.decode_plan` casts the parameters once and reuses them; float32 decodes the
+    loaded parameters themselves; a run of another family names what it runs."""
+    from pathlib import Path
+
+    from jaxtts.engine import load_engine
+
+    run = Path(__file__).resolve().parents[1] / "pretrained" / "car_small"
+    engine = load_engine(run)
+    bf16 = engine.options(strategy="car:3", precision="bfloat16")
+    _, models, params = engine.decode_plan(None, bf16)
+    _, _, again = engine.decode_plan(None, bf16)
+    assert again["target"] is params["target"]
+    assert models["target"].cfg.dtype == "bfloat16"
+    assert engine.model.cfg.dtype == "float32"
+    kernel = params["target"]["stack"]["layer_0"]["mlp"]["wo"]["kernel"]
+    assert kernel.dtype == jnp.bfloat16
+    _, _, f32 = engine.decode_plan(None, engine.options(strategy="car:3"))
+    assert f32["target"] is engine.params

@@ -129,8 +129,15 @@ class LMEngine(Engine):
         (`jaxtts.decode.precision`); the cast parameters are kept per precision."""
         if options.precision == "float32":
             return strategy, models, params
-        key = (options.precision, tuple((k, id(v)) for k, v in sorted(params.items())))
-        if self._cast_key != key:
+        # the key holds the source trees themselves, so their ids cannot be reused meanwhile
+        key = (options.precision, tuple(sorted(params.items(), key=lambda kv: kv[0])))
+        old = self._cast_key
+        if (
+            old is None
+            or old[0] != key[0]
+            or len(old[1]) != len(key[1])
+            or any(a != c or u is not v for (a, u), (c, v) in zip(old[1], key[1], strict=True))
+        ):
             self._cast = at_precision(models, params, options.precision)
             self._cast_key = key
         return (strategy, *self._cast)
