@@ -241,14 +241,7 @@ def main(argv=None) -> int:
     for i, b in enumerate(batches):  # one batch size after another; the JSON grows with each
         for strategy, folder in rows:  # compile every shape of this batch size before timing
             t0 = time.perf_counter()
-            synths[folder].synthesize(
-                *work[b],
-                strategy=strategy,
-                batch_size=b,
-                progress=False,
-                vocode=False,
-                precision=args.precision,
-            )
+            run(strategy, folder, b)
             print(
                 f"  warm-up {strategy}@{folder} b{b}: {time.perf_counter() - t0:.0f} s", flush=True
             )
