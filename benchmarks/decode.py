@@ -4,6 +4,8 @@ second of audio, at several batch sizes; compile time reported separately.
     python benchmarks/decode.py --config configs/car.py:small             # random weights
     python benchmarks/decode.py --workdir runs/car_small --tokens 250      # a trained model
     python benchmarks/decode.py --config configs/car.py:paper --batch 1,8,32 --tokens 500
+    python benchmarks/decode.py --workdir pretrained/car_deep --batch 1 --strategies far,car:3 \
+        --tokens 200 --precision bfloat16                                 # as the LM decodes
 
 EOS is suppressed until `--tokens` (`SamplingConfig.min_tokens`), so every row of every
 strategy generates exactly `--tokens` tokens (random or trained weights alike).
@@ -125,6 +127,13 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--dtype", default="", help="compute dtype override (the config's model.dtype otherwise)"
     )
+    ap.add_argument(
+        "--precision",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="decode.precision: bfloat16 casts the matmul kernels once and sums in float32 "
+        "(`jaxtts.decode.precision`)",
+    )
     ap.add_argument("--out", default="out/bench_decode.json")
     args = ap.parse_args(argv)
 
@@ -132,6 +141,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     from jaxtts.decode import registry
+    from jaxtts.decode.precision import at_precision
     from jaxtts.decode.sampling import SamplingConfig
     from jaxtts.methods.lm.model import TTSLM
 
@@ -159,18 +169,18 @@ def main(argv=None) -> int:
         f"model {source}: L={cfg.num_layers} D={cfg.d_model} K={cfg.num_mtp_heads} "
         f"V={cfg.out_vocab}; {args.tokens} tokens/row, text {args.text_len}, prompt "
         f"{args.prompt_len}, {frame_rate:g} tokens per audio second; compute "
-        f"{cfg.dtype}, weights {jax.tree.leaves(params)[0].dtype}",
+        f"{cfg.dtype}, weights {jax.tree.leaves(params)[0].dtype}, precision {args.precision}",
         flush=True,
     )
     per_pos = cfg.kv_bytes_per_token()
-    models = {"target": TTSLM(cfg)}
+    models, dparams = at_precision({"target": TTSLM(cfg)}, {"target": params}, args.precision)
     for b in [int(x) for x in args.batch.split(",")]:
         batch, keys = random_batch(rng, cfg, b, args.text_len, args.prompt_len)
         for spec in strategies:
             strat = registry.get(spec)
 
             out, wall, compile_s = time_decode(
-                strat, models, {"target": params}, batch, keys, args.tokens, sampling, args.repeats
+                strat, models, dparams, batch, keys, args.tokens, sampling, args.repeats
             )
             n_tok = int(np.asarray(out.length).sum())
             audio_s = n_tok / frame_rate
