@@ -458,3 +458,41 @@ def _get(tree, path):
     for k in path:
         tree = tree[k.key]
     return tree
+
+
+def test_rope_table_lookup_equals_the_computed_table():
+    """`RopeTable.lookup` (constant rows gathered by position) gives the in-graph `RopeTable.of`
+    bit for bit; positions past the bound are clipped to its last row."""
+    from jaxtts.nn.layers import RopeTable
+
+    pos = jnp.asarray(np.random.default_rng(0).integers(0, 700, (3, 40)), jnp.int32)
+    want = jax.jit(lambda p: RopeTable.of(p, 16, 10_000.0))(pos)
+    got = jax.jit(lambda p: RopeTable.lookup(p, 700, 16, 10_000.0))(pos)
+    np.testing.assert_array_equal(got.cos, want.cos)
+    np.testing.assert_array_equal(got.sin, want.sin)
+    assert got.cos.shape == (3, 40, 1, 8)
+    far = RopeTable.lookup(jnp.array([[699, 5000]]), 700, 16)
+    np.testing.assert_array_equal(far.cos[0, 0], far.cos[0, 1])
+    half = RopeTable.of(pos, 16)[:, -5:]  # indexing slices positions
+    np.testing.assert_array_equal(half.sin, want.sin[:, -5:])
+
+
+def test_lm_forwards_compute_no_rotary_angles(params):
+    """The prefill and the cached forward read their rotary cos / sin from constant rows: the
+    compiled programs hold no cosine or sine (computed per layer, XLA evaluated them again in
+    every layer's query and key fusions: RESULTS rope-table)."""
+    m = TTSLM(TINY)
+    p = {"params": params}
+    b, x = 2, 6
+    text = jnp.ones((b, x), jnp.int32)
+    prompt = jnp.full((b, 4), TINY.bos, jnp.int32)
+    lens = jnp.array([6, 3], jnp.int32), jnp.array([4, 2], jnp.int32)
+
+    def prefill_then_extend(p):
+        cache = m.apply(p, b, x, 12, method="init_cache")
+        _, cache = m.apply(p, text, lens[0], prompt, lens[1], cache, method="prefill")
+        h, _ = m.apply(p, jnp.ones((b, 3), jnp.int32), cache, method="extend")
+        return h
+
+    hlo = jax.jit(prefill_then_extend).lower(p).compile().as_text()
+    assert " cosine(" not in hlo and " sine(" not in hlo

@@ -145,7 +145,8 @@ class Attention(nn.Module):
         defer_write: bool = False,
         queries: int = 0,
     ) -> tuple[jax.Array, LayerCache | None]:
-        """x [B, T, D], positions [B, T] (RoPE; ignored when rope_theta == 0), mask bool
+        """x [B, T, D], positions [B, T] or their `RopeTable` (RoPE; ignored when
+        rope_theta == 0), mask bool
         [B, T, S] (with `queries`: [B, queries, S]); bias [B, N, T, S] added to the attention
         logits (None: none); capture: sow the logits [B, N, T, S] (after the bias) as
         `intermediates/.../attn_logits` (the alignment loss reads them;

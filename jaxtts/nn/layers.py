@@ -18,13 +18,16 @@ D model width, N heads, H head dim, F MLP width, L layers, R LoRA rank.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import flax.linen as nn
+import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxtts.nn import axes
 
@@ -180,12 +183,57 @@ class RMSNorm(nn.Module):
         return x * scale
 
 
-def apply_rope(x: jax.Array, positions: jax.Array, theta: float = 10_000.0) -> jax.Array:
-    """Rotary embedding (half-split convention). x [B, T, N, H], positions int [B, T]."""
-    h = x.shape[-1]
-    freq = theta ** (-jnp.arange(0, h // 2, dtype=jnp.float32) * 2.0 / h)  # [H/2]
-    ang = positions.astype(jnp.float32)[..., None] * freq  # [B, T, H/2]
-    sin, cos = jnp.sin(ang)[:, :, None, :], jnp.cos(ang)[:, :, None, :]  # [B, T, 1, H/2]
+@flax.struct.dataclass
+class RopeTable:
+    """cos and sin of the rotary angles of positions [B, T]: [B, T, 1, H/2] each.
+
+    A `TransformerStack` computes it once per forward and hands it to every layer in place of
+    the positions. `lookup` reads it from a table of every position below a static bound,
+    computed once when the function is traced: the cos / sin of traced angles are fused by
+    XLA into every layer's query and key fusions and evaluated again for every head and
+    element there (4 ms of a 23 ms 12-layer prefill of 141 rows on 2 CPU cores, RESULTS
+    rope-table). Indexing slices positions like an array: `table[:, -n:]`."""
+
+    cos: jax.Array
+    sin: jax.Array
+
+    @classmethod
+    def of(cls, positions: jax.Array, head_dim: int, theta: float = 10_000.0) -> RopeTable:
+        """The table of traced positions, computed in the graph."""
+        freq = theta ** (-jnp.arange(0, head_dim // 2, dtype=jnp.float32) * 2.0 / head_dim)
+        ang = positions.astype(jnp.float32)[..., None] * freq  # [B, T, H/2]
+        return cls(jnp.cos(ang)[:, :, None, :], jnp.sin(ang)[:, :, None, :])
+
+    @classmethod
+    def lookup(
+        cls, positions: jax.Array, bound: int, head_dim: int, theta: float = 10_000.0
+    ) -> RopeTable:
+        """The table of positions [B, T] in [0, bound), gathered from constant cos / sin rows
+        of 0 .. bound - 1 (the same float32 values as `of`); positions outside are clipped
+        (callers pass a bound above every position they can produce)."""
+        cos, sin = _rope_rows(int(bound), int(head_dim), float(theta))  # [bound, H/2]
+        idx = jnp.clip(positions, 0, bound - 1)
+        return cls(jnp.take(cos, idx, axis=0)[:, :, None], jnp.take(sin, idx, axis=0)[:, :, None])
+
+    def __getitem__(self, index) -> RopeTable:
+        return RopeTable(self.cos[index], self.sin[index])
+
+
+@functools.lru_cache(maxsize=64)
+def _rope_rows(bound: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos / sin [bound, H/2] of positions 0 .. bound - 1, evaluated now by the same XLA ops
+    as `RopeTable.of` (so the values equal the in-graph ones) and kept as numpy constants."""
+    with jax.ensure_compile_time_eval():
+        t = RopeTable.of(jnp.arange(bound, dtype=jnp.int32)[None], head_dim, theta)
+        return np.asarray(t.cos[0, :, 0]), np.asarray(t.sin[0, :, 0])
+
+
+def apply_rope(x: jax.Array, positions: jax.Array | RopeTable, theta: float = 10_000.0):
+    """Rotary embedding (half-split convention). x [B, T, N, H], positions int [B, T] or their
+    `RopeTable` (then `theta` is unused)."""
+    if not isinstance(positions, RopeTable):
+        positions = RopeTable.of(positions, x.shape[-1], theta)
+    cos, sin = positions.cos, positions.sin  # [B, T, 1, H/2]
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
     return out.astype(x.dtype)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxtts.nn.attention import Attention, LayerCache
-from jaxtts.nn.layers import MLP, RMSNorm
+from jaxtts.nn.layers import MLP, RMSNorm, RopeTable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +127,8 @@ class TransformerStack(nn.Module):
         self.cfg.check_layers(bias_layers or None)
         if caches is not None and len(caches) != len(run):
             raise ValueError(f"{len(caches)} layer caches for {len(run)} layers")
+        if self.cfg.rope_theta and not isinstance(positions, RopeTable):
+            positions = RopeTable.of(positions, self.cfg.head_dim, self.cfg.rope_theta)
         new_caches = []
         for j, i in enumerate(run):
             x, c = Block(self.cfg, name=f"layer_{i}")(

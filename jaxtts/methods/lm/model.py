@@ -51,7 +51,7 @@ import jax.numpy as jnp
 from jaxtts.errors import ConfigError
 from jaxtts.nn import axes
 from jaxtts.nn.attention import LayerCache, write_rows
-from jaxtts.nn.layers import Dense, param_with_axes
+from jaxtts.nn.layers import Dense, RopeTable, param_with_axes
 from jaxtts.nn.masks import prefix_lm_mask
 from jaxtts.nn.transformer import StackConfig, TransformerStack
 
@@ -296,6 +296,12 @@ class TTSLM(nn.Module):
         """hidden [..., D] -> the base head's logits float32 [..., V] (next token only)."""
         return self.base_head(hidden)[..., : self.cfg.out_vocab].astype(jnp.float32)
 
+    def _rope(self, pos: jax.Array, bound: int):
+        """The rotary table of positions pos [B, T], every one < bound (`RopeTable.lookup`:
+        read from constant rows, not computed per layer), or pos when there is no RoPE."""
+        c = self.cfg.stack
+        return RopeTable.lookup(pos, bound, c.head_dim, c.rope_theta) if c.rope_theta else pos
+
     @staticmethod
     def _segments(text_len, speech_len, x: int, t: int, stride: int = 1):
         """Per-slot (is_speech, index, valid, position) for [text X | speech T] slots; speech
@@ -356,8 +362,9 @@ class TTSLM(nn.Module):
         is_speech, idx, valid, pos = self._segments(text_len, speech_len, x_len, t_len, stride)
         mask = prefix_lm_mask(is_speech, idx, is_speech, idx, valid)  # [B, X+T, X+T]
         emb = jnp.concatenate([self.embed_text(text), speech_emb.astype(jnp.float32)], axis=1)
+        rope = self._rope(pos, x_len + stride * t_len)
         h, _ = self.stack(
-            emb, pos, mask, train=train, attn_bias=attn_bias, bias_layers=tuple(bias_layers)
+            emb, rope, mask, train=train, attn_bias=attn_bias, bias_layers=tuple(bias_layers)
         )
         return h[:, x_len:]  # [B, T, D]
 
@@ -418,7 +425,8 @@ class TTSLM(nn.Module):
         mask = prefix_lm_mask(is_speech, idx, *cache.key_segments(speech_len))  # [B, X+P, S]
         emb = jnp.concatenate([self.embed_text(text), speech_emb.astype(jnp.float32)], axis=1)
         start = jnp.zeros((text.shape[0],), jnp.int32)
-        h, caches = self.stack(emb, pos, mask, cache.layers, start, layers=layers)
+        rope = self._rope(pos, x_len + stride * p_len)
+        h, caches = self.stack(emb, rope, mask, cache.layers, start, layers=layers)
         cache = cache.replace(layers=caches, speech_len=speech_len.astype(jnp.int32))
         return h[:, x_len:], cache
 
@@ -441,8 +449,9 @@ class TTSLM(nn.Module):
         mask = prefix_lm_mask(
             jnp.ones((b, c), bool), q_idx, *cache.key_segments(new_len)
         )  # [B, C, S]
+        rope = self._rope(pos, cache.text_slots + stride * cache.speech_slots)
         h, caches = self.stack(
-            emb, pos, mask, cache.layers, cache.text_slots + cache.speech_len, layers=layers
+            emb, rope, mask, cache.layers, cache.text_slots + cache.speech_len, layers=layers
         )
         return h, cache.replace(layers=caches, speech_len=new_len.astype(jnp.int32))
 
@@ -463,4 +472,5 @@ class TTSLM(nn.Module):
             jnp.ones((b, c), bool), q_idx, *cache.key_segments(cache.speech_len + c)
         )  # [B, C, S]
         start = cache.text_slots + cache.speech_len
-        return self.stack(emb, pos, mask, cache.layers, start, layers=layers, defer_write=True)
+        rope = self._rope(pos, cache.text_slots + stride * cache.speech_slots)
+        return self.stack(emb, rope, mask, cache.layers, start, layers=layers, defer_write=True)
