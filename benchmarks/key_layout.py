@@ -14,22 +14,12 @@ precision ("Tried and not adopted") has the numbers and the end-to-end result.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import os
+import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-def _us(fn, *args, repeats: int, inner: int = 300) -> float:
-    import jax
-
-    jax.block_until_ready(fn(*args))
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            out = fn(*args)
-        jax.block_until_ready(out)
-        ts.append((time.perf_counter() - t0) / inner)
-    return statistics.median(ts) * 1e6
+from benchmarks.precision import _ms  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -72,7 +62,7 @@ def main(argv=None) -> int:
             cells = []
             for t in queries:
                 q = jax.random.normal(jax.random.fold_in(key, 2), (z, t, h))
-                cells.append(_us(fn, q, keys, v, repeats=args.repeats))
+                cells.append(1e3 * _ms(fn, q, keys, v, repeats=args.repeats, inner=300))
             print(f"| {name} | " + " | ".join(f"{c:.1f}" for c in cells) + " |", flush=True)
     return 0
 
