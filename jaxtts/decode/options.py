@@ -21,6 +21,13 @@ _KEYS = (
 PRECISIONS = ("float32", "bfloat16")
 
 
+def check_precision(precision: str) -> str:
+    """`precision` if it is one of `PRECISIONS`, else a one-line ConfigError."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"decode.precision={precision!r}: expected one of {list(PRECISIONS)}")
+    return precision
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodeOptions:
     """What a synthesis call decodes with: the strategy spec, sampling, the length cap and the
@@ -50,7 +57,5 @@ class DecodeOptions:
         max_s = float(d.get("max_seconds", 12.0))
         if not max_s > 0:
             raise ConfigError(f"decode.max_seconds={max_s}: expected > 0")
-        precision = str(d.get("precision", "float32"))
-        if precision not in PRECISIONS:
-            raise ConfigError(f"decode.precision={precision!r}: expected one of {list(PRECISIONS)}")
+        precision = check_precision(str(d.get("precision", "float32")))
         return cls(str(d.get("strategy", "far")), SamplingConfig.from_config(d), max_s, precision)

@@ -25,8 +25,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxtts.decode.options import PRECISIONS
-from jaxtts.errors import ConfigError
+from jaxtts.decode.options import check_precision
 
 _CAST_LEAVES = ("kernel", "lora_a", "lora_b")
 
@@ -64,9 +63,7 @@ def _with_dtype(cfg: Any, dtype: str) -> tuple[Any, tuple[str, ...] | None]:
 def at_precision(models: dict, params: dict, precision: str) -> tuple[dict, dict]:
     """(models, params) of a decode plan with their matmuls at `precision` (module
     docstring). float32 returns them unchanged."""
-    if precision not in PRECISIONS:
-        raise ConfigError(f"decode.precision={precision!r}: expected one of {list(PRECISIONS)}")
-    if precision == "float32":
+    if check_precision(precision) == "float32":
         return models, params
     out_models, out_params = dict(models), dict(params)
     for name, model in models.items():
