@@ -168,8 +168,11 @@ def test_decode_loop_writes_the_cache_in_place(params, spec, rows):
         .as_text()
     )
     cache = rf"f32\[{rows},{TINY.num_heads},\d\d+,{TINY.head_dim}\]"  # [B, N, S, H], S >= 10
+    keys_t = rf"f32\[{rows},{TINY.num_heads},{TINY.head_dim},\d\d+\]"  # [B, N, H, S]
     assert mentions(hlo, cache) > 0  # the pattern names the cache buffers
+    assert (mentions(hlo, keys_t) > 0) == (spec != "far")  # multi-row steps: keys transposed
     assert not loop_copies(hlo, cache)
+    assert not loop_copies(hlo, keys_t)
 
 
 def test_forced_rows_reproduce_car_and_others_follow_the_policy(params):

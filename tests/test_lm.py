@@ -114,6 +114,46 @@ def test_deferred_extend_then_append_equals_extend(params):
     np.testing.assert_array_equal(cache.append(blocks).speech_len, c_ref.speech_len)
 
 
+def test_transposed_keys_cache_equals_the_plain_one(params):
+    """A cache holding its keys transposed ([B, N, H, S], `multi_row_keys`) through prefill,
+    a 3-token extend, a deferred extend + append and a resize: the same hidden states (the
+    logits sum in another order) and the same buffers, transposed."""
+    m = TTSLM(TINY)
+    p = {"params": params}
+    rng = np.random.default_rng(5)
+    b, x = 3, 6
+    text = rng.integers(2, TINY.num_text_symbols, (b, x)).astype(np.int32)
+    prompt = rng.integers(0, TINY.num_speech_tokens, (b, 5)).astype(np.int32)
+    prompt[:, 0] = TINY.bos
+    toks = jnp.asarray(rng.integers(0, TINY.num_speech_tokens, (b, 3)), jnp.int32)
+    outs = {}
+    for keys_t in (False, True):
+        cache = m.apply(p, b, x, 8, keys_t=keys_t, method="init_cache")
+        h0, cache = m.apply(
+            p, text, np.array([6, 4, 2]), prompt, np.array([5, 3, 1]), cache, method="prefill"
+        )
+        h1, cache = m.apply(p, toks, cache, method="extend")
+        cache = cache.resize(16)
+        emb = m.apply(p, toks, method="embed_speech")
+        h2, blocks = m.apply(p, emb, cache, method="extend_deferred")
+        cache = cache.append(blocks, jnp.array([3, 1, 2], jnp.int32))
+        h3, cache = m.apply(p, toks[:, :1], cache, method="extend")
+        outs[keys_t] = (h0, h1, h2, h3, cache)
+    *h_plain, plain = outs[False]
+    *h_t, trans = outs[True]
+    for a, b_ in zip(h_plain, h_t, strict=True):
+        np.testing.assert_allclose(a, b_, atol=2e-6)
+    assert trans.num_slots == plain.num_slots == x + 16
+    np.testing.assert_array_equal(trans.speech_len, plain.speech_len)
+    for lp, lt in zip(plain.layers, trans.layers, strict=True):
+        assert lt.keys_t and lt.k.shape == lp.k.shape[:2] + lp.k.shape[:1:-1]
+        np.testing.assert_allclose(lt.k, np.swapaxes(np.asarray(lp.k), 2, 3), atol=2e-6)
+        np.testing.assert_allclose(lt.v, lp.v, atol=2e-6)
+    np.testing.assert_array_equal(
+        trans.layers[0].k[..., :x], np.swapaxes(plain.layers[0].k, 2, 3)[..., :x]
+    )
+
+
 @pytest.mark.parametrize("spec", ["far", "car:2", "car:4"])
 def test_while_loop_equals_python_reference(params, spec):
     strat = registry.get(spec)

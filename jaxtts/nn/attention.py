@@ -18,6 +18,13 @@ The cache holds keys/values head-major, `[B, N, S, H]`: the attention contractio
 it in place (the `[B, S, N, H]` layout cost a transpose of the whole cache per layer and step:
 4x slower attention on CPU at batch 32, benchmarks/RESULTS.md section 10).
 
+A decode whose steps attend with several query rows (CAR, VADUSA, DCAR) holds its keys
+transposed, `LayerCache(keys_t=True)`: k [B, N, H, S]. On XLA's CPU backend the logits of 2-6
+queries against [S, H] keys contract the minor axis of both operands, a slow path (83 us for 3
+queries over 512 slots); against [H, S] keys they are a row-major matmul (35 us). One-row
+steps keep [B, N, S, H]: their logits are fused without a matmul, and a one-slot write of a
+transposed key is a strided column (RESULTS keys-t).
+
 Axis letters: B batch, T query length, S key length, D width, N heads, H head dim.
 """
 
@@ -39,15 +46,40 @@ NEG_INF = -1e30
 
 @flax.struct.dataclass
 class LayerCache:
-    """Key/value buffer of one attention layer: k, v [B, N, S, H] (head-major)."""
+    """Key/value buffer of one attention layer: k, v [B, N, S, H] (head-major); with
+    `keys_t`, k is held transposed, [B, N, H, S] (module docstring: decoding steps of several
+    query rows)."""
 
     k: jax.Array
     v: jax.Array
+    keys_t: bool = flax.struct.field(pytree_node=False, default=False)
+
+    @property
+    def slots(self) -> int:
+        return self.v.shape[2]
+
+    def write(self, k: jax.Array, v: jax.Array, start: jax.Array) -> LayerCache:
+        """k, v [B, N, T, H] written at slots start[b] .. + T - 1 of row b."""
+        if self.keys_t:
+            kt = k.transpose(0, 1, 3, 2)  # [B, N, H, T]
+            return self.replace(
+                k=write_rows(self.k, kt, start, axis=3), v=write_rows(self.v, v, start, axis=2)
+            )
+        return self.replace(
+            k=write_rows(self.k, k, start, axis=2), v=write_rows(self.v, v, start, axis=2)
+        )
+
+    def grow(self, extra: int) -> LayerCache:
+        """`extra` more slots (zeros) at the end."""
+        pad_v = ((0, 0), (0, 0), (0, extra), (0, 0))
+        pad_k = ((0, 0), (0, 0), (0, 0), (0, extra)) if self.keys_t else pad_v
+        return self.replace(k=jnp.pad(self.k, pad_k), v=jnp.pad(self.v, pad_v))
 
 
 def write_rows(buf: jax.Array, new: jax.Array, start: jax.Array, axis: int = 1) -> jax.Array:
     """buf [B, ..., S, ...] with new [B, ..., C, ...] written at slots start[b] .. + C - 1 of
-    `axis` (1: token buffers [B, N]; 2: head-major KV buffers [B, N, S, H])."""
+    `axis` (1: token buffers [B, N]; 2: head-major KV buffers [B, N, S, H]; 3: transposed
+    keys [B, N, H, S])."""
 
     if buf.shape[0] == 1 and axis == 2 and new.shape[2] == 1:
         return _write_one_slot(buf, new.astype(buf.dtype), start[0])
@@ -85,6 +117,7 @@ def attend(
     mask: jax.Array,
     bias: jax.Array | None = None,
     block: tuple[jax.Array, jax.Array, jax.Array] | None = None,
+    keys_t: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """Softmax attention. q [B, T, N, H], k/v [B, N, S, H], mask bool [B, T, S], bias float
     [B, N, T, S] or None (added to the logits of visible keys: an alignment prior) ->
@@ -99,10 +132,16 @@ def attend(
     not use the logits leave them to dead-code elimination.
     """
     b, t, n, h = q.shape
-    s = k.shape[2]
+    s = v.shape[2]
     qf = q.transpose(0, 2, 1, 3).reshape(b * n, t, h)  # [BN, T, H]
-    kf, vf = k.reshape(b * n, s, h), v.reshape(b * n, s, h)  # [BN, S, H]
-    logits = jnp.einsum("ZTH,ZSH->ZTS", qf, kf).astype(jnp.float32) / jnp.sqrt(h)
+    vf = v.reshape(b * n, s, h)  # [BN, S, H]
+    if keys_t:
+        kf = k.reshape(b * n, h, s)  # [BN, H, S]
+        logits = jnp.einsum("ZTH,ZHS->ZTS", qf, kf)
+    else:
+        kf = k.reshape(b * n, s, h)  # [BN, S, H]
+        logits = jnp.einsum("ZTH,ZSH->ZTS", qf, kf)
+    logits = logits.astype(jnp.float32) / jnp.sqrt(h)
     if bias is not None:
         logits = logits + jnp.broadcast_to(bias, (b, n, t, s)).reshape(b * n, t, s)
     m = jnp.broadcast_to(mask[:, None], (b, n, t, s)).reshape(b * n, t, s)  # [BN, T, S]
@@ -179,7 +218,7 @@ class Attention(nn.Module):
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, N, T, H]
         block = None
         if cache is not None and defer_write:
-            t, s = x.shape[1], cache.k.shape[2]
+            t, s = x.shape[1], cache.slots
             kb, vb = k.astype(cache.k.dtype), v.astype(cache.v.dtype)  # as the buffer holds them
             slot = jnp.arange(s)[None]  # [1, S]
             fresh = (slot >= write_start[:, None]) & (slot < write_start[:, None] + t)  # [B, S]
@@ -187,15 +226,16 @@ class Attention(nn.Module):
             mask_own = jnp.take_along_axis(mask, jnp.broadcast_to(own, mask.shape[:2] + (t,)), 2)
             block = (kb.astype(q.dtype), vb.astype(q.dtype), mask_own)  # [B, N, T, H], [B, T, T]
             mask = mask & ~fresh[:, None]  # the buffer's stale copies of this block's slots
+            keys_t = cache.keys_t
             k, v = cache.k.astype(q.dtype), cache.v.astype(q.dtype)
             cache = LayerCache(kb, vb)
         elif cache is not None:
-            cache = LayerCache(
-                k=write_rows(cache.k, k, write_start, axis=2),
-                v=write_rows(cache.v, v, write_start, axis=2),
-            )
-            k, v = cache.k.astype(q.dtype), cache.v.astype(q.dtype)  # [B, N, S, H]
-        out, logits = attend(q, k, v, mask, bias, block)  # [B, T, N, H], [B, N, T, S]
+            cache = cache.write(k, v, write_start)
+            keys_t = cache.keys_t
+            k, v = cache.k.astype(q.dtype), cache.v.astype(q.dtype)  # [B, N, S, H] (or k^T)
+        else:
+            keys_t = False
+        out, logits = attend(q, k, v, mask, bias, block, keys_t)  # [B, T, N, H], [B, N, T, S]
         if capture:
             self.sow("intermediates", "attn_logits", logits)
         out = Dense(d, (axes.HEADS, axes.KV, axes.EMBED), in_axes=2, name="o", **kw)(out)

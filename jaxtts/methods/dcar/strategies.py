@@ -38,6 +38,7 @@ from jaxtts.methods.lm import (
     cache_windows,
     chunk_step,
     dynamic_chunk_step,
+    multi_row_keys,
     prefill,
     window_fits,
 )
@@ -114,7 +115,8 @@ class DCAR(_SpeechSlots, Strategy):
     def init(self, models, params, batch, max_new_tokens):
         target, policy = models["target"], models["policy"]
         first = self.windows(models, batch, max_new_tokens)[0]
-        hidden, cache = prefill(target, params["target"], batch, first)
+        keys_t = multi_row_keys(self._k(models))
+        hidden, cache = prefill(target, params["target"], batch, first, None, keys_t)
         b = batch.batch_size
         s = max_new_tokens if self.record else 1
         pcache = policy.apply({"params": params["policy"]}, b, max_new_tokens, method="init_cache")
@@ -225,7 +227,8 @@ class VADUSA(_SpeechSlots, Strategy):
 
     def init(self, models, params, batch, max_new_tokens):
         first = self.windows(models, batch, max_new_tokens)[0]
-        hidden, cache = prefill(models["target"], params["target"], batch, first)
+        keys_t = multi_row_keys(self.max_chunk)
+        hidden, cache = prefill(models["target"], params["target"], batch, first, None, keys_t)
         return {
             "chunk": ChunkCarry(cache=cache, hidden=hidden.astype(jnp.float32)),
             "accepted": jnp.zeros(hidden.shape[:1], jnp.int32),

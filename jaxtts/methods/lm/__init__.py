@@ -19,6 +19,7 @@ from jaxtts.methods.lm.strategies import (
     chunk_step,
     dynamic_chunk_step,
     extend_rows,
+    multi_row_keys,
     prefill,
     window_fits,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "chunk_step",
     "dynamic_chunk_step",
     "extend_rows",
+    "multi_row_keys",
     "prefill",
     "sentence_batch",
     "start_on_backbone",

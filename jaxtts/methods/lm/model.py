@@ -50,7 +50,7 @@ import jax.numpy as jnp
 
 from jaxtts.errors import ConfigError
 from jaxtts.nn import axes
-from jaxtts.nn.attention import LayerCache, write_rows
+from jaxtts.nn.attention import LayerCache
 from jaxtts.nn.layers import Dense, RopeTable, param_with_axes
 from jaxtts.nn.masks import prefix_lm_mask
 from jaxtts.nn.transformer import StackConfig, TransformerStack
@@ -158,7 +158,7 @@ class KVCache:
 
     @property
     def num_slots(self) -> int:
-        return self.layers[0].k.shape[2]
+        return self.layers[0].slots
 
     @property
     def speech_slots(self) -> int:
@@ -175,8 +175,7 @@ class KVCache:
         c = blocks[0].k.shape[2]
         start = self.text_slots + self.speech_len  # [B]
         layers = tuple(
-            LayerCache(write_rows(old.k, new.k, start, 2), write_rows(old.v, new.v, start, 2))
-            for old, new in zip(self.layers, blocks, strict=True)
+            old.write(new.k, new.v, start) for old, new in zip(self.layers, blocks, strict=True)
         )
         n = jnp.full_like(self.speech_len, c) if count is None else count.astype(jnp.int32)
         return self.replace(layers=layers, speech_len=self.speech_len + n)
@@ -190,10 +189,7 @@ class KVCache:
             raise ValueError(f"KVCache.resize({speech_slots}): holds {self.speech_slots} slots")
         if extra == 0:
             return self
-        pad = ((0, 0), (0, 0), (0, extra), (0, 0))
-        return self.replace(
-            layers=tuple(LayerCache(jnp.pad(c.k, pad), jnp.pad(c.v, pad)) for c in self.layers)
-        )
+        return self.replace(layers=tuple(c.grow(extra) for c in self.layers))
 
     def key_segments(self, speech_len: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """(is_speech, index in segment, valid) of every cache slot [B, S], with `speech_len`
@@ -376,15 +372,20 @@ class TTSLM(nn.Module):
         speech_slots: int,
         dtype: Any = None,
         layers: Sequence[int] | None = None,
+        keys_t: bool = False,
     ) -> KVCache:
-        """Zero buffers for every layer (or one per index of `layers`)."""
+        """Zero buffers for every layer (or one per index of `layers`); keys_t: keys held
+        transposed (`LayerCache`)."""
         c = self.cfg
         shape = (batch, c.num_heads, text_slots + speech_slots, c.head_dim)  # [B, N, S, H]
+        kshape = (batch, c.num_heads, c.head_dim, text_slots + speech_slots) if keys_t else shape
         dt = jnp.dtype(dtype or jnp.float32)
         n = len(c.stack.check_layers(layers))
         zeros = jnp.zeros((batch,), jnp.int32)
         return KVCache(
-            tuple(LayerCache(jnp.zeros(shape, dt), jnp.zeros(shape, dt)) for _ in range(n)),
+            tuple(
+                LayerCache(jnp.zeros(kshape, dt), jnp.zeros(shape, dt), keys_t) for _ in range(n)
+            ),
             zeros,
             zeros,
             text_slots,

@@ -46,17 +46,29 @@ def cache_windows(prompt_slots: int, speech_slots: int, chunk: int) -> tuple[int
     return (*out, speech_slots)
 
 
+def multi_row_keys(rows: int) -> bool:
+    """Whether a decode whose steps attend with up to `rows` query rows holds its keys
+    transposed, [B, N, H, S] (`jaxtts.nn.attention.LayerCache`): on XLA's CPU backend the
+    logits of 2 to 6 query rows are 2-2.5x faster against transposed keys (a plain row-major
+    matmul), while one-row steps (FAR) keep the [B, N, S, H] layout, whose one-slot write is
+    cheaper (RESULTS keys-t)."""
+    return rows > 1 and jax.default_backend() == "cpu"
+
+
 def window_fits(cache: KVCache, done: jax.Array, chunk: int) -> jax.Array:
     """Every active row's next `chunk` speech slots fit in the cache."""
     return jnp.all(done | (cache.speech_len + chunk <= cache.speech_slots))
 
 
 def prefill(
-    model: TTSLM, params, batch: PromptBatch, speech_slots: int, layers=None
+    model: TTSLM, params, batch: PromptBatch, speech_slots: int, layers=None, keys_t=False
 ) -> tuple[jax.Array, KVCache]:
-    """Fills a cache with text + BOS + prompt; returns (last hidden [B, D], cache)."""
+    """Fills a cache with text + BOS + prompt; returns (last hidden [B, D], cache). keys_t:
+    the cache holds its keys transposed (`multi_row_keys`)."""
     b, x = batch.text.shape
-    cache = model.apply({"params": params}, b, x, speech_slots, layers=layers, method="init_cache")
+    cache = model.apply(
+        {"params": params}, b, x, speech_slots, layers=layers, keys_t=keys_t, method="init_cache"
+    )
     speech, speech_len = with_bos(batch.prompt, batch.prompt_len, model.cfg)
     h, cache = model.apply(
         {"params": params},
@@ -222,7 +234,10 @@ class ChunkedAR(Strategy):
     def init(self, models, params, batch, max_new_tokens):
         first = self.windows(models, batch, max_new_tokens)[0]  # the cache grows from there
         speech_slots = self.speech_slots(batch, max_new_tokens) if first is None else first
-        hidden, cache = prefill(models["target"], params["target"], batch, speech_slots)
+        keys_t = multi_row_keys(self.chunk)
+        hidden, cache = prefill(
+            models["target"], params["target"], batch, speech_slots, None, keys_t
+        )
         return ChunkCarry(cache=cache, hidden=hidden.astype(jnp.float32))
 
     def windows(self, models, batch, max_new_tokens):
