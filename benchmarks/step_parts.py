@@ -31,8 +31,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-ATTN_DOTS = {"ZTH,ZSH->ZTS": "logits", "ZTH,ZRH->ZTR": "logits", "ZTS,ZSH->ZTH": "probs.V"}
-ATTN_DOTS["ZTR,ZRH->ZTH"] = "probs.V"
+ATTN_DOTS = {  # `jaxtts.nn.attention.attend`'s einsums (keys [S, H] or [H, S]; a deferred block R)
+    "ZTH,ZSH->ZTS": "logits",
+    "ZTH,ZHS->ZTS": "logits",
+    "ZTH,ZRH->ZTR": "logits",
+    "ZTS,ZSH->ZTH": "probs.V",
+    "ZTR,ZRH->ZTH": "probs.V",
+}
 MODULES = (  # (pattern in the op_name, part), first match wins
     (r"Policy", "DCAR policy"),
     (r"extract", "TLDR extractor"),

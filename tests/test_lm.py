@@ -83,22 +83,38 @@ def test_cache_rollback_then_extend_equals_direct(params):
     np.testing.assert_allclose(h_a, h_b, atol=1e-6)
 
 
+def _prefilled(params, seed: int, speech_slots: int, keys_t: bool = False):
+    """The TINY model's cache after the prefill of 3 random rows (text 6 / 4 / 2 symbols of a
+    6-slot width, prompt 5 / 3 / 1 tokens with BOS), and 3 random next tokens per row ->
+    (prefill hidden states, cache, tokens int32 [3, 3])."""
+    m = TTSLM(TINY)
+    rng = np.random.default_rng(seed)
+    b, x = 3, 6
+    text = rng.integers(2, TINY.num_text_symbols, (b, x)).astype(np.int32)
+    prompt = rng.integers(0, TINY.num_speech_tokens, (b, 5)).astype(np.int32)
+    prompt[:, 0] = TINY.bos
+    toks = jnp.asarray(rng.integers(0, TINY.num_speech_tokens, (b, 3)), jnp.int32)
+    cache = m.apply({"params": params}, b, x, speech_slots, keys_t=keys_t, method="init_cache")
+    h, cache = m.apply(
+        {"params": params},
+        text,
+        np.array([6, 4, 2]),
+        prompt,
+        np.array([5, 3, 1]),
+        cache,
+        method="prefill",
+    )
+    return h, cache, toks
+
+
 def test_deferred_extend_then_append_equals_extend(params):
     """`extend_deferred` attends the buffer (its own slots masked) plus the block's keys, then
     `KVCache.append` writes the block and keeps count[b] of it: the hidden states agree with
     `extend` to float rounding, the written slots and lengths exactly as extend + rollback."""
     m = TTSLM(TINY)
     p = {"params": params}
-    rng = np.random.default_rng(3)
-    b, x = 3, 6
-    text = rng.integers(2, TINY.num_text_symbols, (b, x)).astype(np.int32)
-    prompt = rng.integers(0, TINY.num_speech_tokens, (b, 5)).astype(np.int32)
-    prompt[:, 0] = TINY.bos
-    cache = m.apply(p, b, x, 16, method="init_cache")
-    _, cache = m.apply(
-        p, text, np.array([6, 4, 2]), prompt, np.array([5, 3, 1]), cache, method="prefill"
-    )
-    toks = jnp.asarray(rng.integers(0, TINY.num_speech_tokens, (b, 3)), jnp.int32)
+    b = 3
+    _, cache, toks = _prefilled(params, seed=3, speech_slots=16)
     h_ref, c_ref = m.apply(p, toks, cache, method="extend")
     emb = m.apply(p, toks, method="embed_speech")
     h, blocks = m.apply(p, emb, cache, method="extend_deferred")
@@ -120,18 +136,10 @@ def test_transposed_keys_cache_equals_the_plain_one(params):
     logits sum in another order) and the same buffers, transposed."""
     m = TTSLM(TINY)
     p = {"params": params}
-    rng = np.random.default_rng(5)
-    b, x = 3, 6
-    text = rng.integers(2, TINY.num_text_symbols, (b, x)).astype(np.int32)
-    prompt = rng.integers(0, TINY.num_speech_tokens, (b, 5)).astype(np.int32)
-    prompt[:, 0] = TINY.bos
-    toks = jnp.asarray(rng.integers(0, TINY.num_speech_tokens, (b, 3)), jnp.int32)
+    x = 6
     outs = {}
     for keys_t in (False, True):
-        cache = m.apply(p, b, x, 8, keys_t=keys_t, method="init_cache")
-        h0, cache = m.apply(
-            p, text, np.array([6, 4, 2]), prompt, np.array([5, 3, 1]), cache, method="prefill"
-        )
+        h0, cache, toks = _prefilled(params, seed=5, speech_slots=8, keys_t=keys_t)
         h1, cache = m.apply(p, toks, cache, method="extend")
         cache = cache.resize(16)
         emb = m.apply(p, toks, method="embed_speech")
