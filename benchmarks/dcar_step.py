@@ -36,6 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--text_len", type=int, default=128)
     ap.add_argument("--prompt_len", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--precision", default="float32", help="float32 | bfloat16 matmuls")
     ap.add_argument(
         "--variants",
         default="follows,extend by K,writes in branch",
@@ -49,6 +50,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     from jaxtts.decode import registry
+    from jaxtts.decode.precision import at_precision
     from jaxtts.decode.sampling import SamplingConfig
     from jaxtts.methods.dcar.dcpo import config_policy
     from jaxtts.methods.dcar.policy import ChunkPolicy, PolicyConfig
@@ -73,7 +75,7 @@ def main(argv=None) -> int:
                               sampling.top_p, min_tokens=args.tokens)  # fmt: skip
     rng = np.random.default_rng(0)
     print(f"{args.backbone} ({cfg.num_layers} layers), policy {args.policy or 'random'}; "
-          f"{args.tokens} tokens per row, top_p {sampling.top_p}")  # fmt: skip
+          f"{args.tokens} tokens per row, top_p {sampling.top_p}, {args.precision}")  # fmt: skip
     rows = []
     for b in [int(v) for v in args.batch.split(",")]:
         batch, keys = random_batch(rng, cfg, b, args.text_len, args.prompt_len)
@@ -89,6 +91,7 @@ def main(argv=None) -> int:
             }  # fmt: skip
             runs = {k: v for k, v in runs.items() if k.startswith("car:") or
                     any(w in k for w in args.variants.split(","))}  # fmt: skip
+            runs = {k: (s, *at_precision(m, p, args.precision)) for k, (s, m, p) in runs.items()}
             times = {k: [] for k in runs}
             steps = {}
             for _ in range(args.rounds):

@@ -102,6 +102,56 @@ def test_constant_policy_reproduces_car(params, chunk, sampling):
     np.testing.assert_array_equal(hist[:, chunk - 1], np.asarray(ref.steps))
 
 
+def test_sizes_restrict_the_policy_to_a_range(params):
+    """`dcar:<pick>,sizes=lo-hi` chooses only sizes lo..hi: a single-size range reproduces
+    `car:c` whatever the policy prefers; a policy that always wants c = 1 takes the best size
+    inside 2-4 (all tie: the first, 2); a random policy's draws stay inside the range."""
+    rows = random_rows(4, seed=5)
+    keys = row_keys(3, range(4))
+    ref = run(
+        registry.get("car:3"), params, batch_of(rows), keys, max_new_tokens=20, sampling=SAMPLE
+    )
+    out = run_dcar(
+        "dcar:sample,sizes=3-3", params, policy_params(2, scale=3.0), batch_of(rows), keys, SAMPLE
+    )
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    ref2 = run(
+        registry.get("car:2"), params, batch_of(rows), keys, max_new_tokens=20, sampling=GREEDY
+    )
+    out2 = run_dcar(
+        "dcar:argmax,sizes=2-4", params, policy_params(always=1), batch_of(rows), keys, GREEDY
+    )
+    np.testing.assert_array_equal(out2.tokens, ref2.tokens)
+    free = run_dcar(
+        "dcar:sample", params, policy_params(2, scale=3.0), batch_of(rows), keys, SAMPLE
+    )
+    held = run_dcar(
+        "dcar:sample,sizes=2-3", params, policy_params(2, scale=3.0), batch_of(rows), keys, SAMPLE
+    )
+    assert np.asarray(free.stats["chunk_hist"])[:, [0, 3]].sum() > 0  # it does pick 1 and 4
+    hist = np.asarray(held.stats["chunk_hist"])
+    assert hist[:, [0, 3]].sum() == 0 and hist[:, 1].sum() > 0 and hist[:, 2].sum() > 0
+
+
+@pytest.mark.parametrize(
+    "spec", ["dcar:sample,sizes=0-2", "dcar:sample,sizes=3-2", "dcar:draw", "dcar:sample,size=2"]
+)
+def test_dcar_spec_errors_name_the_spec(spec):
+    with pytest.raises(ConfigError, match="expected dcar"):
+        registry.get(spec)
+
+
+def test_dcar_sizes_name_and_check():
+    from jaxtts.methods.dcar.strategies import DCAR
+
+    assert registry.get("dcar:sample,sizes=2-4").name == "dcar:sample,sizes=2-4"
+    assert registry.get("dcar:argmax,sizes=2-3").name == "dcar:argmax,sizes=2-3"
+    assert registry.get("dcar:argmax").name == "dcar"
+    models = {"target": TTSLM(TINY), "policy": ChunkPolicy(PCFG)}
+    with pytest.raises(ConfigError, match="sizes up to 5"):
+        DCAR(sizes=(2, 5)).bind(models).check(models)
+
+
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLE], ids=["greedy", "sampling"])
 def test_step_that_follows_the_choice_equals_extend_by_k(params, sampling):
     """The step that extends by the batch's largest chosen size (`dynamic_chunk_step`) gives

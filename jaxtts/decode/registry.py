@@ -54,8 +54,8 @@ _ENTRIES: dict[str, Entry] = {
     "dcar": Entry(
         "jaxtts.methods.dcar.strategies:dcar",
         "dcar",
-        "dcar[:sample]",
-        "a learned chunk size per step (argmax, or sampled from the policy)",
+        "dcar[:sample][,sizes=<lo>-<hi>]",
+        "a learned chunk size per step (argmax, or sampled from the policy; only sizes lo..hi)",
     ),
     "ssd": Entry(
         "jaxtts.methods.ssd.strategy:ssd",

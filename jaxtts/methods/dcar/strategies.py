@@ -24,6 +24,7 @@ Axis letters: B batch, K heads, V vocabulary, S decisions, D width, A actions.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import flax.struct
 import jax
@@ -77,6 +78,11 @@ class _SpeechSlots:
 @dataclasses.dataclass(frozen=True)
 class DCAR(_SpeechSlots, Strategy):
     sample: bool = False  # sample the chunk size from the policy (DCPO rollouts) vs argmax
+    # `dcar:<pick>,sizes=<lo>-<hi>`: choose only among chunk sizes lo..hi (the policy's logits
+    # outside are masked before the argmax or the draw; the recorded log-prob stays the
+    # unmasked policy's). (0, 0): every size 1..K, as trained. Not the paper's: an inference
+    # option that keeps a sampled policy inside its guidance range.
+    sizes: tuple[int, int] = (0, 0)
     record: bool = False  # keep policy inputs / actions / log-probs (DCPO)
     max_chunk: int = 0  # filled by bind: K (token-buffer headroom)
     # the reference step: every step computes all K heads and extends by K (the step before
@@ -90,7 +96,11 @@ class DCAR(_SpeechSlots, Strategy):
 
     @property
     def name(self) -> str:
-        return "dcar:sample" if self.sample else "dcar"
+        base = "dcar:sample" if self.sample else "dcar"
+        if self.sizes == (0, 0):
+            return base
+        lo, hi = self.sizes
+        return f"{base if self.sample else 'dcar:argmax'},sizes={lo}-{hi}"
 
     def check(self, models) -> None:
         if "policy" not in models:
@@ -107,6 +117,10 @@ class DCAR(_SpeechSlots, Strategy):
         if self.max_chunk != k:
             raise ConfigError(
                 f"strategy dcar: max_chunk={self.max_chunk}, expected K={k} (use bind)"
+            )
+        if self.sizes != (0, 0) and self.sizes[1] > k:
+            raise ConfigError(
+                f"strategy {self.name}: sizes up to {self.sizes[1]}, the backbone has {k} heads"
             )
 
     def bind(self, models) -> DCAR:
@@ -144,6 +158,11 @@ class DCAR(_SpeechSlots, Strategy):
         logits, pcache = policy.apply(
             {"params": params["policy"]}, hidden, c.policy, method="step"
         )  # [B, A]
+        policy_logits = logits
+        if self.sizes != (0, 0):
+            size = jnp.arange(1, logits.shape[-1] + 1)  # [A]
+            inside = (size >= self.sizes[0]) & (size <= self.sizes[1])
+            logits = jnp.where(inside[None], logits, -jnp.inf)
         if self.sample:
             pkeys = jax.vmap(lambda key: jax.random.fold_in(key, POLICY_KEY_SALT))(
                 step_keys(keys, state.steps)
@@ -155,7 +174,7 @@ class DCAR(_SpeechSlots, Strategy):
         if forced is not None:
             chosen = jnp.where(forced > 0, forced, chosen)
         count = chosen.astype(jnp.int32)  # [B]
-        logp = action_logp(logits, count)  # [B]
+        logp = action_logp(policy_logits, count)  # [B]
         if self.extend_all:
             prop = chunk_step(target, params["target"], c.chunk, state, keys, sampling, k, count)
         else:
@@ -273,9 +292,17 @@ class VADUSA(_SpeechSlots, Strategy):
 
 
 def dcar(arg: str | None) -> DCAR:
-    if arg not in (None, "sample", "argmax"):
-        raise ConfigError(f"--strategy dcar:{arg}: expected dcar, dcar:argmax or dcar:sample")
-    return DCAR(sample=arg == "sample")
+    usage = "expected dcar, dcar:argmax or dcar:sample, optionally ',sizes=<lo>-<hi>'"
+    pick, _, rest = (arg or "argmax").partition(",")
+    if pick not in ("sample", "argmax"):
+        raise ConfigError(f"--strategy dcar:{arg}: {usage}")
+    sizes = (0, 0)
+    if rest:
+        m = re.fullmatch(r"sizes=(\d+)-(\d+)", rest)
+        if m is None or not 1 <= int(m[1]) <= int(m[2]):
+            raise ConfigError(f"--strategy dcar:{arg}: {usage}, e.g. dcar:sample,sizes=2-4")
+        sizes = (int(m[1]), int(m[2]))
+    return DCAR(sample=pick == "sample", sizes=sizes)
 
 
 def vadusa(arg: str | None) -> VADUSA:
