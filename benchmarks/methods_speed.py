@@ -104,6 +104,12 @@ def wer_lookup(paths: list[str]) -> dict:
     return out
 
 
+def wer_of(wers: dict, strategy: str, folder: str) -> tuple:
+    """(WER %, source) of a row from `wer_lookup`'s dict, or (None, '')."""
+    wer = wers.get((strategy, folder)) or wers.get((strategy, os.path.basename(folder)))
+    return wer or wers.get((strategy, None)) or (None, "")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", default="", help="<strategy>@<run folder>, comma-separated")
@@ -113,7 +119,11 @@ def main(argv=None) -> int:
         help="no timing: --out JSONs of separate runs (one process per row, gpu_check.sh), "
         "comma-separated, joined into one table with each row's speed against FAR",
     )
-    ap.add_argument("--eval", default="", help="evaluate results.json files (WER column)")
+    ap.add_argument(
+        "--eval",
+        default="",
+        help="evaluate results.json files (WER column; with --combine: rows that have none)",
+    )
     ap.add_argument("--corpus", default="data/builtin")
     ap.add_argument(
         "--num",
@@ -159,6 +169,10 @@ def main(argv=None) -> int:
         if not table:
             print(f"error: --combine: {args.combine}: no rows", file=sys.stderr)
             return 2
+        wers = wer_lookup([p for p in args.eval.split(",") if p])
+        for e in table:  # --eval fills the rows measured without a WER
+            if e.get("wer") is None:
+                e["wer"], e["wer_source"] = wer_of(wers, e["strategy"], e["folder"])
         batches = sorted({int(k[1:]) for e in table for k in e if k[0] == "b" and k[1:].isdigit()})
         report([], batches, {}, {}, args.out, True, table)
         return 0
@@ -263,9 +277,7 @@ def report(rows, batches, meas, wers, out, final: bool, keep=(), precision="floa
     for strategy, folder in rows:
         entry = {"strategy": strategy, "folder": folder, "backbone": backbone_of(folder)}
         entry["precision"] = precision
-        wer = wers.get((strategy, folder)) or wers.get((strategy, os.path.basename(folder)))
-        wer = wer or wers.get((strategy, None)) or (None, "")
-        entry["wer"], entry["wer_source"] = wer
+        entry["wer"], entry["wer_source"] = wer_of(wers, strategy, folder)
         for b in batches:
             ms = meas[(strategy, folder, b)]
             entry[f"b{b}"] = {  # (a list, DCAR's chunk sizes: the same every round, seeded)

@@ -361,3 +361,22 @@ def test_downstream_models_check_their_backbone(tmp_path):
     with pytest.raises(CheckpointError, match="resumed/data.json: trained on backbone"):
         record_fingerprint(run, "backbone", "other", tree)
     assert record_fingerprint(RunFolder(tmp_path / "fresh"), "backbone", "b", tree) == fp
+
+
+def test_dcar_folder_pick_names_its_default_strategy(tmp_path):
+    """`policy.pick` of a DCAR folder is any `dcar:` argument (`sample,sizes=2-4` included);
+    anything else stops the load with one line naming the file and the field."""
+    from jaxtts.engine import load_engine
+    from jaxtts.errors import CheckpointError
+
+    dst = tmp_path / "dcar"
+    shutil.copytree(PRETRAINED / "dcar_deep", dst)
+    config = json.loads((dst / "config.json").read_text())
+    for pick, want in (("sample,sizes=2-4", "dcar:sample,sizes=2-4"), ("argmax", "dcar")):
+        config["policy"]["pick"] = pick
+        (dst / "config.json").write_text(json.dumps(config))
+        assert load_engine(dst).decode_config["strategy"] == want
+    config["policy"]["pick"] = "draw"
+    (dst / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"dcar/config.json: policy.pick is 'draw'"):
+        load_engine(dst)

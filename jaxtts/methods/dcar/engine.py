@@ -13,9 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxtts.decode import registry
 from jaxtts.decode.driver import decode
 from jaxtts.decode.sampling import row_keys
-from jaxtts.errors import CheckpointError
+from jaxtts.errors import CheckpointError, ConfigError
 from jaxtts.methods.dcar.dcpo import config_policy
 from jaxtts.methods.dcar.policy import ChunkPolicy
 from jaxtts.methods.dcar.strategies import DCAR
@@ -35,8 +36,9 @@ class DCAREngine(LMEngine):
         super().__init__(*args, **kw)
         self.policy, self.policy_params = policy, policy_params
         self.backbone_path = backbone_path
-        # the default strategy: the policy's argmax, or a draw from it (`policy.pick`)
-        strategy = "dcar" if pick == "argmax" else f"dcar:{pick}"
+        # the default strategy: the policy's argmax, or a draw from it (`policy.pick`), over
+        # every size or those of `,sizes=<lo>-<hi>`
+        strategy = registry.get(f"dcar:{pick}").name
         self.decode_config = {**base.decode_config, "strategy": strategy}
 
     @classmethod
@@ -75,10 +77,13 @@ class DCAREngine(LMEngine):
         )
         params, _ = run.load_params(like, step)
         pick = str(config.policy.get("pick", "argmax"))
-        if pick not in ("argmax", "sample"):
+        try:
+            registry.get(f"dcar:{pick}")
+        except ConfigError:
             raise CheckpointError(
-                f"{run.config_path}: policy.pick is '{pick}', expected 'argmax' or 'sample'"
-            )
+                f"{run.config_path}: policy.pick is '{pick}', expected 'argmax' or 'sample', "
+                "optionally ',sizes=<lo>-<hi>'"
+            ) from None
         return cls(base, policy, params["policy"], str(bpath), pick)
 
     def decode_models(self) -> dict:
