@@ -155,7 +155,7 @@ def test_methods_speed_combine_joins_one_rows_batch_sizes(tmp_path, capsys):
     assert car["b8"]["speed_vs_far"] == pytest.approx(4.0)
     assert "| car:3 | m | m | — | 0.0100 | 2.00x | 0.0010 | 4.00x |" in capsys.readouterr().out
     # --eval fills the WER of rows timed without one (an evaluation's '<strategy> @<folder>'
-    # row, or a plain '<strategy>' row of its --workdir); CAR c=3 at FAR's WER holds at 2x
+    # row, or a plain '<strategy>' row of its --workdir)
     res = {"rows": [{"kind": "model", "name": "far precision=bfloat16", "wer_domain": 0.09},
                     {"kind": "model", "name": "car:3 @m", "wer_domain": 0.08}]}  # fmt: skip
     (tmp_path / "results.json").write_text(json.dumps(res))

@@ -2,7 +2,8 @@
 head verifies with tolerance) for the generic decode driver (`jaxtts.decode.driver`).
 
 dcar: models {"target": TTSLM, "policy": ChunkPolicy}. At every step the policy reads each
-row's last hidden state and picks c_b in {1..K} (argmax, or sampled with `dcar:sample`); every
+row's last hidden state and picks c_b in {1..K} (argmax, or sampled with `dcar:sample`; only
+among lo..hi with `,sizes=<lo>-<hi>`); every
 row samples c tokens from heads 1..c, the batch extends by c = max_b c_b in one forward and
 each row rolls back to its own c_b (`dynamic_chunk_step`: a step costs what the batch
 chose). A row whose `params["forced_chunk"][b]` > 0 takes that
