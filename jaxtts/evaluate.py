@@ -16,8 +16,8 @@ Rows (``--rows``, comma separated):
                         table compares models: ``--strategies far@pretrained/car_small,
                         palle@pretrained/palle`` (rows named ``far @car_small``, ...)
   model:<strategy>+greedy[@<dir>]  this row's own sampling (``+greedy``, ``+temperature=T``,
-                        ``+top_k=K``, ``+top_p=P``, ``+precision=bfloat16``; they win over
-                        --greedy / --temperature / --precision),
+                        ``+top_k=K``, ``+top_p=P``, ``+precision=bfloat16``, ``+seed=S``;
+                        they win over --greedy / --temperature / --precision / --seed),
                         e.g. ``topk:8+greedy@pretrained/mdm`` (row ``topk:8 @mdm greedy``)
 ``--strategies a,b`` is shorthand for ``model:a,model:b``.
 
@@ -214,7 +214,13 @@ def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _R
 # ------------------------------------------------------------------------------------------
 
 
-_ROW_SAMPLING = {"temperature": float, "top_k": int, "top_p": float, "precision": str}
+_ROW_SAMPLING = {
+    "temperature": float,
+    "top_k": int,
+    "top_p": float,
+    "precision": str,
+    "seed": int,
+}
 
 
 def _row_sampling(spec: str, opts: list[str]) -> dict:
@@ -234,7 +240,7 @@ def _row_sampling(spec: str, opts: list[str]) -> dict:
             raise ConfigError(
                 f"--rows {spec}: '+{opt}' is not a sampling setting, expected "
                 "+greedy, +temperature=<float>, +top_k=<int>, "
-                "+top_p=<float> or +precision=<float32|bfloat16>"
+                "+top_p=<float>, +precision=<float32|bfloat16> or +seed=<int>"
             ) from None
     return out
 
@@ -593,8 +599,9 @@ def evaluate(
     Writes `<out_dir>/results.json`, `results.md`, `wer_vs_rtf.png`, `mels.png` and a few
     wavs under `samples/<row>/`. Returns the results dict (the content of results.json).
     `speaker_encoder`: a SpeakerEncoder, a name for `load_speaker_encoder`, "auto" (try the
-    known ones) or None (SIM disabled). `sampling`: greedy / temperature / top_k / top_p for
-    every model row (None values: the run's config), named in the row.
+    known ones) or None (SIM disabled). `sampling`: greedy / temperature / top_k / top_p /
+    precision / seed for every model row (None values: the run's config, seed 0), named in
+    the row.
     """
     t_start = time.time()
     corpus_dir, out_dir = Path(corpus_dir), Path(out_dir)
@@ -707,7 +714,9 @@ rows (--rows, comma separated):
   model:<strategy>      the --workdir model with a strategy (--strategies a,b adds model:a,model:b)
   model:<strategy>@<dir>  the run folder <dir> with a strategy: one table over several models
   model:<strategy>+greedy  this row's own sampling: +greedy, +temperature=T, +top_k=K, +top_p=P,
-                           +precision=bfloat16 (matmuls in bfloat16, float32 sums)
+                           +precision=bfloat16 (matmuls in bfloat16, float32 sums),
+                           +seed=S (the sampling seed; rows far+seed=0,far+seed=1 show the
+                           spread of a sampled row's WER)
 """
 
 
@@ -795,6 +804,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="matmul precision of every model row: float32 | bfloat16 (LM-family rows)",
     )
+    _add(
+        p,
+        "seed",
+        type=int,
+        default=None,
+        help="sampling seed of every model row (None = 0, the row name unchanged); "
+        "other seeds measure the spread of a sampled row's WER",
+    )
     _add(p, "no_plots", action="store_true", help="skip wer_vs_rtf.png and mels.png")
     _add(p, "no_progress", action="store_true", help="no progress bars")
     return p.parse_args(argv)
@@ -809,7 +826,10 @@ def split_specs(text: str) -> list[str]:
         if not piece:
             continue
         head = piece.split("@")[0]  # 'beta=0.4@pretrained/ssd_deep': a setting, then the run
-        setting = ":" not in head and ("=" in head or head.replace(".", "", 1).isdigit())
+        key = head.partition("=")[0]  # 'far+seed=1' is a row with its own sampling, not a key
+        setting = ":" not in head and (
+            ("=" in head and "+" not in key) or head.replace(".", "", 1).isdigit()
+        )
         if setting and out and ":" in out[-1]:
             out[-1] += "," + piece
         else:
@@ -856,6 +876,7 @@ def main(argv: list[str] | None = None) -> int:
                     "top_k": a.top_k,
                     "top_p": a.top_p,
                     "precision": a.precision,
+                    "seed": a.seed,
                 },
             )
     except JaxttsError as e:

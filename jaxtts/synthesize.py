@@ -481,9 +481,10 @@ def resolve_prompt(
     )
 
 
-def make_synthesizer(workdir: str, strategy: str, **sampling):
+def make_synthesizer(workdir: str, strategy: str, seed: int = 0, **sampling):
     """`jaxtts.evaluate` model rows: a `synth(texts, prompts)` callable for one strategy
-    (`sampling`: greedy / temperature / top_k / top_p overrides of the run's decode config)."""
+    (`sampling`: greedy / temperature / top_k / top_p overrides of the run's decode config;
+    `seed`: the PRNG seed of every call, so a row's draws depend on (seed, text, prompt))."""
     synth = Synthesizer.from_workdir(workdir)
     synth.reuse_wider = True  # one compiled text width per row (evaluate warms up the longest)
     synth.engine.check_strategy(strategy)
@@ -491,7 +492,13 @@ def make_synthesizer(workdir: str, strategy: str, **sampling):
 
     def run(texts, prompts):
         res = synth.synthesize(
-            texts, prompts, strategy=strategy, batch_size=len(texts), progress=False, **sampling
+            texts,
+            prompts,
+            strategy=strategy,
+            batch_size=len(texts),
+            progress=False,
+            seed=seed,
+            **sampling,
         )
         return [(r.wav, r.info) for r in res]
 

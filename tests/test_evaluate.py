@@ -274,6 +274,13 @@ def test_split_specs_keeps_strategy_settings_together():
         "palle:refine=3@d/e",
         "nar@d/e",
     ]
+    # a row's own sampling after '+' starts a row, also after a strategy with settings
+    assert split_specs("car:3+seed=0,far+seed=1,ssd:L=3,beta=0.4+seed=2@c,far+top_p=0.9") == [
+        "car:3+seed=0",
+        "far+seed=1",
+        "ssd:L=3,beta=0.4+seed=2@c",
+        "far+top_p=0.9",
+    ]
 
 
 def test_model_rows_name_their_own_run_folder(tiny_corpus, tmp_path, capsys):
@@ -304,6 +311,27 @@ def test_model_rows_name_their_own_run_folder(tiny_corpus, tmp_path, capsys):
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "nothing" in err[0]
+
+
+def test_seed_names_the_row_and_draws_other_samples(tiny_corpus):
+    """--seed / '+seed=S': the row's name carries the seed; seed 0 is the default (the same
+    audio as a row without it) and another seed draws other tokens for the same sentence."""
+    from jaxtts.data.manifest import read_split
+    from jaxtts.evaluate import make_row
+    from jaxtts.synthesize import prompts_from_utterances
+
+    run = str(Path(__file__).resolve().parents[1] / "pretrained" / "car_small")
+    pool = read_split(tiny_corpus, "test")
+    utt = pool[0]
+    (prompt,) = prompts_from_utterances(pool, [utt])
+    rows = [make_row("model:far", run, None), make_row("model:far+seed=0", run, None)]
+    rows.append(make_row("model:far", run, {"seed": 1}))
+    assert [r.name for r in rows] == ["far", "far seed=0", "far seed=1"]
+    wavs = [r.synth([utt.text], [prompt])[0][0] for r in rows]
+    np.testing.assert_array_equal(wavs[0], wavs[1])
+    assert wavs[0].shape != wavs[2].shape or not np.array_equal(wavs[0], wavs[2])
+    with pytest.raises(ConfigError, match=r"'\+seed=x'"):
+        make_row("model:far+seed=x", run, None)
 
 
 def test_sampling_overrides_name_the_model_rows(tiny_corpus, tmp_path, capsys):
