@@ -30,6 +30,13 @@ It is called with batch 1 (RTF is defined at batch 1), once untimed on the first
 provide ``make_synthesizer(workdir: str, strategy: str) -> Synthesizer``; Python callers can
 pass ``evaluate(..., synthesizers={"name": synth})`` directly.
 
+Sampling keys: a model row built here draws utterance j of the split (its index) with the
+key of line j under the row's seed (``synth(texts, prompts, first_line=j)``), i.e. what
+`infer.py` over the split's text file would draw. Every utterance has its own key, so a
+row's draws are independent across utterances (before 2026-11-28 every utterance was drawn
+with line 0's key: DCAR's near state-free policy then drew nearly the same chunk sizes for
+every sentence, benchmarks/RESULTS.md#eval-keys).
+
 Prompts: each target utterance is prompted with the next utterance (manifest order, cyclic)
 of the same speaker in the same split. SIM = cos(embed(prompt audio), embed(output)).
 
@@ -107,14 +114,16 @@ class _Row(abc.ABC):
         self.name = name
 
     @abc.abstractmethod
-    def generate(self, utt, gt_wav: np.ndarray, prompt: Prompt) -> tuple[np.ndarray, dict]:
-        """(wav float32 [N], info) for one utterance."""
+    def generate(
+        self, utt, gt_wav: np.ndarray, prompt: Prompt, index: int = 0
+    ) -> tuple[np.ndarray, dict]:
+        """(wav float32 [N], info) for utterance `index` of the split."""
 
 
 class _GroundTruth(_Row):
     kind, timed = "ground_truth", False
 
-    def generate(self, utt, gt_wav, prompt):
+    def generate(self, utt, gt_wav, prompt, index=0):
         return gt_wav, {"sample_rate": EVAL_SR}
 
 
@@ -126,7 +135,7 @@ class _Resynth(_Row):
         self.mel_cfg = MelConfig()
         self.vocoder = make_vocoder(vocoder_kind, self.mel_cfg)
 
-    def generate(self, utt, gt_wav, prompt):
+    def generate(self, utt, gt_wav, prompt, index=0):
         mel = log_mel(gt_wav, self.mel_cfg)  # [T, 80]
         wav = self.vocoder.mel_to_audio(mel)  # [N]
         return wav, {"sample_rate": int(self.vocoder.sample_rate)}
@@ -141,7 +150,7 @@ class _TokenizerRow(_Row):
         self.mel_cfg = getattr(self.tokenizer, "mel_cfg", None) or MelConfig()
         self.vocoder = make_vocoder(vocoder_kind, self.mel_cfg)
 
-    def generate(self, utt, gt_wav, prompt):
+    def generate(self, utt, gt_wav, prompt, index=0):
         mel = log_mel(gt_wav, self.mel_cfg)  # [T, 80]
         tokens = self.tokenizer.encode(mel)  # [T'] or [T', n_mels]
         out = np.asarray(self.tokenizer.decode(tokens))
@@ -152,12 +161,16 @@ class _TokenizerRow(_Row):
 class _SynthRow(_Row):
     kind = "model"
 
-    def __init__(self, name: str, synth: Synthesizer):
+    def __init__(self, name: str, synth: Synthesizer, keyed: bool = False):
         super().__init__(name)
         self.synth = synth
+        self.keyed = keyed  # made by make_synthesizer: takes first_line (a key per utterance)
 
-    def generate(self, utt, gt_wav, prompt):
-        out = self.synth([utt.text], [prompt])
+    def generate(self, utt, gt_wav, prompt, index=0):
+        if self.keyed:
+            out = self.synth([utt.text], [prompt], first_line=index)
+        else:
+            out = self.synth([utt.text], [prompt])
         if len(out) != 1:
             raise ConfigError(f"synthesizer {self.name}: returned {len(out)} outputs for 1 text")
         wav, info = out[0]
@@ -202,7 +215,7 @@ def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _R
                 for k, v in sampling.items()
             )
         )
-        return _SynthRow(name, make_synthesizer(workdir, arg, **sampling))
+        return _SynthRow(name, make_synthesizer(workdir, arg, **sampling), keyed=True)
     raise ConfigError(
         f"--rows {spec!r}: expected ground_truth, resynth:<vocoder>, "
         "tokenizer:<dir> or model:<strategy>"
@@ -523,11 +536,11 @@ def generate_row(
         except Exception as e:  # reported again per utterance below
             warnings.warn(f"{row.name}: warm-up failed: {_one_line(e)}", stacklevel=2)
     samples = []
-    for u in tqdm(utts, desc=row.name, disable=not progress, leave=False):
+    for index, u in enumerate(tqdm(utts, desc=row.name, disable=not progress, leave=False)):
         s = Sample(u.id, u.speaker, u.text, np.zeros((0,), np.float32))
         try:
             with Timer() as t:
-                wav, info = row.generate(u, gt[u.id], prompts[u.id])
+                wav, info = row.generate(u, gt[u.id], prompts[u.id], index)
                 wav = block(wav)
             s.info = dict(info or {})
             # a text / prompt width met first here compiled (and ran once) untimed: not in RTF

@@ -150,10 +150,11 @@ def split_text(text: str, fits) -> list[str]:
 _MAX_PIECES = 1024  # row key = line * _MAX_PIECES + piece
 
 
-def piece_keys(seed: int, rows, pad: int = 0):
-    """The PRNG key of each synthesizer row (line, piece, ...): from (seed, line, piece) only,
-    so a row draws the same tokens in any batch, stream or server slot; `pad` filler keys."""
-    ids = [line * _MAX_PIECES + piece for line, piece, *_ in rows]
+def piece_keys(seed: int, rows, pad: int = 0, first_line: int = 0):
+    """The PRNG key of each synthesizer row (line, piece, ...): from (seed, first_line + line,
+    piece) only, so a row draws the same tokens in any batch, stream or server slot; `pad`
+    filler keys."""
+    ids = [(first_line + line) * _MAX_PIECES + piece for line, piece, *_ in rows]
     return row_keys(seed, ids + [0] * pad)
 
 
@@ -196,10 +197,13 @@ class Synthesizer:
         max_seconds: float | None = None,
         progress: bool = True,
         vocode: bool = True,
+        first_line: int = 0,
         **sampling_overrides,
     ) -> list[SynthResult]:
         """Synthesize every text (one `SynthResult` per text, in order). `vocode=False`: the
-        tokens only (no mel, no audio; `duration` from the token count): LM benchmarks."""
+        tokens only (no mel, no audio; `duration` from the token count): LM benchmarks.
+        `first_line`: texts[i] draws with the key of line first_line + i, so a text file
+        synthesized one line per call (evaluation) draws what one call over all of it would."""
         engine = self.engine
         options = engine.options(
             strategy=strategy, max_seconds=max_seconds or None, **sampling_overrides
@@ -242,7 +246,9 @@ class Synthesizer:
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             outputs.update(
-                self._run_batch([rows[r] for r in idx], options, seed, batch_size, vocode)
+                self._run_batch(
+                    [rows[r] for r in idx], options, seed, batch_size, vocode, first_line
+                )
             )
             bar.update(len(idx))
         bar.close()
@@ -332,7 +338,7 @@ class Synthesizer:
         )
 
     def _prompt_batch(
-        self, rows, batch_size: int, seed: int, compile_key=None
+        self, rows, batch_size: int, seed: int, compile_key=None, first_line: int = 0
     ) -> tuple[PromptBatch, object]:
         """Rows (line, piece, prompt + target text ids, prompt units, prompt transcript
         length) -> (a PromptBatch of max(len(rows), batch_size) rows, widths bucketed; the last
@@ -357,15 +363,23 @@ class Synthesizer:
             prompt_text_len[k] = n_ptext
             prompt[k, : len(unit)], prompt_len[k] = unit, len(unit)
         # a row's key depends only on (seed, line index, piece index): not on its batch
-        keys = piece_keys(seed, rows, pad=b - n)
+        keys = piece_keys(seed, rows, pad=b - n, first_line=first_line)
         return PromptBatch(text, text_len, prompt, prompt_len, prompt_text_len), keys
 
     def _run_batch(
-        self, rows, options: DecodeOptions, seed: int, batch_size: int, vocode: bool = True
+        self,
+        rows,
+        options: DecodeOptions,
+        seed: int,
+        batch_size: int,
+        vocode: bool = True,
+        first_line: int = 0,
     ):
         engine = self.engine
         n = len(rows)
-        batch, keys = self._prompt_batch(rows, batch_size, seed, engine.compile_key(options))
+        batch, keys = self._prompt_batch(
+            rows, batch_size, seed, engine.compile_key(options), first_line
+        )
         b, x = batch.text.shape
         p = batch.prompt.shape[1]
 
@@ -484,13 +498,14 @@ def resolve_prompt(
 def make_synthesizer(workdir: str, strategy: str, seed: int = 0, **sampling):
     """`jaxtts.evaluate` model rows: a `synth(texts, prompts)` callable for one strategy
     (`sampling`: greedy / temperature / top_k / top_p overrides of the run's decode config;
-    `seed`: the PRNG seed of every call, so a row's draws depend on (seed, text, prompt))."""
+    `seed`: the PRNG seed; `run(texts, prompts, first_line=j)` draws texts[0] with the key of
+    line j, so each utterance of a split has its own key)."""
     synth = Synthesizer.from_workdir(workdir)
     synth.reuse_wider = True  # one compiled text width per row (evaluate warms up the longest)
     synth.engine.check_strategy(strategy)
     synth.engine.options(strategy=strategy, **sampling)  # bad values: one-line errors now
 
-    def run(texts, prompts):
+    def run(texts, prompts, first_line: int = 0):
         res = synth.synthesize(
             texts,
             prompts,
@@ -498,6 +513,7 @@ def make_synthesizer(workdir: str, strategy: str, seed: int = 0, **sampling):
             batch_size=len(texts),
             progress=False,
             seed=seed,
+            first_line=first_line,
             **sampling,
         )
         return [(r.wav, r.info) for r in res]

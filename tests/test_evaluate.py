@@ -313,6 +313,33 @@ def test_model_rows_name_their_own_run_folder(tiny_corpus, tmp_path, capsys):
     assert rc == 2 and len(err) == 1 and "nothing" in err[0]
 
 
+def test_model_rows_draw_each_utterance_with_its_own_key(tiny_corpus):
+    """Utterance j of a split is drawn with the key of line j (what one synthesize call over
+    the split's texts draws for it), not every utterance with line 0's key."""
+    import jax
+
+    from jaxtts.data.manifest import read_split
+    from jaxtts.evaluate import _SynthRow, generate_row
+    from jaxtts.synthesize import piece_keys
+
+    full = jax.random.key_data(piece_keys(5, [(0, 0), (1, 0), (2, 3)]))
+    alone = jax.random.key_data(piece_keys(5, [(0, 3)], first_line=2))
+    np.testing.assert_array_equal(alone, full[2:])
+    seen = []
+
+    def synth(texts, prompts, first_line=0):
+        seen.append(first_line)
+        return [(np.ones(1600, np.float32), {})]
+
+    utts = read_split(tiny_corpus, "test")[:3]
+    none = {u.id: None for u in utts}
+    generate_row(_SynthRow("keyed", synth, keyed=True), utts, none, none, progress=False)
+    assert seen[1:] == [0, 1, 2]  # after the untimed warm-up call
+    seen.clear()
+    generate_row(_SynthRow("plain", lambda t, p: synth(t, p)), utts, none, none, progress=False)
+    assert seen[1:] == [0, 0, 0]  # a caller's own synth(texts, prompts) is called as before
+
+
 def test_seed_names_the_row_and_draws_other_samples(tiny_corpus):
     """--seed / '+seed=S': the row's name carries the seed; seed 0 is the default (the same
     audio as a row without it) and another seed draws other tokens for the same sentence."""
