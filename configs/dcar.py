@@ -11,6 +11,10 @@ Variants (`--config configs/dcar.py:<variant>`):
   deep_cs  the shipped pretrained/dcar_deep: `deep` with a per-sentence CER reward plus
          0.026 x the rollout's mean chunk, 60 steps; decodes by drawing from the policy
          (`policy.pick = sample`: its argmax is one size, its draws are dynamic)
+  deep_pr  `deep` with the CER reward plus a per-decision process reward (the base head's
+         check of each drafted token, lambda 2: `jaxtts/methods/dcar/dcpo.py`), no speed term
+  deep_conf  `deep_pr` with a policy that also reads the heads' confidence
+         (`policy.features = confidence`), lambda 0.75, learning rate 1e-3
 
   python train.py --config configs/dcar.py:small --workdir runs/dcar
   python train.py --config configs/dcar.py:small --workdir runs/dcar_234 \
@@ -22,7 +26,7 @@ import ml_collections as mlc
 
 from configs import common
 
-VARIANTS = ("tiny", "small", "deep", "deep_cs")
+VARIANTS = ("tiny", "small", "deep", "deep_cs", "deep_pr", "deep_conf")
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
@@ -37,7 +41,10 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     config.task = "dcar"
     # one causal layer over the backbone's hidden states (width = the backbone's d_model)
     # pick: how decoding uses it by default, 'argmax' (`dcar`) or 'sample' (`dcar:sample`)
-    config.policy = mlc.ConfigDict(dict(num_heads=4, head_dim=64, d_ff=1024, pick="argmax"))
+    # features: 'hidden' (h_t, the paper) | 'confidence' (+ the heads' top prob / entropy)
+    config.policy = mlc.ConfigDict(
+        dict(num_heads=4, head_dim=64, d_ff=1024, pick="argmax", features="hidden")
+    )
     config.dcpo = mlc.ConfigDict(
         dict(
             backbone="pretrained/car_small",  # frozen TTS LM (run folder)
@@ -47,6 +54,11 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             gamma=0.1,  # out-of-range penalty weight
             reward_metric="wer",  # the reward's error rate: 'wer' (the paper) | 'cer'
             speed_weight=0.0,  # + this x the rollout's mean chunk size (0: the paper)
+            # per-decision process reward a - lambda (n - a) from the base head's check of
+            # the drafts (rank < tau): its weight next to the outcome advantage (0: the paper)
+            process_weight=0.0,
+            process_tau=2,
+            process_lambda=2.0,
             group_size=8,  # G rollouts per prompt (even)
             prompts_per_step=4,  # P prompts per step (N = P * G rollouts, one batch)
             min_seconds=3.0,  # training utterances at least this long
@@ -70,13 +82,21 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         checkpoint_every=25,
     )
     config.mesh = common.mesh_config()
-    if v in ("deep", "deep_cs"):
+    if v in ("deep", "deep_cs", "deep_pr", "deep_conf"):
         config.dcpo.update(backbone="pretrained/car_deep", guidance=(2, 3, 4))
         config.train.update(steps=100)
     if v == "deep_cs":
         config.dcpo.update(reward_metric="cer", speed_weight=0.026)
         config.policy.pick = "sample"
         config.train.update(steps=60)
+    if v in ("deep_pr", "deep_conf"):
+        config.dcpo.update(reward_metric="cer", process_weight=1.0)
+        config.policy.pick = "sample"
+        config.train.update(steps=80, checkpoint_every=20)
+    if v == "deep_conf":
+        config.policy.features = "confidence"
+        config.dcpo.process_lambda = 0.75
+        config.train.learning_rate = 1e-3
     if v == "tiny":
         config.policy.update(num_heads=2, head_dim=16, d_ff=64)
         config.data.corpus_utterances = 40  # built in seconds on a fresh clone

@@ -159,6 +159,8 @@ HELP = {
     "policy.num_heads": "policy layer: attention heads",
     "policy.head_dim": "policy layer: width of one head",
     "policy.d_ff": "policy layer: SwiGLU width",
+    "policy.features": "policy input: hidden (h_t, the paper) or confidence (+ each head's top "
+    "probability and entropy)",
     "policy.pick": "decoding's default use of the policy: argmax (dcar) or sample (dcar:sample)",
     "dcpo.backbone": "the frozen TTS LM run folder the policy decodes with (pretrained/car_small)",
     "dcpo.reward_asr": "the frozen CTC ASR run folder that scores rollouts (pretrained/ctc_asr)",
@@ -169,6 +171,10 @@ HELP = {
     "reward ASR's per-sentence WER is too coarse to rank chunk sizes)",
     "dcpo.speed_weight": "reward + this x the rollout's mean chunk size (0 = the paper's "
     "reward, which is maximal at the WER-best size)",
+    "dcpo.process_weight": "weight of the per-decision process reward a - lambda (n - a) next to "
+    "the outcome advantage (0 = the paper)",
+    "dcpo.process_tau": "a drafted token passes if among the base head's top tau (VADUSA's rule)",
+    "dcpo.process_lambda": "process reward: cost of each kept draft that fails the check",
     "dcpo.group_size": "G: rollouts per prompt (even; advantages are normalised per group)",
     "dcpo.prompts_per_step": "P: prompts per step (P x G rollouts decoded in one batch)",
     "dcpo.min_seconds": "training utterances at least this long qualify as prompts",

@@ -1,5 +1,6 @@
 """DCAR policy + `dcar` / `vadusa` strategies on a tiny random backbone: exact equivalences."""
 
+import dataclasses
 import os
 import sys
 
@@ -26,6 +27,7 @@ SAMPLE = SamplingConfig(temperature=1.0, top_k=8)
 PCFG = PolicyConfig(
     d_model=TINY.d_model, num_actions=TINY.num_mtp_heads, num_heads=2, head_dim=8, d_ff=32
 )
+PCFG_F = dataclasses.replace(PCFG, features="confidence")  # h_t + the heads' confidence
 
 
 @pytest.fixture(scope="module")
@@ -33,24 +35,27 @@ def params():
     return init_params(eos_bias=0.9)
 
 
-def policy_params(seed=0, always=None, scale=1.0):
+def policy_params(seed=0, always=None, scale=1.0, cfg=PCFG):
     """Random policy parameters (kernel scaled so rows choose different sizes), or one that
     always picks chunk size `always`."""
     p = nn.unbox(
-        ChunkPolicy(PCFG).init(
-            jax.random.key(seed), jnp.zeros((1, 3, PCFG.d_model)), jnp.array([3])
-        )
+        ChunkPolicy(cfg).init(jax.random.key(seed), jnp.zeros((1, 3, cfg.d_in)), jnp.array([3]))
     )["params"]
     k = p["out"]["kernel"]
     p["out"]["kernel"] = scale * jax.random.normal(jax.random.key(seed + 1), k.shape)
+    if cfg.num_features:  # the confidence's direct path too
+        f = p["feat_out"]["kernel"]
+        p["feat_out"]["kernel"] = scale * jax.random.normal(jax.random.key(seed + 2), f.shape)
     if always is not None:
         p["out"]["kernel"] = jnp.zeros_like(k)
         p["out"]["bias"] = jnp.zeros_like(p["out"]["bias"]).at[always - 1].set(100.0)
+        if cfg.num_features:
+            p["feat_out"]["kernel"] = jnp.zeros_like(p["feat_out"]["kernel"])
     return p
 
 
-def run_dcar(spec, params, pparams, batch, keys, sampling, forced=None, max_new=20):
-    models = {"target": TTSLM(TINY), "policy": ChunkPolicy(PCFG)}
+def run_dcar(spec, params, pparams, batch, keys, sampling, forced=None, max_new=20, cfg=PCFG):
+    models = {"target": TTSLM(TINY), "policy": ChunkPolicy(cfg)}
     ps = {"target": params, "policy": pparams}
     if forced is not None:
         ps["forced_chunk"] = jnp.asarray(forced, jnp.int32)
@@ -59,10 +64,11 @@ def run_dcar(spec, params, pparams, batch, keys, sampling, forced=None, max_new=
     )
 
 
-def test_policy_cached_steps_equal_full_forward():
-    pol = ChunkPolicy(PCFG)
-    pp = policy_params(3)
-    x = jax.random.normal(jax.random.key(0), (2, 5, PCFG.d_model))  # [B, S, D]
+@pytest.mark.parametrize("cfg", [PCFG, PCFG_F], ids=["hidden", "confidence"])
+def test_policy_cached_steps_equal_full_forward(cfg):
+    pol = ChunkPolicy(cfg)
+    pp = policy_params(3, cfg=cfg)
+    x = jax.random.normal(jax.random.key(0), (2, 5, cfg.d_in))  # [B, S, D (+ F)]
     full = pol.apply({"params": pp}, x, jnp.array([5, 3]))  # [B, S, A]
     cache = pol.apply({"params": pp}, 2, 7, method="init_cache")
     steps = []
@@ -75,6 +81,23 @@ def test_policy_cached_steps_equal_full_forward():
     # an untrained (zero output layer) policy is uniform
     p0 = nn.unbox(pol.init(jax.random.key(0), x, jnp.array([5, 3])))["params"]
     np.testing.assert_allclose(pol.apply({"params": p0}, x, jnp.array([5, 3])), 0.0)
+    with pytest.raises(ConfigError, match=rf"inputs of width 7, expected {cfg.d_in}"):
+        pol.apply({"params": pp}, x[..., :7], jnp.array([5, 3]))
+
+
+def test_head_confidence_values():
+    from jaxtts.methods.dcar.policy import head_confidence
+
+    # head 1 certain (one candidate), head 2 uniform over V = 4
+    logits = jnp.array([[[0.0, -jnp.inf, -jnp.inf, -jnp.inf], [1.0, 1.0, 1.0, 1.0]]])
+    np.testing.assert_allclose(head_confidence(logits), [[1.0, 0.25, 0.0, 1.0]], atol=1e-6)
+    p = np.array([0.5, 0.25, 0.125, 0.125])
+    got = head_confidence(jnp.log(jnp.asarray(p))[None, None])
+    ent = -(p * np.log(p)).sum() / np.log(4)  # 1.75 bits / 2 bits
+    np.testing.assert_allclose(got, [[0.5, ent]], atol=1e-6)
+    assert ent == pytest.approx(0.875)
+    with pytest.raises(ConfigError, match="policy.features='conf': expected one of"):
+        dataclasses.replace(PCFG, features="conf")
 
 
 def test_action_logp_values():
@@ -100,6 +123,11 @@ def test_constant_policy_reproduces_car(params, chunk, sampling):
     np.testing.assert_array_equal(out.steps, ref.steps)
     hist = np.asarray(out.stats["chunk_hist"])
     np.testing.assert_array_equal(hist[:, chunk - 1], np.asarray(ref.steps))
+    if chunk == 3 and sampling is SAMPLE:  # a policy reading the heads' confidence too
+        pp = policy_params(always=chunk, cfg=PCFG_F)
+        conf = run_dcar("dcar", params, pp, batch_of(rows), keys, sampling, cfg=PCFG_F)
+        np.testing.assert_array_equal(conf.tokens, ref.tokens)
+        np.testing.assert_array_equal(conf.steps, ref.steps)
 
 
 def test_sizes_restrict_the_policy_to_a_range(params):
@@ -152,18 +180,24 @@ def test_dcar_sizes_name_and_check():
         DCAR(sizes=(2, 5)).bind(models).check(models)
 
 
-@pytest.mark.parametrize("sampling", [GREEDY, SAMPLE], ids=["greedy", "sampling"])
-def test_step_that_follows_the_choice_equals_extend_by_k(params, sampling):
+@pytest.mark.parametrize(
+    "sampling,cfg",
+    [(GREEDY, PCFG), (SAMPLE, PCFG), (SAMPLE, PCFG_F)],
+    ids=["greedy", "sampling", "confidence"],
+)
+def test_step_that_follows_the_choice_equals_extend_by_k(params, sampling, cfg):
     """The step that extends by the batch's largest chosen size (`dynamic_chunk_step`) gives
     the tokens, steps and chunk histogram of the reference step that computes all K heads and
     extends by K, and so does the variant that writes the cache inside its branch; batch 4,
-    rows choosing different sizes."""
+    rows choosing different sizes. With the heads' confidence as policy input the step samples
+    from the logits it computed for the policy: the same tokens as the reference, which
+    recomputes them."""
     from jaxtts.methods.dcar.strategies import DCAR
 
     rows = random_rows(4, seed=21)
     keys = row_keys(5, range(4))
-    models = {"target": TTSLM(TINY), "policy": ChunkPolicy(PCFG)}
-    ps = {"target": params, "policy": policy_params(2, scale=3.0)}
+    models = {"target": TTSLM(TINY), "policy": ChunkPolicy(cfg)}
+    ps = {"target": params, "policy": policy_params(2, scale=3.0, cfg=cfg)}
     outs = [
         decode(
             strat,
@@ -264,13 +298,16 @@ def test_dcar_batch_n_equals_batch_1(params, spec, sampling):
     assert len(chunks) >= 2  # rows really took different chunk sizes
 
 
-def test_dcar_records_what_the_policy_saw(params):
-    """Recorded inputs through the policy's full forward give the recorded log-probs."""
+@pytest.mark.parametrize("cfg", [PCFG, PCFG_F], ids=["hidden", "confidence"])
+def test_dcar_records_what_the_policy_saw(params, cfg):
+    """Recorded inputs through the policy's full forward give the recorded log-probs; with the
+    heads' confidence, the recorded features are those of the recorded hidden states."""
+    from jaxtts.methods.dcar.policy import head_confidence
     from jaxtts.methods.dcar.strategies import DCAR
 
     rows = random_rows(3, seed=8)
-    pp = policy_params(4, scale=3.0)
-    models = {"target": TTSLM(TINY), "policy": ChunkPolicy(PCFG)}
+    pp = policy_params(4, scale=3.0, cfg=cfg)
+    models = {"target": TTSLM(TINY), "policy": ChunkPolicy(cfg)}
     out = decode(
         DCAR(sample=True, record=True),
         models,
@@ -282,8 +319,17 @@ def test_dcar_records_what_the_policy_saw(params):
     )
     st = out.stats
     steps = np.asarray(out.steps)
-    logits = ChunkPolicy(PCFG).apply({"params": pp}, st["policy_inputs"], out.steps)
+    logits = ChunkPolicy(cfg).apply({"params": pp}, st["policy_inputs"], out.steps)
     lp = np.asarray(action_logp(logits, st["actions"]))
+    x = np.asarray(st["policy_inputs"])
+    assert x.shape[-1] == cfg.d_in
+    if cfg.num_features:
+        heads = TTSLM(TINY).apply({"params": params}, x[..., : cfg.d_model], method="heads")
+        np.testing.assert_allclose(
+            x[..., cfg.d_model :][steps_mask(out.steps, x.shape[1])],
+            np.asarray(head_confidence(heads))[steps_mask(out.steps, x.shape[1])],
+            atol=1e-5,
+        )
     for i in range(3):
         s = steps[i]
         np.testing.assert_allclose(lp[i, :s], np.asarray(st["logp"])[i, :s], atol=1e-5)
@@ -291,6 +337,10 @@ def test_dcar_records_what_the_policy_saw(params):
         assert np.all(np.asarray(st["actions"])[i, s:] == 0)
         # tokens = sum of chosen chunk sizes, except the last step may be cut by EOS / the cap
         assert np.asarray(st["actions"])[i, : s - 1].sum() < int(out.length[i]) + 1
+
+
+def steps_mask(steps, slots):
+    return np.arange(slots)[None] < np.asarray(steps)[:, None]
 
 
 def test_vadusa_tau1_greedy_equals_far(params):
@@ -397,6 +447,69 @@ def test_out_of_range_and_reward_hand_computed():
     one = decision_mask(np.array([1, 1]), 4)
     wide = out_of_range(np.array([[3, 9, 9, 9], [1, 9, 9, 9]]), one, (2, 3, 4))
     np.testing.assert_array_equal(wide, [0.0, 1.0])
+
+
+def test_decision_acceptance_and_process_reward_hand_computed():
+    from jaxtts.methods.dcar.dcpo import decision_acceptance, process_rewards
+
+    # row 0: chunks 3, 2, 4 over 8 kept tokens; the drafts at t = 2 and t = 6 fail
+    # row 1: chunks 4, 4 and a row that ended at 5 tokens (the second chunk keeps 1 of 4);
+    # row 2: no decisions
+    ok = np.ones((3, 9), bool)
+    ok[0, [2, 6]] = False
+    ok[1, 0] = False  # the head-1 token of a chunk is never checked
+    actions = np.array([[3, 2, 4, 0], [4, 4, 0, 0], [0, 0, 0, 0]])
+    kept, acc = decision_acceptance(ok, actions, np.array([3, 2, 0]), np.array([8, 5, 0]))
+    # row 0: [0, 1, 2] keeps 3, passes t = 1, fails t = 2 -> 2; [3, 4] -> 2; [5..7] (t = 8 is
+    # past the row's 8 tokens): 3 kept, t = 6 fails -> 1
+    np.testing.assert_array_equal(kept, [[3, 2, 3, 0], [4, 1, 0, 0], [0, 0, 0, 0]])
+    np.testing.assert_array_equal(acc, [[2, 2, 1, 0], [4, 1, 0, 0], [0, 0, 0, 0]])
+    r = process_rewards(kept, acc, lam=2.0)  # a - 2 (n - a)
+    np.testing.assert_array_equal(r, [[0, 2, -3, 0], [4, 1, 0, 0], [0, 0, 0, 0]])
+    assert r.dtype == np.float32
+
+
+@pytest.mark.parametrize("spec", ["far", "vadusa:2", "car:4"])
+def test_teacher_forced_verification_matches_decoding(spec):
+    """The base head's teacher-forced ranks of a decoded batch (mixed prompt lengths): greedy
+    FAR's tokens are its argmax (rank 0) and greedy VADUSA's kept drafts pass its own check
+    (rank < 2), as in the step; CAR c=4's ranks equal each row's own unpadded forward."""
+    from jaxtts.methods.dcar.dcpo import teacher_forced_speech, verification_ranks
+
+    params = init_params()  # no EOS bias: rows run on (up to 12 tokens)
+    rows = random_rows(4, seed=3)
+    batch = batch_of(rows)
+    out = run(
+        registry.get(spec), params, batch, row_keys(0, range(4)), max_new_tokens=12, sampling=GREEDY
+    )
+    length = np.asarray(out.length)
+    assert length.min() >= 2
+    speech, speech_len = teacher_forced_speech(
+        batch.prompt, batch.prompt_len, out.tokens, length, TINY
+    )
+    ranks = np.asarray(
+        verification_ranks(TTSLM(TINY), params, batch.text, batch.text_len, speech, speech_len)
+    )
+    gen = [ranks[i, rows[i][1].size : rows[i][1].size + length[i]] for i in range(4)]
+    if spec == "far":
+        assert all(np.all(g == 0) for g in gen)
+    elif spec == "vadusa:2":
+        assert all(np.all(g < 2) for g in gen)
+    else:
+        for i, (t, q) in enumerate(rows):
+            seq = np.concatenate([[TINY.bos], q, np.asarray(out.tokens[i, : length[i]])])
+            logits, _ = TTSLM(TINY).apply(
+                {"params": params},
+                t[None],
+                np.array([t.size]),
+                seq[None].astype(np.int32),
+                np.array([seq.size]),
+            )  # [1, T, K, V]
+            base = np.asarray(logits[0, :-1, 0])  # [T - 1, V]
+            own = base[np.arange(seq.size - 1), seq[1:]]
+            want = (base > own[:, None]).sum(-1)
+            np.testing.assert_array_equal(ranks[i, : seq.size - 1], want)
+            assert np.any(want[q.size + 1 :] > 0)  # heads 2-4 of a random model do miss
 
 
 def test_reward_metric_is_checked():
@@ -536,8 +649,13 @@ def test_dcpo_tiny_trains_logs_and_resumes(tiny_run):
     assert 1.0 <= rows[-1]["train/mean_chunk"] <= 4.0
     cfg = dcar_config.get_config("tiny")
     cfg.train.steps = 3
+    cfg.dcpo.process_weight = 1.0  # the step after resuming adds the process reward
     res2 = train(cfg, wd, progress=False)  # resumes at 2, takes one more step
     assert int(res2.state.step) == 3 and len(res2.history) == 1
+    last = [json.loads(x) for x in open(os.path.join(wd, "metrics.jsonl"))][-1]
+    assert "train/accepted" not in rows[-1] or rows[-1]["train/accepted"] == 0.0
+    assert 0.0 < last["train/accepted"] <= 1.0  # the trained backbone's heads mostly pass
+    assert np.isfinite(last["train/process"]) and np.isfinite(last["train/loss"])
 
 
 def test_dcar_engine_synthesizes_and_checks_its_backbone(tiny_run, tmp_path):

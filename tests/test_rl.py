@@ -10,7 +10,8 @@ import numpy as np
 import optax
 import pytest
 
-from jaxtts.train.rl import group_advantages, grpo_loss, grpo_update_fn
+from jaxtts.errors import ConfigError
+from jaxtts.train.rl import group_advantages, grpo_loss, grpo_update_fn, process_advantages
 
 # Hand-worked example: 2 rollouts x 3 actions, clip_eps = 0.2, the last action of row 1 padded.
 RATIOS = [[1.1, 1.5, 0.6], [0.7, 1.0, 0.9]]
@@ -213,8 +214,6 @@ def test_clip_fraction_of_negative_advantages_alone():
 def test_shape_mismatch_is_a_one_line_error(which):
     """A smaller mask, old log-prob or reference than logp [N, T] is an error naming it, not
     a silent broadcast."""
-    from jaxtts.errors import ConfigError
-
     lp = jnp.zeros((2, 3))
     for shape in ((2, 2), (2, 4)):  # smaller and larger
         args = dict(logp_old=jnp.zeros((2, 3)), valid=jnp.ones((2, 3)), logp_ref=jnp.zeros((2, 3)))
@@ -230,3 +229,39 @@ def test_shape_mismatch_is_a_one_line_error(which):
             )
     with pytest.raises(ConfigError, match="group_advantages: rewards shape"):
         group_advantages(jnp.ones((4,)))
+
+
+def test_process_advantages_values():
+    # group 0: valid rewards 1, 3 (row 0) and 5 (row 1): mean 3, std sqrt(8/3) = 1.632993
+    r = jnp.array([[[1.0, 3.0, 9.0], [5.0, 7.0, 7.0]], [[2.0, 2.0, 2.0], [2.0, 2.0, 0.0]]])
+    m = jnp.array([[[1, 1, 0], [1, 0, 0]], [[1, 1, 1], [1, 1, 0]]], bool)
+    adv = np.asarray(process_advantages(r, m))
+    s = math.sqrt(8 / 3)
+    np.testing.assert_allclose(adv[0], [[-2 / s, 0.0, 0.0], [2 / s, 0.0, 0.0]], atol=1e-5)
+    assert np.all(adv[1] == 0.0)  # all valid rewards equal (the masked 0 does not count)
+    assert adv.dtype == np.float32
+    none = np.asarray(process_advantages(r, jnp.zeros_like(m)))
+    assert np.all(none == 0.0)  # no valid action: 0, not NaN
+    with pytest.raises(ConfigError, match=r"process_advantages: rewards \(2, 3\)"):
+        process_advantages(jnp.ones((2, 3)), jnp.ones((2, 3), bool))
+
+
+def test_grpo_loss_per_action_advantages():
+    """[N, T] advantages that are constant over T give the [N] loss and gradients exactly;
+    masked entries of a per-action advantage (even inf) change nothing."""
+    mask = jnp.array(MASK, bool)
+    want, wm = grpo_loss(LOGP, LOGP_OLD, jnp.array(ADV), mask, clip_eps=0.2)
+    per = jnp.broadcast_to(jnp.array(ADV)[:, None], (2, 3)).at[1, 2].set(jnp.inf)
+    got, gm = grpo_loss(LOGP, LOGP_OLD, per, mask, clip_eps=0.2)
+    assert float(got) == pytest.approx(float(want), abs=1e-7)
+    assert float(gm["adv_mean"]) == pytest.approx(float(wm["adv_mean"]), abs=1e-7)
+    g1 = jax.grad(lambda lp: grpo_loss(lp, LOGP_OLD, jnp.array(ADV), mask)[0])(jnp.asarray(LOGP))
+    g2 = jax.grad(lambda lp: grpo_loss(lp, LOGP_OLD, per, mask)[0])(jnp.asarray(LOGP))
+    np.testing.assert_allclose(g2, g1, atol=1e-7)
+    # one action's own advantage: row 1's first action (ratio 0.7) with A = +1 instead of -2
+    one = per.at[1, 0].set(1.0)
+    loss, _ = grpo_loss(LOGP, LOGP_OLD, one, mask, clip_eps=0.2)
+    # its term goes from min(-1.4, -1.6) = -1.6 to min(0.7, 0.8) = 0.7; 5 valid actions
+    assert float(loss) == pytest.approx(float(want) - (0.7 + 1.6) / 5, abs=1e-6)
+    with pytest.raises(ConfigError, match=r"advantages \(3,\), expected \[N\]=\(2,\) or"):
+        grpo_loss(LOGP, LOGP_OLD, jnp.ones(3), mask)

@@ -25,10 +25,24 @@ One step (`RolloutSource.get_batch`, on-policy: it reads the current policy from
    size: two deviations from the paper, for a weak reward ASR whose per-sentence WER is too
    coarse to rank chunk sizes and a backbone whose WER-best size is the smallest one
    (benchmarks/dcar_reward_noise.py, RESULTS §deep-dcar).
-4. Group-normalised advantages (`group_advantages`), then the batch: the recorded policy
-   inputs [N, S, D] (backbone hidden states at decision positions), actions, behaviour
-   log-probs, the decision mask (only positions where a size was chosen; inner-chunk
-   positions never enter: `decision_mask`).
+4. Group-normalised advantages (`group_advantages`), one per rollout, broadcast over its
+   decisions, then the batch: the recorded policy inputs [N, S, D (+ F)] (backbone hidden
+   states at decision positions; with `policy.features = confidence` also the heads'
+   confidence there), actions, behaviour log-probs, the decision mask (only positions where
+   a size was chosen; inner-chunk positions never enter: `decision_mask`).
+5. **Process reward** (`dcpo.process_weight` > 0; 0 in the paper): one reward per *decision*,
+   from the frozen backbone itself, no ASR. A teacher-forced forward over each rollout's own
+   tokens gives the base head's ranking at every position; token j of a chunk (j >= 2, drafted
+   by head j) passes if it is among the base head's top `dcpo.process_tau` candidates there,
+   VADUSA's verification rule (`vadusa:<tau>`). A decision that kept n tokens whose first a
+   pass (the head-1 token always does: `decision_acceptance`) gets
+       r_d = a - lambda * (n - a)                                  (lambda = dcpo.process_lambda)
+   so a larger size pays where the heads agree with head 1 and costs where they do not: the
+   optimal policy takes c + 1 where P(the next draft passes too) > lambda / (1 + lambda). The
+   rewards are normalised over each group's decisions (`process_advantages`) and added,
+   weighted, to the rollout's outcome advantage: A[n, d] = A_n + weight * A~_{n,d}. A deviation
+   from the paper: its one ASR reward per rollout cannot tell the policy *where* a large chunk
+   is safe (RESULTS §deep-dcar), which is what a dynamic policy needs.
 
 Loss (`DCPOTask.loss`): the policy re-run over the recorded inputs, clipped ratio (eps), k3 KL
 to the frozen reference with beta warmed up linearly from 0 over `dcpo.kl_warmup_steps`,
@@ -64,9 +78,10 @@ from jaxtts.eval.metrics import sentence_cer, wer_details
 from jaxtts.methods.dcar.policy import ChunkPolicy, PolicyConfig, action_logp
 from jaxtts.methods.dcar.strategies import DCAR
 from jaxtts.methods.lm import LMEngine
+from jaxtts.methods.lm.model import with_bos
 from jaxtts.run_folder import RunFolder, record_fingerprint
 from jaxtts.synthesize import prompts_from_utterances
-from jaxtts.train.rl import group_advantages, grpo_loss
+from jaxtts.train.rl import group_advantages, grpo_loss, process_advantages
 
 log = logging.getLogger("jaxtts.dcar")
 
@@ -118,6 +133,69 @@ def decision_mask(steps: np.ndarray, slots: int) -> np.ndarray:
     return np.arange(slots)[None] < np.asarray(steps)[:, None]
 
 
+def decision_acceptance(
+    ok: np.ndarray, actions: np.ndarray, steps: np.ndarray, length: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """What each decision kept and how much of it the verification passed.
+
+    ok bool [N, T]: generated token t passed the base head's check (`verification_ranks`);
+    actions int [N, S] chunk sizes, steps [N] decisions taken, length [N] tokens kept (the
+    tokens of the decision that ended a row stop at `length`).
+    -> (kept, accepted) int32 [N, S]: decision d kept n = its tokens before `length`, and its
+    first a <= n pass: the head-1 token always (it is what FAR would draw), then drafts up to
+    the first that fails. 0 / 0 past a row's decisions."""
+    ok, actions = np.asarray(ok, bool), np.asarray(actions)
+    n_rows, slots = actions.shape
+    kept = np.zeros((n_rows, slots), np.int32)
+    acc = np.zeros((n_rows, slots), np.int32)
+    for i in range(n_rows):
+        start, end_row = 0, int(length[i])
+        for d in range(int(steps[i])):
+            c = int(actions[i, d])
+            n = max(0, min(start + c, end_row) - start)
+            a = 1 if n else 0
+            while a < n and ok[i, start + a]:
+                a += 1
+            kept[i, d], acc[i, d] = n, a
+            start += c
+    return kept, acc
+
+
+def process_rewards(kept: np.ndarray, accepted: np.ndarray, lam: float) -> np.ndarray:
+    """r_d = a - lambda * (n - a) per decision (kept n, accepted a) -> float32 [N, S]."""
+    a = np.asarray(accepted, np.float32)
+    return (a - lam * (np.asarray(kept, np.float32) - a)).astype(np.float32)
+
+
+def teacher_forced_speech(
+    prompt: np.ndarray, prompt_len: np.ndarray, tokens: np.ndarray, length: np.ndarray, cfg
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's speech input [BOS, prompt..., generated...] int32 [N, 1 + P + T] and its
+    length [N]: generated token t sits at slot 1 + prompt_len + t."""
+    prompt, tokens = np.asarray(prompt), np.asarray(tokens)
+    n, p = prompt.shape
+    seq = np.zeros((n, p + tokens.shape[1]), np.int32)
+    for i in range(n):
+        pl, tl = int(prompt_len[i]), int(length[i])
+        seq[i, :pl], seq[i, pl : pl + tl] = prompt[i, :pl], tokens[i, :tl]
+    speech, speech_len = with_bos(seq, np.asarray(prompt_len) + np.asarray(length), cfg)
+    return np.asarray(speech), np.asarray(speech_len)
+
+
+def verification_ranks(model, params, text, text_len, speech, speech_len) -> jax.Array:
+    """The base head's rank of each next speech token, teacher-forced: int32 [N, T - 1], entry
+    j = how many candidates the base head at slot j scores strictly above speech[:, j + 1]
+    (0 = its argmax; `vadusa:<tau>` accepts a draft with rank < tau)."""
+
+    def run(m, text, text_len, speech, speech_len):
+        h = m.hidden_embedded(text, text_len, m.embed_speech(speech), speech_len)  # [N, T, D]
+        base = m.base_logits(h[:, :-1])  # [N, T-1, V]
+        own = jnp.take_along_axis(base, speech[:, 1:, None], axis=-1)  # [N, T-1, 1]
+        return jnp.sum(base > own, axis=-1).astype(jnp.int32)
+
+    return model.apply({"params": params}, text, text_len, speech, speech_len, method=run)
+
+
 # ----------------------------------------------------------------------------- the task
 
 
@@ -132,7 +210,7 @@ class DCPOTask:
         self.kl_warmup = int(dcfg.kl_warmup_steps)
 
     def init(self, rng, batch):
-        x = jnp.zeros((1, 2, self.pcfg.d_model), jnp.float32)
+        x = jnp.zeros((1, 2, self.pcfg.d_in), jnp.float32)
         p = self.policy.init(rng, x, jnp.array([2]))["params"]
         ref = jax.tree.map(lambda b: b, p)  # the same initial values, frozen by the trainer
         return {"policy": p, "ref": ref}
@@ -160,8 +238,9 @@ class DCPOTask:
             logp_ref=logp_ref,
         )
         m = dict(m, kl_beta=beta)
-        for k in ("reward", "wer", "cer", "mean_chunk", "out_of_range"):
-            m[k] = jnp.mean(batch[k])
+        for k in ("reward", "wer", "cer", "mean_chunk", "out_of_range", "accepted", "process"):
+            if k in batch:  # the last two: with a process reward
+                m[k] = jnp.mean(batch[k])
         fixed = batch["forced"] > 0
         m["reward_policy"] = jnp.sum(jnp.where(fixed, 0.0, batch["reward"])) / jnp.maximum(
             jnp.sum(~fixed), 1
@@ -211,6 +290,16 @@ class RolloutSource:
         self.speed = float(d.get("speed_weight", 0.0))
         if self.speed < 0:
             raise ConfigError(f"dcpo.speed_weight={self.speed}: expected >= 0")
+        self.process_weight = float(d.get("process_weight", 0.0))
+        self.process_tau = int(d.get("process_tau", 2))
+        self.process_lambda = float(d.get("process_lambda", 2.0))
+        if self.process_weight < 0 or self.process_tau < 1 or self.process_lambda < 0:
+            raise ConfigError(
+                f"dcpo.process_weight={self.process_weight}, process_tau={self.process_tau}, "
+                f"process_lambda={self.process_lambda}: expected weight >= 0, tau >= 1, "
+                "lambda >= 0"
+            )
+        self._ranks = jax.jit(verification_ranks, static_argnums=0)
         self.seed = int(config.train.seed)
         self.sampling = SamplingConfig.from_config(dict(engine.decode_config))  # the backbone's
         self.max_new = int(round(float(d.max_seconds) * engine.frame_rate))
@@ -218,7 +307,7 @@ class RolloutSource:
         self.p = max(1, max(r.prompt.size for r in rows))
         self.models = {"target": engine.model, "policy": ChunkPolicy(config_policy(config, engine))}
         self.strategy = DCAR(sample=True, record=True)
-        self.d_model = engine.cfg.d_model
+        self.d_in = self.models["policy"].cfg.d_in  # h_t [; the heads' confidence]
 
     @property
     def n(self) -> int:
@@ -228,17 +317,19 @@ class RolloutSource:
         n, s = self.n, self.max_new
         z = np.zeros((n,), np.float32)
         return {
-            "inputs": np.zeros((n, s, self.d_model), np.float32),
+            "inputs": np.zeros((n, s, self.d_in), np.float32),
             "steps": np.ones((n,), np.int32),
             "actions": np.ones((n, s), np.int32),
             "logp_old": np.zeros((n, s), np.float32),
             "mask": np.zeros((n, s), bool),
-            "advantages": z,
+            "advantages": np.zeros((n, s), np.float32),
             "reward": z,
             "wer": z,
             "cer": z,
             "mean_chunk": z,
             "out_of_range": z,
+            "accepted": z,
+            "process": z,
             "forced": np.zeros((n,), np.int32),
         }
 
@@ -302,6 +393,16 @@ class RolloutSource:
         mean_chunk = (length / steps).astype(np.float32)
         reward = rewards(err_gen, err_gt, dist, self.gamma, mean_chunk, self.speed)
         adv = np.asarray(group_advantages(reward.reshape(self.prompts, self.group))).reshape(-1)
+        adv = np.where(mask, adv[:, None], 0.0).astype(np.float32)  # [N, S]
+        accepted = process = np.zeros((n,), np.float32)
+        if self.process_weight > 0:
+            kept, acc = self.acceptance(batch, out, actions)
+            pr = process_rewards(kept, acc, self.process_lambda)  # [N, S]
+            shape = (self.prompts, self.group, -1)
+            padv = np.asarray(process_advantages(pr.reshape(shape), mask.reshape(shape)))
+            adv = adv + self.process_weight * padv.reshape(n, -1)
+            accepted = (acc.sum(1) / np.maximum(kept.sum(1), 1)).astype(np.float32)
+            process = (np.where(mask, pr, 0).sum(1) / np.maximum(mask.sum(1), 1)).astype(np.float32)
         b = {
             "inputs": np.asarray(out.stats["policy_inputs"], np.float32),
             "steps": steps,
@@ -314,6 +415,8 @@ class RolloutSource:
             "cer": cer_gen,
             "mean_chunk": mean_chunk,
             "out_of_range": dist,
+            "accepted": accepted,
+            "process": process,
             "forced": forced,
         }
         return b, {
@@ -321,6 +424,28 @@ class RolloutSource:
             "texts": texts,
             "hit_max": np.asarray(out.hit_max),
         }
+
+    def acceptance(self, batch: PromptBatch, out, actions) -> tuple[np.ndarray, np.ndarray]:
+        """(kept, accepted) int32 [N, S] of every decision of the rollouts `out`: the base
+        head's teacher-forced check of each drafted token (rank < `dcpo.process_tau`)."""
+        length = np.asarray(out.length)
+        speech, speech_len = teacher_forced_speech(
+            batch.prompt, batch.prompt_len, out.tokens, length, self.engine.cfg
+        )
+        ranks = np.asarray(
+            self._ranks(
+                self.engine.model,
+                self.engine.params,
+                jnp.asarray(batch.text),
+                jnp.asarray(batch.text_len),
+                jnp.asarray(speech),
+                jnp.asarray(speech_len),
+            )
+        )  # [N, 1 + P + T - 1]
+        # generated token t sits at slot 1 + prompt_len + t; the base head at the slot before
+        cols = np.asarray(batch.prompt_len)[:, None] + np.arange(out.tokens.shape[1])[None]
+        ok = np.take_along_axis(ranks, cols, axis=1) < self.process_tau  # [N, T]
+        return decision_acceptance(ok, actions, np.asarray(out.steps), length)
 
     def get_batch(self, step: int, state) -> dict:
         if state is None:  # shapes for the trainer's init
@@ -338,10 +463,10 @@ class RolloutSource:
 def config_policy(config, engine) -> PolicyConfig:
     p = dict(config.policy)
     p.pop("pick", None)  # how decoding uses the policy (the engine's default strategy)
-    unknown = sorted(set(p) - {"num_heads", "head_dim", "d_ff"})
+    unknown = sorted(set(p) - {"num_heads", "head_dim", "d_ff", "features"})
     if unknown:
         raise ConfigError(
-            f"policy.{unknown[0]}: unknown key, expected num_heads, head_dim, d_ff, pick"
+            f"policy.{unknown[0]}: unknown key, expected num_heads, head_dim, d_ff, features, pick"
         )
     return PolicyConfig(d_model=engine.cfg.d_model, num_actions=engine.cfg.num_mtp_heads, **p)
 
@@ -449,8 +574,10 @@ __all__ = [
     "RolloutSource",
     "chase_groups",
     "check_reward_metric",
+    "decision_acceptance",
     "decision_mask",
     "out_of_range",
+    "process_rewards",
     "rewards",
     "train",
 ]

@@ -18,7 +18,7 @@ from jaxtts.decode.driver import decode
 from jaxtts.decode.sampling import row_keys
 from jaxtts.errors import CheckpointError, ConfigError
 from jaxtts.methods.dcar.dcpo import config_policy
-from jaxtts.methods.dcar.policy import ChunkPolicy
+from jaxtts.methods.dcar.policy import ChunkPolicy, head_confidence
 from jaxtts.methods.dcar.strategies import DCAR
 from jaxtts.methods.lm import LMEngine, sentence_batch
 from jaxtts.methods.lm.model import with_bos
@@ -72,7 +72,7 @@ class DCAREngine(LMEngine):
                     "ref": policy.init(r, x, n)["params"],
                 }
             },
-            jnp.zeros((1, 2, pcfg.d_model)),
+            jnp.zeros((1, 2, pcfg.d_in)),
             jnp.array([2]),
         )
         params, _ = run.load_params(like, step)
@@ -149,6 +149,9 @@ def teacher_forced_choices(engine: DCAREngine, utts, chunk: int = 3, batch_size:
         pos = p + j * chunk  # [B, S] positions whose hidden state decision j reads
         n = jnp.sum(pos < batch["speech_len"][:, None], 1)  # [B] decisions before the end
         h = jnp.take_along_axis(hidden, jnp.minimum(pos, hidden.shape[1] - 1)[..., None], 1)
+        if policy.cfg.num_features:  # [h ; the heads' confidence], as decoding feeds it
+            heads = model.apply({"params": params["target"]}, h, method="heads")  # [B, S, K, V]
+            h = jnp.concatenate([h, head_confidence(heads)], -1)
         logits = policy.apply({"params": params["policy"]}, h, n)  # [B, S, K]
         return jax.nn.softmax(logits, -1), n
 

@@ -9,6 +9,16 @@ two see exactly the same inputs and give the same log-probabilities (tested).
 
 The output layer starts at zero: an untrained policy is uniform over {1..K}.
 
+`features = "confidence"` (not the paper's, which reads h_t only): the input vector of decision
+j is [h_{t_j} ; f_j], f_j = the top probability and the entropy of each of the K heads'
+next-token distributions at h_{t_j} (2K numbers, `head_confidence`), the quantities that
+predict whether head k's draft will pass the base head's check (benchmarks/dcar_acceptance.py:
+draft 2 passes 43 % of the time in the lowest quintile of head 2's top probability, 99.7 % in
+the highest). f enters twice: projected into the layer's input (h + W_f f) and linearly into
+the logits (a zero-initialised layer), so that a confidence threshold is one step away from
+the uniform start. A policy with features costs the K heads' logits before the choice; the
+decode step then samples from them (`dynamic_chunk_step(logits=...)`), so no head runs twice.
+
 Axis letters: B batch, S decisions (slots), D backbone width, A actions (chunk sizes 1..K).
 """
 
@@ -37,16 +47,48 @@ class PolicyConfig:
     num_heads: int = 4
     head_dim: int = 64
     d_ff: int = 1024
+    features: str = "hidden"  # "hidden" (the paper) | "confidence" (+ the heads' confidence)
 
     def __post_init__(self):
         if self.num_actions < 1:
             raise ConfigError(f"policy: num_actions={self.num_actions}, expected >= 1")
+        if self.features not in FEATURES:
+            raise ConfigError(
+                f"policy.features={self.features!r}: expected one of {list(FEATURES)}"
+            )
+
+    @property
+    def num_features(self) -> int:
+        """Numbers appended to h_t: 2K with the heads' confidence, else 0."""
+        return 2 * self.num_actions if self.features == "confidence" else 0
+
+    @property
+    def d_in(self) -> int:
+        """Width of one decision's input vector [h_t ; f]."""
+        return self.d_model + self.num_features
 
     @property
     def stack(self) -> StackConfig:
         return StackConfig(
             num_layers=1, num_heads=self.num_heads, head_dim=self.head_dim, d_ff=self.d_ff
         )
+
+
+FEATURES = ("hidden", "confidence")
+# The direct path reads the features times this gain: Adam moves a weight by about the learning
+# rate per step, so with features in [0, 1] a logit would move by ~lr x F per step; the gain
+# lets a few dozen DCPO steps move it by O(1) (a reparametrisation: a 10x learning rate there).
+FEATURE_GAIN = 10.0
+
+
+def head_confidence(logits: jax.Array) -> jax.Array:
+    """The heads' next-token logits [..., K, V] -> [..., 2K]: each head's top probability, then
+    each head's entropy in nats divided by log V (both in [0, 1])."""
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # [..., K, V]
+    p = jnp.exp(logp)
+    top = jnp.max(p, axis=-1)  # [..., K]
+    ent = -jnp.sum(jnp.where(p > 0, p * logp, 0.0), axis=-1) / jnp.log(logits.shape[-1])
+    return jnp.concatenate([top, ent], axis=-1)
 
 
 @flax.struct.dataclass
@@ -73,13 +115,43 @@ class ChunkPolicy(nn.Module):
             use_bias=True,
             kernel_init=nn.initializers.zeros,
         )
+        if self.cfg.num_features:
+            self.feat_in = Dense(self.cfg.d_model, (None, axes.EMBED), use_bias=False)
+            self.feat_out = Dense(
+                self.cfg.num_actions,
+                (None, None),
+                use_bias=False,
+                kernel_init=nn.initializers.zeros,
+            )
+
+    def _split(self, inputs: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+        """[.., D + F] -> (the layer's input [.., D], the features [.., F] or None)."""
+        x = inputs.astype(jnp.float32)
+        d_in = x.shape[-1]
+        if d_in != self.cfg.d_in:
+            raise ConfigError(
+                f"policy: inputs of width {d_in}, expected {self.cfg.d_in} (d_model "
+                f"{self.cfg.d_model} + {self.cfg.num_features} features)"
+            )
+        if not self.cfg.num_features:
+            return x, None
+        h, f = x[..., : self.cfg.d_model], x[..., self.cfg.d_model :]
+        return h + self.feat_in(f).astype(jnp.float32), f
+
+    def _logits(self, h: jax.Array, f: jax.Array | None) -> jax.Array:
+        logits = self.out(h).astype(jnp.float32)
+        if f is not None:
+            logits = logits + self.feat_out(FEATURE_GAIN * f).astype(jnp.float32)
+        return logits
 
     def __call__(self, inputs: jax.Array, length: jax.Array) -> jax.Array:
-        """inputs [B, S, D] (decision j's backbone hidden), length [B] -> logits [B, S, A]."""
+        """inputs [B, S, D + F] (decision j's backbone hidden [; features]), length [B] ->
+        logits [B, S, A]."""
         b, s = inputs.shape[:2]
         pos = jnp.arange(s)[None].repeat(b, 0)  # [B, S]
-        h, _ = self.stack(inputs.astype(jnp.float32), pos, decision_mask(length, s))
-        return self.out(h).astype(jnp.float32)
+        x, f = self._split(inputs)
+        h, _ = self.stack(x, pos, decision_mask(length, s))
+        return self._logits(h, f)
 
     def init_cache(self, batch: int, slots: int) -> PolicyCache:
         c = self.cfg
@@ -87,15 +159,14 @@ class ChunkPolicy(nn.Module):
         z = jnp.zeros(shape, jnp.float32)
         return PolicyCache(LayerCache(z, z), jnp.zeros((batch,), jnp.int32))
 
-    def step(self, hidden: jax.Array, cache: PolicyCache) -> tuple[jax.Array, PolicyCache]:
-        """One decision per row: hidden [B, D] -> (logits [B, A], cache with it appended)."""
+    def step(self, inputs: jax.Array, cache: PolicyCache) -> tuple[jax.Array, PolicyCache]:
+        """One decision per row: inputs [B, D + F] -> (logits [B, A], cache with it appended)."""
         slots = cache.layer.k.shape[2]
         pos = cache.length[:, None]  # [B, 1]
         mask = jnp.arange(slots)[None, None, :] <= cache.length[:, None, None]  # [B, 1, S]
-        h, (layer,) = self.stack(
-            hidden[:, None].astype(jnp.float32), pos, mask, (cache.layer,), cache.length
-        )
-        logits = self.out(h[:, 0]).astype(jnp.float32)  # [B, A]
+        x, f = self._split(inputs[:, None])  # [B, 1, D], [B, 1, F]
+        h, (layer,) = self.stack(x, pos, mask, (cache.layer,), cache.length)
+        logits = self._logits(h, f)[:, 0]  # [B, A]
         return logits, PolicyCache(layer, jnp.minimum(cache.length + 1, slots))
 
 

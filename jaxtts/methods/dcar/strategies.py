@@ -34,10 +34,11 @@ import jax.numpy as jnp
 from jaxtts.decode.driver import Proposal, Strategy
 from jaxtts.decode.sampling import sample_tokens, step_keys, suppress_early_eos
 from jaxtts.errors import ConfigError
-from jaxtts.methods.dcar.policy import PolicyCache, action_logp
+from jaxtts.methods.dcar.policy import PolicyCache, action_logp, head_confidence
 from jaxtts.methods.lm import (
     ChunkCarry,
     cache_windows,
+    chunk_logits,
     chunk_step,
     dynamic_chunk_step,
     multi_row_keys,
@@ -52,7 +53,7 @@ POLICY_KEY_SALT = 0x5EED  # policy draws use fold_in(row key, salt) apart from t
 class DCARCarry:
     chunk: ChunkCarry
     policy: PolicyCache
-    inputs: jax.Array  # float32 [B, S, D] policy inputs (S = 1 unless recording)
+    inputs: jax.Array  # float32 [B, S, D + F] policy inputs (S = 1 unless recording)
     actions: jax.Array  # int32 [B, S] chosen chunk sizes (0 = no decision)
     logp: jax.Array  # float32 [B, S] their log-probabilities at decoding time
     hist: jax.Array  # int32 [B, K] how often each chunk size was taken
@@ -139,7 +140,7 @@ class DCAR(_SpeechSlots, Strategy):
         return DCARCarry(
             chunk=ChunkCarry(cache=cache, hidden=hidden.astype(jnp.float32)),
             policy=pcache,
-            inputs=jnp.zeros((b, s, target.cfg.d_model), jnp.float32),
+            inputs=jnp.zeros((b, s, policy.cfg.d_in), jnp.float32),
             actions=jnp.zeros((b, s), jnp.int32),
             logp=jnp.zeros((b, s), jnp.float32),
             hist=jnp.zeros((b, k), jnp.int32),
@@ -156,6 +157,10 @@ class DCAR(_SpeechSlots, Strategy):
         c: DCARCarry = state.carry
         k = self._k(models)
         hidden = c.chunk.hidden  # [B, D]
+        head_logits = None
+        if policy.cfg.num_features:  # the heads' confidence: all K heads before the choice
+            head_logits = chunk_logits(target, params["target"], c.chunk, state, sampling, k)
+            hidden = jnp.concatenate([hidden, head_confidence(head_logits)], -1)  # [B, D + 2K]
         logits, pcache = policy.apply(
             {"params": params["policy"]}, hidden, c.policy, method="step"
         )  # [B, A]
@@ -176,7 +181,7 @@ class DCAR(_SpeechSlots, Strategy):
             chosen = jnp.where(forced > 0, forced, chosen)
         count = chosen.astype(jnp.int32)  # [B]
         logp = action_logp(policy_logits, count)  # [B]
-        if self.extend_all:
+        if self.extend_all:  # the reference step (recomputes the heads)
             prop = chunk_step(target, params["target"], c.chunk, state, keys, sampling, k, count)
         else:
             prop = dynamic_chunk_step(
@@ -188,7 +193,8 @@ class DCAR(_SpeechSlots, Strategy):
                 sampling,
                 count,
                 k,
-                write_in_branch=self._write_in_branch(),
+                write_in_branch=self._write_in_branch() and head_logits is None,
+                logits=head_logits,
             )
         active = ~state.done
         i = jnp.minimum(state.steps, c.actions.shape[1] - 1)  # this row's decision index

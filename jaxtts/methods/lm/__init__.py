@@ -16,6 +16,7 @@ from jaxtts.methods.lm.model import TTSLM, KVCache, LMConfig, with_bos
 from jaxtts.methods.lm.strategies import (
     ChunkCarry,
     cache_windows,
+    chunk_logits,
     chunk_step,
     dynamic_chunk_step,
     extend_rows,
@@ -31,6 +32,7 @@ __all__ = [
     "LMEngine",
     "TTSLM",
     "cache_windows",
+    "chunk_logits",
     "chunk_step",
     "dynamic_chunk_step",
     "extend_rows",

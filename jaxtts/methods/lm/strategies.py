@@ -108,11 +108,18 @@ class ChunkCarry:
     hidden: jax.Array  # float32 [B, D] last hidden state of each row
 
 
-def _sample_chunk(model, params, carry: ChunkCarry, state, keys, sampling, heads: int):
-    """heads tokens per row from heads 1..heads at each row's last hidden -> int32 [B, heads]."""
+def chunk_logits(model, params, carry: ChunkCarry, state, sampling, heads: int) -> jax.Array:
+    """Heads 1..heads at each row's last hidden, EOS suppressed as sampling says -> [B, C, V]."""
     logits = model.apply({"params": params}, carry.hidden, heads, method="heads")  # [B, C, V]
-    logits = suppress_early_eos(logits, state.length, sampling, model.cfg.eos)
-    return sample_tokens(step_keys(keys, state.steps), logits, sampling)  # [B, C]
+    return suppress_early_eos(logits, state.length, sampling, model.cfg.eos)
+
+
+def _sample_chunk(model, params, carry: ChunkCarry, state, keys, sampling, heads: int, logits=None):
+    """heads tokens per row from heads 1..heads at each row's last hidden -> int32 [B, heads].
+    logits: `chunk_logits` of at least `heads` heads, computed already (not recomputed)."""
+    if logits is None:
+        logits = chunk_logits(model, params, carry, state, sampling, heads)
+    return sample_tokens(step_keys(keys, state.steps), logits[:, :heads], sampling)  # [B, C]
 
 
 def chunk_step(
@@ -141,6 +148,7 @@ def dynamic_chunk_step(
     count: jax.Array,
     max_chunk: int,
     write_in_branch: bool = False,
+    logits: jax.Array | None = None,
 ) -> Proposal:
     """`chunk_step` whose cost follows the sizes chosen: count int32 [B] in 1..max_chunk; the
     step computes heads 1..c and extends by c, c = the largest count among active rows, one
@@ -157,8 +165,14 @@ def dynamic_chunk_step(
 
     write_in_branch=True is the earlier step: each branch runs `chunk_step`, which writes the
     cache. Same tokens; on a CPU it copies the cache every step, on a GPU it launches fewer
-    kernels (benchmarks/dcar_step.py compares both)."""
+    kernels (benchmarks/dcar_step.py compares both).
+
+    logits [B, max_chunk, V]: every head's `chunk_logits`, when the caller computed them already
+    (a DCAR policy that reads the heads' confidence); the branches sample from their first c
+    instead of running heads 1..c again. Same tokens."""
     c_max = jnp.max(jnp.where(state.done, 1, count))
+    if write_in_branch and logits is not None:
+        raise ValueError("dynamic_chunk_step: logits= needs write_in_branch=False")
     if write_in_branch:
 
         def write(c: int):
@@ -177,7 +191,7 @@ def dynamic_chunk_step(
 
     def branch(c: int):
         def run(_):
-            toks = _sample_chunk(model, params, carry, state, keys, sampling, c)  # [B, c]
+            toks = _sample_chunk(model, params, carry, state, keys, sampling, c, logits)  # [B, c]
             emb = model.apply(p, toks, method="embed_speech")
             h, blocks = model.apply(p, emb, carry.cache, method="extend_deferred")
             last = last_kept(h, jnp.minimum(count, c))  # [B, D]

@@ -4,7 +4,9 @@ Notation: P prompts, G rollouts per prompt, N = P * G rollouts, T actions per ro
 `mask` marks the real ones). An "action" is one policy decision, e.g. one chunk size chosen by a
 DCAR chunk-size policy, and `logp[i, t]` is its log-probability under the current policy.
 
-Group-relative advantage (one scalar per rollout, broadcast over its actions):
+Group-relative advantage (one scalar per rollout, broadcast over its actions; `grpo_loss` also
+takes one advantage per action [N, T], e.g. an outcome advantage plus a per-decision process
+advantage, `process_advantages`):
 
     A_{p,g} = (r_{p,g} - mean_g r_{p,:}) / (std_g r_{p,:} + eps)      (population std, ddof=0)
 
@@ -67,6 +69,31 @@ def group_advantages(
     return jnp.where(flat, 0.0, centered)  # [P, G]
 
 
+def process_advantages(rewards: jax.Array, mask: jax.Array, eps: float = 1e-6) -> jax.Array:
+    """Per-action (process) rewards [P, G, T] -> advantages float32 [P, G, T], normalised over
+    the valid actions (`mask` [P, G, T]) of each group of G rollouts:
+
+        A_{p,g,t} = (r_{p,g,t} - mean_p) / (std_p + eps)    (over the valid (g, t) of group p)
+
+    DeepSeekMath's process supervision normalises the same way and sums the normalised rewards
+    from t on (the return-to-go); this keeps only the action's own reward, for actions whose
+    effect is local (a DCAR chunk size). Invalid actions and all-equal groups get exactly 0."""
+    r = jnp.asarray(rewards, jnp.float32)  # [P, G, T]
+    m = jnp.asarray(mask).astype(bool)  # [P, G, T]
+    if r.ndim != 3 or m.shape != r.shape:
+        raise ConfigError(
+            f"process_advantages: rewards {r.shape}, mask {m.shape}: expected the same [P, G, T]"
+        )
+    n = jnp.maximum(jnp.sum(m, axis=(1, 2), keepdims=True), 1)  # [P, 1, 1]
+    mean = jnp.sum(jnp.where(m, r, 0.0), axis=(1, 2), keepdims=True) / n  # [P, 1, 1]
+    centered = jnp.where(m, r - mean, 0.0)  # [P, G, T]
+    std = jnp.sqrt(jnp.sum(centered**2, axis=(1, 2), keepdims=True) / n)  # [P, 1, 1]
+    hi = jnp.max(jnp.where(m, r, -jnp.inf), axis=(1, 2), keepdims=True)
+    lo = jnp.min(jnp.where(m, r, jnp.inf), axis=(1, 2), keepdims=True)
+    flat = ~(hi > lo)  # [P, 1, 1] all equal, or no valid action
+    return jnp.where(flat | ~m, 0.0, centered / jnp.where(flat, 1.0, std + eps))
+
+
 def grpo_loss(
     logp: jax.Array,
     logp_old: jax.Array,
@@ -81,7 +108,8 @@ def grpo_loss(
     """Clipped GRPO surrogate loss (see the module docstring for the equations).
 
     logp, logp_old, logp_ref: float [N, T] per-action log-probs (current, behaviour, reference);
-    `logp_old` and `logp_ref` get no gradient. advantages: [N] one per rollout. mask: bool or
+    `logp_old` and `logp_ref` get no gradient. advantages: [N] one per rollout (broadcast over
+    its actions) or [N, T] one per action. mask: bool or
     float [N, T] (1 = valid action). `clip_eps` and `token_level` are Python values (static
     under jit); `kl_beta` a Python float or a traced scalar (a warm-up schedule; then
     `logp_ref` is required).
@@ -99,17 +127,20 @@ def grpo_loss(
         raise ConfigError(f"grpo_loss: kl_beta={kl_beta} > 0 needs logp_ref [N, T], got None")
     logp = jnp.asarray(logp, jnp.float32)  # [N, T]
     logp_old = jax.lax.stop_gradient(jnp.asarray(logp_old, jnp.float32))  # [N, T]
-    adv = jnp.asarray(advantages, jnp.float32)  # [N]
+    adv = jnp.asarray(advantages, jnp.float32)  # [N] or [N, T]
     valid = jnp.asarray(mask).astype(bool)  # [N, T]
     if logp.ndim != 2 or logp_old.shape != logp.shape or valid.shape != logp.shape:
         raise ConfigError(
             f"grpo_loss: logp {logp.shape}, logp_old {logp_old.shape}, mask "
             f"{valid.shape}: expected the same [N, T]"
         )
-    if adv.shape != logp.shape[:1]:
-        raise ConfigError(f"grpo_loss: advantages {adv.shape}, expected [N]={logp.shape[:1]}")
+    if adv.shape not in (logp.shape[:1], logp.shape):
+        raise ConfigError(
+            f"grpo_loss: advantages {adv.shape}, expected [N]={logp.shape[:1]} or "
+            f"[N, T]={logp.shape}"
+        )
     m = valid.astype(jnp.float32)  # [N, T]
-    a = adv[:, None]  # [N, 1]
+    a = adv[:, None] if adv.ndim == 1 else jnp.where(valid, adv, 0.0)  # [N, 1] or [N, T]
 
     # Masked entries are replaced by 0 before exp, so padding (even -inf) cannot make NaN/inf.
     log_ratio = jnp.where(valid, logp - logp_old, 0.0)  # [N, T]
