@@ -16,6 +16,10 @@ from h_t alone: a confidence threshold (c = 1 + the leading heads 2..c whose top
 is above theta) and a state-free mixture with the same mean chunk. A chunk of size c keeps
 the first c tokens of the size-K chunk (a slot's draw does not depend on the chunk size), so
 one decode at c = K scores every rule on the same states.
+
+With `--policy <DCAR run>` the same decode runs with that policy (forced to c = K; it reads
+the states as it would when decoding) and its own rule joins the frontier: its argmax, and
+its draws in expectation (sum_c pi(c) x tokens / failed drafts of size c).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="configs/dcar.py:deep_pr")
     ap.add_argument("--batches", type=int, default=2, help="rollout batches of P x G rows")
+    ap.add_argument("--policy", default="", help="a DCAR run: score its choices too")
     ap.add_argument("--out", default="out/dcar_acceptance.json")
     args = ap.parse_args()
 
@@ -60,7 +65,13 @@ def main() -> None:
     k = engine.cfg.num_mtp_heads
     task = DCPOTask(config_policy(config, engine), config.dcpo)
     pol = task.init(jax.random.key(0), None)["policy"]  # any policy: every row is forced
-    conf, kept_all, acc_all = [], [], []
+    if args.policy:
+        from jaxtts.engine import load_engine
+
+        peng = load_engine(args.policy)
+        src.models = dict(src.models, policy=peng.policy)
+        pol = peng.policy_params
+    conf, kept_all, acc_all, probs_all = [], [], [], []
     for b in range(args.batches):
         rng = np.random.default_rng([src.seed, 10_000 + b])
         pick = rng.choice(len(rows), src.prompts, replace=False)
@@ -90,10 +101,14 @@ def main() -> None:
         )
         actions = np.asarray(out.stats["actions"])
         kept, acc = src.acceptance(batch, out, actions)
-        h = jnp.asarray(out.stats["policy_inputs"])  # [N, S, D]
+        x = jnp.asarray(out.stats["policy_inputs"])  # [N, S, D (+ F)]
+        h = x[..., : engine.cfg.d_model]  # [N, S, D]
         logits = engine.model.apply({"params": engine.params}, h, method="heads")  # [N,S,K,V]
         top = np.asarray(jnp.max(jax.nn.softmax(logits, -1), -1))  # [N, S, K]
         full = kept == k  # decisions that kept all K tokens (not a row's last)
+        if args.policy:
+            lg = src.models["policy"].apply({"params": pol}, x, jnp.asarray(out.steps))
+            probs_all.append(np.asarray(jax.nn.softmax(lg, -1))[full])  # [M, K]
         conf.append(top[full])
         kept_all.append(kept[full])
         acc_all.append(acc[full])
@@ -134,6 +149,34 @@ def main() -> None:
     for c0 in range(1, k + 1):
         mc, fail = score(np.full(acc.shape, c0))
         print(f"| fixed c = {c0} | {mc:.2f} | {fail:.3f} |")
+    if args.policy:
+        pi = np.concatenate(probs_all)  # [M, K]
+        c = 1 + np.argmax(pi, -1)
+        mc, fail = score(c)
+        _, fail_mix = score(np.random.default_rng(0).permutation(c))
+        sizes = np.arange(1, k + 1)[None]  # [1, K]
+        tok = (pi * sizes).sum(1)  # [M] expected tokens
+        bad = (pi * (sizes - np.minimum(acc[:, None], sizes))).sum(1)  # [M] expected fails
+        mix = pi.mean(0)  # the state-free policy with the same mean distribution
+        bad_mix = (mix[None] * (sizes - np.minimum(acc[:, None], sizes))).sum(1)
+        share = np.bincount(c - 1, minlength=k) / c.size
+        res["policy"] = dict(
+            path=args.policy,
+            argmax=dict(mean_chunk=mc, fail=fail, fail_mix=fail_mix, share=share.tolist()),
+            drawn=dict(
+                mean_chunk=float(tok.mean()),
+                fail=float(bad.sum() / tok.sum()),
+                fail_mix=float(bad_mix.sum() / tok.sum()),
+                mean_pi=mix.tolist(),
+            ),
+        )
+        print(f"| {args.policy} argmax | {mc:.2f} | {fail:.3f} (state-free mix {fail_mix:.3f}) |")
+        d = res["policy"]["drawn"]
+        print(
+            f"| {args.policy} drawn | {d['mean_chunk']:.2f} | {d['fail']:.3f} "
+            f"(state-free mix {d['fail_mix']:.3f}) |"
+        )
+        print(f"argmax sizes 1..{k}: " + " / ".join(f"{100 * v:.1f}" for v in share) + " %")
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)

@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     rows = training_rows(config, engine, asr)
     source = RolloutSource(config, engine, asr, rows, progress=False)
     policy = ChunkPolicy(config_policy(config, engine))
-    x = np.zeros((1, 1, engine.cfg.d_model), np.float32)
+    x = np.zeros((1, 1, policy.cfg.d_in), np.float32)
     pparams = policy.init(jax.random.PRNGKey(0), x, np.ones((1,), np.int32))["params"]
     pick = np.random.default_rng(0).choice(len(rows), args.prompts, replace=False)
     table = {"reward_wer": {}, "reward_cer": {}}

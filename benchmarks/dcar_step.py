@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     config = RunFolder(args.policy).read_config("dcar") if args.policy else None
     pcfg = config_policy(config, engine) if config else PolicyConfig(cfg.d_model, cfg.num_mtp_heads)
     policy = ChunkPolicy(pcfg)
-    like = {"policy": policy.init(jax.random.key(0), jnp.zeros((1, 2, cfg.d_model)),
+    like = {"policy": policy.init(jax.random.key(0), jnp.zeros((1, 2, pcfg.d_in)),
                                   jnp.array([2]))["params"]}  # fmt: skip
     like = nn.unbox(like)
     pparams = like["policy"]

@@ -8,13 +8,15 @@ Variants (`--config configs/dcar.py:<variant>`):
          rollouts a step, guidance {2, 3}
   deep   the policy of pretrained/car_deep (12 layers), guidance {2, 3, 4}, 100 steps, the
          paper's reward (it settles on c = 2: benchmarks/RESULTS.md, section deep-dcar)
-  deep_cs  the shipped pretrained/dcar_deep: `deep` with a per-sentence CER reward plus
+  deep_cs  the earlier pretrained/dcar_deep (until 2026-11-28): `deep` with a per-sentence CER reward plus
          0.026 x the rollout's mean chunk, 60 steps; decodes by drawing from the policy
          (`policy.pick = sample`: its argmax is one size, its draws are dynamic)
   deep_pr  `deep` with the CER reward plus a per-decision process reward (the base head's
          check of each drafted token, lambda 2: `jaxtts/methods/dcar/dcpo.py`), no speed term
-  deep_conf  `deep_pr` with a policy that also reads the heads' confidence
-         (`policy.features = confidence`), lambda 0.75, learning rate 1e-3
+  deep_conf  the shipped pretrained/dcar_deep: `deep_pr` with a policy that also reads the
+         heads' confidence (`policy.features = confidence`), lambda 0.75, learning rate 1e-3;
+         decodes with the policy's argmax (it trains on draws; its argmax takes c = 4 where
+         the heads are sure)
 
   python train.py --config configs/dcar.py:small --workdir runs/dcar
   python train.py --config configs/dcar.py:small --workdir runs/dcar_234 \
@@ -94,7 +96,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         config.policy.pick = "sample"
         config.train.update(steps=80, checkpoint_every=20)
     if v == "deep_conf":
-        config.policy.features = "confidence"
+        config.policy.update(features="confidence", pick="argmax")
         config.dcpo.process_lambda = 0.75
         config.train.learning_rate = 1e-3
     if v == "tiny":
