@@ -4,7 +4,7 @@
 # the 12-layer pretrained/car_deep (CAR c=3, a zero-shot prompt of speaker spk03), then
 # evaluates every shipped method in ONE table on NUM test utterances (zero-shot prompts, the
 # held-out speaker included): FAR and CAR c=3 on the deep backbone, and on the same
-# backbone DCAR (its policy's draws, `dcar:sample`), SSD (beta 0, lossless) and TLDR (P = 4);
+# backbone DCAR (its policy's argmax, `dcar`), SSD (beta 0, lossless) and TLDR (P = 4);
 # then PALLE and MDM (8 frames per step, argmax values: `topk:8+greedy`), which are models of
 # their own; each row runs its own shipped run folder (`<strategy>@<folder>` rows), next to the
 # ground truth and the tokenizer round trip, and prints the WER / SIM / RTF table.
@@ -37,6 +37,6 @@ python3 infer.py --workdir "$MODEL" --speaker spk03 --strategy car:3 --out_dir o
   --text "The quick brown fox jumps over the lazy dog." --text "Where did you put the keys?"
 python3 -m jaxtts.evaluate --split test --num "$NUM" --workdir "$MODEL" \
   --rows "ground_truth,tokenizer:$MODEL/tokenizer" \
-  --strategies "far,car:3,dcar:sample@pretrained/dcar_deep,ssd:L=3,beta=0@pretrained/ssd_deep,tldr@pretrained/tldr_deep_p4,palle@pretrained/palle,topk:8+greedy@pretrained/mdm" \
+  --strategies "far,car:3,dcar@pretrained/dcar_deep,ssd:L=3,beta=0@pretrained/ssd_deep,tldr@pretrained/tldr_deep_p4,palle@pretrained/palle,topk:8+greedy@pretrained/mdm" \
   --speaker_encoder jax --no_spectral --asr_workers 2 --asr_lms domain --out out/demo/eval
 echo "demo: wavs in out/demo/infer and out/demo/eval, table in out/demo/eval/results.md"
