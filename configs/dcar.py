@@ -8,9 +8,9 @@ Variants (`--config configs/dcar.py:<variant>`):
          rollouts a step, guidance {2, 3}
   deep   the policy of pretrained/car_deep (12 layers), guidance {2, 3, 4}, 100 steps, the
          paper's reward (it settles on c = 2: benchmarks/RESULTS.md, section deep-dcar)
-  deep_cs  the earlier pretrained/dcar_deep (until 2026-11-28): `deep` with a per-sentence CER reward plus
-         0.026 x the rollout's mean chunk, 60 steps; decodes by drawing from the policy
-         (`policy.pick = sample`: its argmax is one size, its draws are dynamic)
+  deep_cs  the earlier pretrained/dcar_deep (until 2026-11-28): `deep` with a per-sentence
+         CER reward plus 0.026 x the rollout's mean chunk, 60 steps; decodes by drawing from
+         the policy (`policy.pick = sample`: its argmax is one size, its draws are dynamic)
   deep_pr  `deep` with the CER reward plus a per-decision process reward (the base head's
          check of each drafted token, lambda 2: `jaxtts/methods/dcar/dcpo.py`), no speed term
   deep_conf  the shipped pretrained/dcar_deep: `deep_pr` with a policy that also reads the

@@ -19,7 +19,12 @@ from jaxtts.decode import registry  # noqa: E402
 from jaxtts.decode.driver import decode  # noqa: E402
 from jaxtts.decode.sampling import SamplingConfig, row_keys  # noqa: E402
 from jaxtts.errors import ConfigError  # noqa: E402
-from jaxtts.methods.dcar.policy import ChunkPolicy, PolicyConfig, action_logp  # noqa: E402
+from jaxtts.methods.dcar.policy import (  # noqa: E402
+    FEATURE_GAIN,
+    ChunkPolicy,
+    PolicyConfig,
+    action_logp,
+)
 from jaxtts.methods.lm.model import TTSLM  # noqa: E402
 
 GREEDY = SamplingConfig(greedy=True)
@@ -43,9 +48,10 @@ def policy_params(seed=0, always=None, scale=1.0, cfg=PCFG):
     )["params"]
     k = p["out"]["kernel"]
     p["out"]["kernel"] = scale * jax.random.normal(jax.random.key(seed + 1), k.shape)
-    if cfg.num_features:  # the confidence's direct path too
+    if cfg.num_features:  # the confidence's direct path too (its input is FEATURE_GAIN x f)
         f = p["feat_out"]["kernel"]
-        p["feat_out"]["kernel"] = scale * jax.random.normal(jax.random.key(seed + 2), f.shape)
+        w = jax.random.normal(jax.random.key(seed + 2), f.shape)
+        p["feat_out"]["kernel"] = scale * w / FEATURE_GAIN
     if always is not None:
         p["out"]["kernel"] = jnp.zeros_like(k)
         p["out"]["bias"] = jnp.zeros_like(p["out"]["bias"]).at[always - 1].set(100.0)
