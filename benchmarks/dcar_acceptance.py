@@ -46,7 +46,7 @@ def main() -> None:
     import jax.numpy as jnp
 
     from jaxtts.config_help import load_config
-    from jaxtts.decode.driver import PromptBatch, decode
+    from jaxtts.decode.driver import decode
     from jaxtts.decode.sampling import row_keys
     from jaxtts.methods.dcar.dcpo import (
         DCPOTask,
@@ -74,19 +74,8 @@ def main() -> None:
     conf, kept_all, acc_all, probs_all = [], [], [], []
     for b in range(args.batches):
         rng = np.random.default_rng([src.seed, 10_000 + b])
-        pick = rng.choice(len(rows), src.prompts, replace=False)
-        rs = [rows[i] for i in pick for _ in range(src.group)]
+        batch, rs = src.prompt_batch(rng.choice(len(rows), src.prompts, replace=False))
         n = len(rs)
-        text = np.zeros((n, src.x), np.int32)
-        prompt = np.zeros((n, src.p), np.int32)
-        for i, r in enumerate(rs):
-            text[i, : r.ids.size], prompt[i, : r.prompt.size] = r.ids, r.prompt
-        batch = PromptBatch(
-            text,
-            np.array([r.ids.size for r in rs], np.int32),
-            prompt,
-            np.array([r.prompt.size for r in rs], np.int32),
-        )
         params = {"target": engine.params, "policy": pol, "forced_chunk": jnp.full((n,), k)}
         out = jax.device_get(
             decode(

@@ -333,17 +333,12 @@ class RolloutSource:
             "forced": np.zeros((n,), np.int32),
         }
 
-    def rollout(self, policy_params, step: int, pick=None, forced=None) -> tuple[dict, dict]:
-        """Decode P*G rows with the policy; -> (batch, host stats incl. texts). `pick` ([P]
-        row indices) and `forced` ([P*G] fixed chunk sizes, 0 = the policy's) override the
-        step's own draw (benchmarks/dcar_reward_noise.py)."""
-        rng = np.random.default_rng([self.seed, step])
-        drawn = rng.choice(len(self.rows), self.prompts, replace=False)
-        pick = drawn if pick is None else np.asarray(pick)
+    def prompt_batch(self, pick) -> tuple[PromptBatch, list[_Row]]:
+        """The P*G rows of prompts `pick` ([P] row indices), each repeated G times, padded to
+        the source's fixed widths (one compile for every step)."""
         rows = [self.rows[i] for i in pick for _ in range(self.group)]
-        n = len(rows)
-        text = np.zeros((n, self.x), np.int32)
-        prompt = np.zeros((n, self.p), np.int32)
+        text = np.zeros((len(rows), self.x), np.int32)
+        prompt = np.zeros((len(rows), self.p), np.int32)
         for i, r in enumerate(rows):
             text[i, : r.ids.size], prompt[i, : r.prompt.size] = r.ids, r.prompt
         batch = PromptBatch(
@@ -352,6 +347,17 @@ class RolloutSource:
             prompt,
             np.array([r.prompt.size for r in rows], np.int32),
         )
+        return batch, rows
+
+    def rollout(self, policy_params, step: int, pick=None, forced=None) -> tuple[dict, dict]:
+        """Decode P*G rows with the policy; -> (batch, host stats incl. texts). `pick` ([P]
+        row indices) and `forced` ([P*G] fixed chunk sizes, 0 = the policy's) override the
+        step's own draw (benchmarks/dcar_reward_noise.py)."""
+        rng = np.random.default_rng([self.seed, step])
+        drawn = rng.choice(len(self.rows), self.prompts, replace=False)
+        pick = drawn if pick is None else np.asarray(pick)
+        batch, rows = self.prompt_batch(pick)
+        n = len(rows)
         drawn = chase_groups(rng, self.prompts, self.group, self.guidance, self.chase)
         forced = drawn if forced is None else np.asarray(forced, np.int32)
         keys = row_keys(self.seed * 1_000_003 + step, range(n))
