@@ -5,10 +5,13 @@
 A fixed-length decode (EOS suppressed: `--tokens` per row, random text and prompt of the
 benchmark's sizes, the backbone's own sampling settings) of the backbone with
 - `car:c`;
-- DCAR forced to c in every row (`forced_chunk`: the policy still runs every step, as a
-  policy that always picks c would), with the step that follows the choice
-  (`dynamic_chunk_step`, shipped), with the old extend-by-K step (`extend_all`) and with the
-  step that writes the cache inside its `lax.switch` branch (`write_in_branch`);
+- DCAR whose policy always picks c: the run's policy with its output layer set so that c
+  wins by 100 logits (the whole policy still runs every step and its output decides the
+  size; with `forced_chunk` instead, XLA dropped the unused policy from a decode that records
+  nothing, so the earlier rows of RESULTS that used it did not include the policy's cost),
+  with the step that follows the choice (`dynamic_chunk_step`, shipped), with the old
+  extend-by-K step (`extend_all`) and with the step that writes the cache inside its
+  `lax.switch` branch (`write_in_branch`);
 for c in `--chunks`, at each batch size, in `--rounds` interleaved rounds (median). The
 policy's own cost per step is the DCAR-forced time minus `car:c`'s, divided by the steps. Its
 parameters come from `--policy` (a DCAR run; the benchmark loads them whatever backbone they
@@ -70,6 +73,13 @@ def main(argv=None) -> int:
     if config is not None:  # the run's policy, whatever backbone it was trained on
         pparams = RunFolder(args.policy).load_params(dict(like, ref=like["policy"]))[0]["policy"]
     models = {"target": engine.model, "policy": policy}
+
+    def always(pp, c):  # the trained policy, its output shifted so that size c always wins
+        out = dict(
+            pp["out"], bias=pp["out"]["bias"] + 100.0 * jax.nn.one_hot(c - 1, pcfg.num_actions)
+        )
+        return dict(pp, out=out)
+
     sampling = SamplingConfig.from_config(dict(engine.decode_config))
     sampling = SamplingConfig(sampling.greedy, sampling.temperature, sampling.top_k,
                               sampling.top_p, min_tokens=args.tokens)  # fmt: skip
@@ -80,8 +90,7 @@ def main(argv=None) -> int:
     for b in [int(v) for v in args.batch.split(",")]:
         batch, keys = random_batch(rng, cfg, b, args.text_len, args.prompt_len)
         for c in [int(v) for v in args.chunks.split(",")]:
-            ps = {"target": engine.params, "policy": pparams,
-                  "forced_chunk": jnp.full((b,), c, jnp.int32)}  # fmt: skip
+            ps = {"target": engine.params, "policy": always(pparams, c)}
             runs = {
                 f"car:{c}": (registry.get(f"car:{c}"), {"target": engine.model},
                              {"target": engine.params}),
