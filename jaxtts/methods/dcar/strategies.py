@@ -156,13 +156,13 @@ class DCAR(_SpeechSlots, Strategy):
         target, policy = models["target"], models["policy"]
         c: DCARCarry = state.carry
         k = self._k(models)
-        hidden = c.chunk.hidden  # [B, D]
+        pin = c.chunk.hidden  # [B, D] the policy's input: h_t ...
         head_logits = None
-        if policy.cfg.num_features:  # the heads' confidence: all K heads before the choice
+        if policy.cfg.num_features:  # ... and the heads' confidence: all K heads first
             head_logits = chunk_logits(target, params["target"], c.chunk, state, sampling, k)
-            hidden = jnp.concatenate([hidden, head_confidence(head_logits)], -1)  # [B, D + 2K]
+            pin = jnp.concatenate([pin, head_confidence(head_logits)], -1)  # [B, D + 2K]
         logits, pcache = policy.apply(
-            {"params": params["policy"]}, hidden, c.policy, method="step"
+            {"params": params["policy"]}, pin, c.policy, method="step"
         )  # [B, A]
         policy_logits = logits
         if self.sizes != (0, 0):
@@ -200,7 +200,7 @@ class DCAR(_SpeechSlots, Strategy):
         i = jnp.minimum(state.steps, c.actions.shape[1] - 1)  # this row's decision index
         if self.record:
             rows = jnp.arange(count.shape[0])
-            inputs = c.inputs.at[rows, i].set(jnp.where(active[:, None], hidden, c.inputs[rows, i]))
+            inputs = c.inputs.at[rows, i].set(jnp.where(active[:, None], pin, c.inputs[rows, i]))
             actions = c.actions.at[rows, i].set(jnp.where(active, count, c.actions[rows, i]))
             lp = c.logp.at[rows, i].set(jnp.where(active, logp, c.logp[rows, i]))
         else:

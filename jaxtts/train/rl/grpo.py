@@ -195,8 +195,9 @@ def grpo_update_fn(
     metrics)` (wrap it in `jax.jit` yourself).
 
     `logp_fn(params, batch) -> logp [N, T]` recomputes the current policy's per-action
-    log-probs; `batch` holds 'logp_old' [N, T], 'advantages' [N], 'mask' [N, T], optionally
-    'logp_ref' [N, T] (needed when kl_beta > 0), plus whatever `logp_fn` reads (e.g. actions).
+    log-probs; `batch` holds 'logp_old' [N, T], 'advantages' [N] or [N, T], 'mask' [N, T],
+    optionally 'logp_ref' [N, T] (needed when kl_beta > 0), plus whatever `logp_fn` reads
+    (e.g. actions).
     """
 
     def loss_fn(params, batch):
