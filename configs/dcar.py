@@ -17,6 +17,9 @@ Variants (`--config configs/dcar.py:<variant>`):
          heads' confidence (`policy.features = confidence`), lambda 0.75, learning rate 1e-3;
          decodes with the policy's argmax (it trains on draws; its argmax takes c = 4 where
          the heads are sure)
+  deep_rule  `deep_conf` with a linear policy (`policy.num_layers = 0`: no causal layer, two
+         small matmuls a step) that starts at the confidence-threshold rule (theta 0.4,
+         `dcpo.prior_threshold`) instead of uniform; not the paper's policy
 
   python train.py --config configs/dcar.py:small --workdir runs/dcar
   python train.py --config configs/dcar.py:small --workdir runs/dcar_234 \
@@ -28,7 +31,7 @@ import ml_collections as mlc
 
 from configs import common
 
-VARIANTS = ("tiny", "small", "deep", "deep_cs", "deep_pr", "deep_conf")
+VARIANTS = ("tiny", "small", "deep", "deep_cs", "deep_pr", "deep_conf", "deep_rule")
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
@@ -44,8 +47,9 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     # one causal layer over the backbone's hidden states (width = the backbone's d_model)
     # pick: how decoding uses it by default, 'argmax' (`dcar`) or 'sample' (`dcar:sample`)
     # features: 'hidden' (h_t, the paper) | 'confidence' (+ the heads' top prob / entropy)
+    # num_layers: 1 (the paper) | 0 (a linear policy over [h_t ; features], no history)
     config.policy = mlc.ConfigDict(
-        dict(num_heads=4, head_dim=64, d_ff=1024, pick="argmax", features="hidden")
+        dict(num_heads=4, head_dim=64, d_ff=1024, pick="argmax", features="hidden", num_layers=1)
     )
     config.dcpo = mlc.ConfigDict(
         dict(
@@ -69,6 +73,10 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             clip_eps=0.2,
             kl_beta=0.04,  # k3 KL weight to the frozen initial policy ...
             kl_warmup_steps=100,  # ... warmed up linearly from 0 over these steps
+            # > 0: the policy starts at the confidence-threshold rule with this threshold and
+            # logit gain (`policy.threshold_prior`; needs features 'confidence'); 0: uniform
+            prior_threshold=0.0,
+            prior_gain=20.0,
         )
     )
     config.data = mlc.ConfigDict(dict(corpus_dir="", corpus_utterances=2400, corpus_seed=0))
@@ -84,21 +92,24 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         checkpoint_every=25,
     )
     config.mesh = common.mesh_config()
-    if v in ("deep", "deep_cs", "deep_pr", "deep_conf"):
+    if v in ("deep", "deep_cs", "deep_pr", "deep_conf", "deep_rule"):
         config.dcpo.update(backbone="pretrained/car_deep", guidance=(2, 3, 4))
         config.train.update(steps=100)
     if v == "deep_cs":
         config.dcpo.update(reward_metric="cer", speed_weight=0.026)
         config.policy.pick = "sample"
         config.train.update(steps=60)
-    if v in ("deep_pr", "deep_conf"):
+    if v in ("deep_pr", "deep_conf", "deep_rule"):
         config.dcpo.update(reward_metric="cer", process_weight=1.0)
         config.policy.pick = "sample"
         config.train.update(steps=80, checkpoint_every=20)
-    if v == "deep_conf":
+    if v in ("deep_conf", "deep_rule"):
         config.policy.update(features="confidence", pick="argmax")
         config.dcpo.process_lambda = 0.75
         config.train.learning_rate = 1e-3
+    if v == "deep_rule":
+        config.policy.num_layers = 0
+        config.dcpo.prior_threshold = 0.4
     if v == "tiny":
         config.policy.update(num_heads=2, head_dim=16, d_ff=64)
         config.data.corpus_utterances = 40  # built in seconds on a fresh clone

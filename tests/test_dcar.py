@@ -33,6 +33,7 @@ PCFG = PolicyConfig(
     d_model=TINY.d_model, num_actions=TINY.num_mtp_heads, num_heads=2, head_dim=8, d_ff=32
 )
 PCFG_F = dataclasses.replace(PCFG, features="confidence")  # h_t + the heads' confidence
+PCFG_L = dataclasses.replace(PCFG_F, num_layers=0)  # linear over [h_t ; confidence]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,7 @@ def run_dcar(spec, params, pparams, batch, keys, sampling, forced=None, max_new=
     )
 
 
-@pytest.mark.parametrize("cfg", [PCFG, PCFG_F], ids=["hidden", "confidence"])
+@pytest.mark.parametrize("cfg", [PCFG, PCFG_F, PCFG_L], ids=["hidden", "confidence", "linear"])
 def test_policy_cached_steps_equal_full_forward(cfg):
     pol = ChunkPolicy(cfg)
     pp = policy_params(3, cfg=cfg)
@@ -104,6 +105,29 @@ def test_head_confidence_values():
     assert ent == pytest.approx(0.875)
     with pytest.raises(ConfigError, match="policy.features='conf': expected one of"):
         dataclasses.replace(PCFG, features="conf")
+
+
+def test_threshold_prior_logits_and_linear_policy():
+    """The threshold prior's logits are gain x sum_{k=2..c} (top_k - theta), hand-computed;
+    the linear policy (no layer) with it has no history (empty cache) and no h_t path."""
+    from jaxtts.methods.dcar.policy import threshold_prior
+
+    f = jnp.array([[0.9, 0.5, 0.45, 0.3, 0.1, 0.2, 0.3, 0.4]])  # tops of heads 1-4, entropies
+    x = jnp.concatenate([jax.random.normal(jax.random.key(1), (1, PCFG.d_model)), f], -1)
+    for cfg in (PCFG_F, PCFG_L):
+        pol = ChunkPolicy(cfg)
+        p = pol.init(jax.random.key(0), x[:, None], jnp.array([1]))["params"]
+        p = nn.unbox(threshold_prior(p, cfg, theta=0.4, gain=20.0))
+        cache = pol.apply({"params": p}, 1, 6, method="init_cache")
+        logits, cache = pol.apply({"params": p}, x, cache, method="step")
+        # c=1: 0; c=2: 20 (0.5 - 0.4) = 2; c=3: 2 + 20 (0.45 - 0.4) = 3; c=4: 3 + 20 (-0.1) = 1
+        np.testing.assert_allclose(logits, [[0.0, 2.0, 3.0, 1.0]], atol=1e-4)
+        assert int(cache.length[0]) == 1
+    assert cache.layer.k.shape[2] == 0 and "feat_in" not in p and "stack" not in p
+    with pytest.raises(ConfigError, match="prior_threshold=0.4: needs policy.features"):
+        threshold_prior({}, PCFG, 0.4, 20.0)
+    with pytest.raises(ConfigError, match="policy.num_layers=2: expected 0 or 1"):
+        dataclasses.replace(PCFG, num_layers=2)
 
 
 def test_action_logp_values():
@@ -188,16 +212,15 @@ def test_dcar_sizes_name_and_check():
 
 @pytest.mark.parametrize(
     "sampling,cfg",
-    [(GREEDY, PCFG), (SAMPLE, PCFG), (SAMPLE, PCFG_F)],
-    ids=["greedy", "sampling", "confidence"],
+    [(GREEDY, PCFG), (SAMPLE, PCFG), (SAMPLE, PCFG_F), (SAMPLE, PCFG_L)],
+    ids=["greedy", "sampling", "confidence", "linear"],
 )
 def test_step_that_follows_the_choice_equals_extend_by_k(params, sampling, cfg):
     """The step that extends by the batch's largest chosen size (`dynamic_chunk_step`) gives
     the tokens, steps and chunk histogram of the reference step that computes all K heads and
     extends by K, and so does the variant that writes the cache inside its branch; batch 4,
-    rows choosing different sizes. With the heads' confidence as policy input the step samples
-    from the logits it computed for the policy: the same tokens as the reference, which
-    recomputes them."""
+    rows choosing different sizes. With the heads' confidence as policy input both steps sample
+    from the logits computed for the policy."""
     from jaxtts.methods.dcar.strategies import DCAR
 
     rows = random_rows(4, seed=21)
@@ -304,7 +327,7 @@ def test_dcar_batch_n_equals_batch_1(params, spec, sampling):
     assert len(chunks) >= 2  # rows really took different chunk sizes
 
 
-@pytest.mark.parametrize("cfg", [PCFG, PCFG_F], ids=["hidden", "confidence"])
+@pytest.mark.parametrize("cfg", [PCFG, PCFG_F, PCFG_L], ids=["hidden", "confidence", "linear"])
 def test_dcar_records_what_the_policy_saw(params, cfg):
     """Recorded inputs through the policy's full forward give the recorded log-probs; with the
     heads' confidence, the recorded features are those of the recorded hidden states."""

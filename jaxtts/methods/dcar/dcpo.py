@@ -75,7 +75,7 @@ from jaxtts.decode.driver import PromptBatch, decode
 from jaxtts.decode.sampling import SamplingConfig, row_keys
 from jaxtts.errors import ConfigError
 from jaxtts.eval.metrics import sentence_cer, wer_details
-from jaxtts.methods.dcar.policy import ChunkPolicy, PolicyConfig, action_logp
+from jaxtts.methods.dcar.policy import ChunkPolicy, PolicyConfig, action_logp, threshold_prior
 from jaxtts.methods.dcar.strategies import DCAR
 from jaxtts.methods.lm import LMEngine
 from jaxtts.methods.lm.model import with_bos
@@ -208,10 +208,13 @@ class DCPOTask:
         self.clip_eps = float(dcfg.clip_eps)
         self.kl_beta = float(dcfg.kl_beta)
         self.kl_warmup = int(dcfg.kl_warmup_steps)
+        self.prior = (float(dcfg.get("prior_threshold", 0.0)), float(dcfg.get("prior_gain", 20.0)))
 
     def init(self, rng, batch):
         x = jnp.zeros((1, 2, self.pcfg.d_in), jnp.float32)
         p = self.policy.init(rng, x, jnp.array([2]))["params"]
+        if self.prior[0] > 0:  # start at the confidence-threshold rule (not the paper's)
+            p = threshold_prior(p, self.pcfg, *self.prior)
         ref = jax.tree.map(lambda b: b, p)  # the same initial values, frozen by the trainer
         return {"policy": p, "ref": ref}
 
@@ -469,11 +472,10 @@ class RolloutSource:
 def config_policy(config, engine) -> PolicyConfig:
     p = dict(config.policy)
     p.pop("pick", None)  # how decoding uses the policy (the engine's default strategy)
-    unknown = sorted(set(p) - {"num_heads", "head_dim", "d_ff", "features"})
+    known = ("num_heads", "head_dim", "d_ff", "features", "num_layers")
+    unknown = sorted(set(p) - set(known))
     if unknown:
-        raise ConfigError(
-            f"policy.{unknown[0]}: unknown key, expected num_heads, head_dim, d_ff, features, pick"
-        )
+        raise ConfigError(f"policy.{unknown[0]}: unknown key, expected {', '.join(known)}, pick")
     return PolicyConfig(d_model=engine.cfg.d_model, num_actions=engine.cfg.num_mtp_heads, **p)
 
 

@@ -19,6 +19,11 @@ the logits (a zero-initialised layer), so that a confidence threshold is one ste
 the uniform start. A policy with features costs the K heads' logits before the choice; the
 decode step then samples from them (`dynamic_chunk_step(logits=...)`), so no head runs twice.
 
+`num_layers = 0` (not the paper's, which has one causal layer): no layer and no history, the
+logits are a linear function of [h_t ; f] (`out(h_t) + feat_out(gain f)`); the policy then costs
+two small matmuls a step. `threshold_prior` sets such a policy (or the direct path of one with a
+layer) to the confidence-threshold rule, a start for DCPO that is already dynamic.
+
 Axis letters: B batch, S decisions (slots), D backbone width, A actions (chunk sizes 1..K).
 """
 
@@ -48,10 +53,13 @@ class PolicyConfig:
     head_dim: int = 64
     d_ff: int = 1024
     features: str = "hidden"  # "hidden" (the paper) | "confidence" (+ the heads' confidence)
+    num_layers: int = 1  # causal layers over the decisions (1: the paper; 0: a linear policy)
 
     def __post_init__(self):
         if self.num_actions < 1:
             raise ConfigError(f"policy: num_actions={self.num_actions}, expected >= 1")
+        if self.num_layers not in (0, 1):
+            raise ConfigError(f"policy.num_layers={self.num_layers}: expected 0 or 1")
         if self.features not in FEATURES:
             raise ConfigError(
                 f"policy.features={self.features!r}: expected one of {list(FEATURES)}"
@@ -70,7 +78,10 @@ class PolicyConfig:
     @property
     def stack(self) -> StackConfig:
         return StackConfig(
-            num_layers=1, num_heads=self.num_heads, head_dim=self.head_dim, d_ff=self.d_ff
+            num_layers=self.num_layers,
+            num_heads=self.num_heads,
+            head_dim=self.head_dim,
+            d_ff=self.d_ff,
         )
 
 
@@ -109,7 +120,8 @@ class ChunkPolicy(nn.Module):
     cfg: PolicyConfig
 
     def setup(self):
-        self.stack = TransformerStack(self.cfg.stack)
+        if self.cfg.num_layers:
+            self.stack = TransformerStack(self.cfg.stack)
         self.out = Dense(
             self.cfg.num_actions,
             (axes.EMBED, None),
@@ -117,7 +129,8 @@ class ChunkPolicy(nn.Module):
             kernel_init=nn.initializers.zeros,
         )
         if self.cfg.num_features:
-            self.feat_in = Dense(self.cfg.d_model, (None, axes.EMBED), use_bias=False)
+            if self.cfg.num_layers:
+                self.feat_in = Dense(self.cfg.d_model, (None, axes.EMBED), use_bias=False)
             self.feat_out = Dense(
                 self.cfg.num_actions,
                 (None, None),
@@ -137,6 +150,8 @@ class ChunkPolicy(nn.Module):
         if not self.cfg.num_features:
             return x, None
         h, f = x[..., : self.cfg.d_model], x[..., self.cfg.d_model :]
+        if not self.cfg.num_layers:  # linear: out(h) + feat_out(f), nothing to mix in
+            return h, f
         return h + self.feat_in(f).astype(jnp.float32), f
 
     def _logits(self, h: jax.Array, f: jax.Array | None) -> jax.Array:
@@ -151,11 +166,14 @@ class ChunkPolicy(nn.Module):
         b, s = inputs.shape[:2]
         pos = jnp.arange(s)[None].repeat(b, 0)  # [B, S]
         x, f = self._split(inputs)
+        if not self.cfg.num_layers:
+            return self._logits(x, f)
         h, _ = self.stack(x, pos, decision_mask(length, s))
         return self._logits(h, f)
 
     def init_cache(self, batch: int, slots: int) -> PolicyCache:
         c = self.cfg
+        slots = slots if c.num_layers else 0  # a linear policy keeps no history
         shape = (batch, c.num_heads, slots, c.head_dim)  # [B, N, S, H]
         z = jnp.zeros(shape, jnp.float32)
         return PolicyCache(LayerCache(z, z), jnp.zeros((batch,), jnp.int32))
@@ -166,9 +184,42 @@ class ChunkPolicy(nn.Module):
         pos = cache.length[:, None]  # [B, 1]
         mask = jnp.arange(slots)[None, None, :] <= cache.length[:, None, None]  # [B, 1, S]
         x, f = self._split(inputs[:, None])  # [B, 1, D], [B, 1, F]
+        if not self.cfg.num_layers:
+            return self._logits(x, f)[:, 0], cache.replace(length=cache.length + 1)
         h, (layer,) = self.stack(x, pos, mask, (cache.layer,), cache.length)
         logits = self._logits(h, f)[:, 0]  # [B, A]
         return logits, PolicyCache(layer, jnp.minimum(cache.length + 1, slots))
+
+
+def threshold_prior(params, cfg: PolicyConfig, theta: float, gain: float):
+    """`params` of a confidence policy set to the threshold rule: the logit of size c is
+    gain x sum_{k=2..c} (top_k - theta), top_k = head k's top probability at h_t (size 1: 0),
+    and h_t's own path (`out`'s kernel) at zero. Its argmax takes c = 1 + the leading heads
+    2..c above theta (exactly so unless a head below theta is outweighed by later ones above);
+    its draws are spread over sizes whose heads sit near theta. benchmarks/dcar_acceptance.py:
+    theta 0.4 keeps 3.27 tokens a decision at 0.128 failed drafts a token (CAR c=3: 3.00 /
+    0.160). Not the paper's (its policy starts uniform)."""
+    if cfg.features != "confidence":
+        raise ConfigError(
+            f"dcpo.prior_threshold={theta}: needs policy.features='confidence', "
+            f"got {cfg.features!r}"
+        )
+    k = cfg.num_actions
+    size = jnp.arange(k)  # c - 1
+    # feat_out reads FEATURE_GAIN x f, f = [top_1..top_K, entropies]: kernel [2K, A]
+    head = jnp.arange(2 * k)[:, None]
+    kernel = ((head >= 1) & (head <= size[None])).astype(jnp.float32) * (gain / FEATURE_GAIN)
+
+    def put(leaf, value):  # keeps a logically partitioned box around the new value
+        return leaf.replace_boxed(value) if isinstance(leaf, nn.meta.AxisMetadata) else value
+
+    out, feat = params["out"], params["feat_out"]
+    out = dict(
+        out,
+        kernel=put(out["kernel"], jnp.zeros_like(nn.unbox(out["kernel"]))),
+        bias=put(out["bias"], (-gain * theta * size).astype(jnp.float32)),
+    )
+    return dict(params, out=out, feat_out=dict(feat, kernel=put(feat["kernel"], kernel)))
 
 
 def action_logp(logits: jax.Array, actions: jax.Array) -> jax.Array:
