@@ -190,26 +190,26 @@ def test_ctc_asr_transcribes_the_corpus(tiny_corpus):
     assert rates["cer"] < 0.15, rates
 
 
-def test_dcar_deep_policy_is_dynamic_and_keeps_to_its_guidance(tiny_corpus):
-    """The shipped DCAR policy of car_deep (guidance {2, 3, 4}; reads the heads' confidence;
-    decodes with its argmax) on the tiny corpus, teacher-forced along CAR c=3 paths
-    (`teacher_forced_choices`: no decode loop): its argmax takes c = 3 on most decisions and
-    c = 4 on >= 8 % of them (measured 82 / 18 %; 88 / 12 % on the decoded test split, its
-    MODEL_CARD.md), so the argmax itself is dynamic, and its distribution puts >= 95 % on the
-    guidance sizes (measured 0.2 / 2 / 70 / 28 %). An untrained policy is uniform (its argmax
-    is c = 1 everywhere); the earlier policy, which read h_t alone, took c = 3 everywhere."""
+def test_dcar_deep_policy_is_dynamic_and_moved_from_its_start(tiny_corpus):
+    """The shipped DCAR policy of car_deep (linear over h_t and the heads' confidence, DCPO from
+    the confidence-threshold rule; decodes with its argmax) on the tiny corpus, teacher-forced
+    along CAR c=3 paths (`teacher_forced_choices`: no decode loop): its argmax takes c = 4 on
+    50-80 % of the decisions and c = 3 on >= 18 % (measured 69 / 27 %; 63 / 28 % on the decoded
+    test split, its MODEL_CARD.md), and its distribution puts >= 90 % on the guidance sizes.
+    An untrained policy is uniform (its argmax is c = 1 everywhere); the rule it started from
+    takes c = 4 on 83 % and c = 3 on 13 %; the previous policy (one layer) c = 3 on 82 %."""
     from jaxtts.engine import load_engine
     from jaxtts.methods.dcar.engine import teacher_forced_choices
 
     eng = load_engine(PRETRAINED / "dcar_deep")
     assert eng.decode_config["strategy"] == "dcar"
-    assert eng.policy.cfg.features == "confidence"
+    assert eng.policy.cfg.features == "confidence" and eng.policy.cfg.num_layers == 0
     probs = teacher_forced_choices(eng, _utts(tiny_corpus), chunk=3, batch_size=TF_BATCH)
     assert len(probs) > 500
     share = probs.mean(0)  # [K] sizes 1..4
-    assert share[1:].sum() >= 0.95, share
+    assert share[1:].sum() >= 0.9, share
     argmax = np.bincount(probs.argmax(1), minlength=4) / len(probs)
-    assert argmax[2] >= 0.6 and argmax[3] >= 0.08 and argmax[:2].sum() == 0, argmax
+    assert 0.5 <= argmax[3] <= 0.8 and argmax[2] >= 0.18, argmax
 
 
 def test_ssd_deep_draft_is_the_shallow_backbone():
