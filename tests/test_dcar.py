@@ -124,6 +124,16 @@ def test_threshold_prior_logits_and_linear_policy():
         np.testing.assert_allclose(logits, [[0.0, 2.0, 3.0, 1.0]], atol=1e-4)
         assert int(cache.length[0]) == 1
     assert cache.layer.k.shape[2] == 0 and "feat_in" not in p and "stack" not in p
+    # DCPO with `prior_threshold` starts there, its KL reference too
+    from ml_collections import ConfigDict
+
+    from jaxtts.methods.dcar.dcpo import DCPOTask
+
+    dcfg = dict(clip_eps=0.2, kl_beta=0.1, kl_warmup_steps=0, prior_threshold=0.4)
+    start = nn.unbox(DCPOTask(PCFG_L, ConfigDict(dcfg)).init(jax.random.key(3), None))
+    for part in ("policy", "ref"):
+        lg = ChunkPolicy(PCFG_L).apply({"params": start[part]}, x[:, None], jnp.array([1]))
+        np.testing.assert_allclose(lg[:, 0], [[0.0, 2.0, 3.0, 1.0]], atol=1e-4)
     with pytest.raises(ConfigError, match="prior_threshold=0.4: needs policy.features"):
         threshold_prior({}, PCFG, 0.4, 20.0)
     with pytest.raises(ConfigError, match="policy.num_layers=2: expected 0 or 1"):
