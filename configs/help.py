@@ -162,6 +162,8 @@ HELP = {
     "policy.features": "policy input: hidden (h_t, the paper) or confidence (+ each head's top "
     "probability and entropy)",
     "policy.pick": "decoding's default use of the policy: argmax (dcar) or sample (dcar:sample)",
+    "policy.num_layers": "causal layers over the decisions: 1 (the paper) or 0 (a linear policy "
+    "over [h_t ; features], no history)",
     "dcpo.backbone": "the frozen TTS LM run folder the policy decodes with (pretrained/car_small)",
     "dcpo.reward_asr": "the frozen CTC ASR run folder that scores rollouts (pretrained/ctc_asr)",
     "dcpo.guidance": "action-guidance set: chunk sizes in range (e.g. '(2,3)'); penalty outside",
@@ -183,6 +185,9 @@ HELP = {
     "dcpo.clip_eps": "GRPO ratio clip epsilon",
     "dcpo.kl_beta": "k3 KL weight to the frozen initial policy",
     "dcpo.kl_warmup_steps": "the KL weight rises linearly from 0 over these steps",
+    "dcpo.prior_threshold": "> 0: the policy (and its KL reference) starts at the confidence "
+    "threshold rule with this theta (needs policy.features=confidence); 0: uniform (the paper)",
+    "dcpo.prior_gain": "the threshold start's logit gain: gain x sum_{k=2..c} (top_k - theta)",
     # SSD (configs/ssd.py)
     "ssd.target": "the frozen target LM run folder the draft is made from (pretrained/car_small)",
     "ssd.first": "the target's first layers kept in the draft (trained)",
