@@ -1,5 +1,6 @@
 """The DCAR chunk-size policy: one causal transformer layer over the frozen TTS model's hidden
-states at decision positions, then a linear layer to logits over chunk sizes {1..K}.
+states at decision positions, then a linear layer to logits over chunk sizes {1..K} (the paper;
+`num_layers = 0`, below: the linear layer alone, shipped in pretrained/dcar_deep).
 
 The policy's sequence is the decisions of one row: decision j reads h_{t_j}, the backbone's
 hidden state of the last token kept before step j (`ChunkCarry.hidden`), at RoPE position j.
