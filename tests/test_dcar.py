@@ -229,8 +229,9 @@ def test_step_that_follows_the_choice_equals_extend_by_k(params, sampling, cfg):
     """The step that extends by the batch's largest chosen size (`dynamic_chunk_step`) gives
     the tokens, steps and chunk histogram of the reference step that computes all K heads and
     extends by K, and so does the variant that writes the cache inside its branch; batch 4,
-    rows choosing different sizes. With the heads' confidence as policy input both steps sample
-    from the logits computed for the policy."""
+    rows choosing different sizes. With the heads' confidence as policy input the step samples
+    from the logits it computed for the policy: the same tokens as the reference, which
+    recomputes them."""
     from jaxtts.methods.dcar.strategies import DCAR
 
     rows = random_rows(4, seed=21)

@@ -88,9 +88,7 @@ class DCAR(_SpeechSlots, Strategy):
     record: bool = False  # keep policy inputs / actions / log-probs (DCPO)
     max_chunk: int = 0  # filled by bind: K (token-buffer headroom)
     # the reference step: every step computes all K heads and extends by K (the step before
-    # `dynamic_chunk_step`; same tokens, kept for the equivalence test and the benchmark; a
-    # policy that reads the heads' confidence has their logits already: sampled from, not
-    # recomputed)
+    # `dynamic_chunk_step`; same tokens, kept for the equivalence test and the benchmark)
     extend_all: bool = False
     # `dynamic_chunk_step(write_in_branch=...)`: True writes the cache inside the switch (a
     # copy of every layer's cache per step on a CPU; on an H200 the forced-c=3 step took 0.93 /
@@ -183,10 +181,8 @@ class DCAR(_SpeechSlots, Strategy):
             chosen = jnp.where(forced > 0, forced, chosen)
         count = chosen.astype(jnp.int32)  # [B]
         logp = action_logp(policy_logits, count)  # [B]
-        if self.extend_all:  # every step extends by K (the heads' logits reused if computed)
-            prop = chunk_step(
-                target, params["target"], c.chunk, state, keys, sampling, k, count, head_logits
-            )
+        if self.extend_all:  # the reference step (recomputes the heads)
+            prop = chunk_step(target, params["target"], c.chunk, state, keys, sampling, k, count)
         else:
             prop = dynamic_chunk_step(
                 target,

@@ -131,11 +131,9 @@ def chunk_step(
     sampling: SamplingConfig,
     heads: int,
     count: jax.Array,
-    logits: jax.Array | None = None,
 ) -> Proposal:
-    """Sample `heads` tokens per row from heads 1..heads, keep count[b] of them (int32 [B]).
-    logits: the heads' `chunk_logits`, when computed already (not recomputed)."""
-    toks = _sample_chunk(model, params, carry, state, keys, sampling, heads, logits)
+    """Sample `heads` tokens per row from heads 1..heads, keep count[b] of them (int32 [B])."""
+    toks = _sample_chunk(model, params, carry, state, keys, sampling, heads)
     hidden, cache = extend_rows(model, params, toks, count, carry.cache)
     return Proposal(tokens=toks, count=count, carry=ChunkCarry(cache, hidden))
 
