@@ -209,6 +209,8 @@ HELP = {
     "tldr.ext_heads": "extractor: attention heads",
     "tldr.ext_ff": "extractor: SwiGLU width",
     "tldr.slots": "extractor: cross-attention slots per layer (S)",
+    "tldr.ext_prev": "extractor: speech tokens before the patch its first input sees "
+    "(0 = the paper; not in the paper)",
     "tldr.speaker": "condition the extractor on the prompt's speaker embedding",
     "tldr.speaker_proj": "width of the projected speaker embedding",
     "tldr.min_reference_seconds": "shortest speaker reference the speaker encoder reads",

@@ -12,6 +12,10 @@ Variants (`--config configs/tldr.py:<variant>`):
                1/6 of the backbone, the paper's ratio (4 next to 24)
   deep_warm    P = 4 on pretrained/car_deep, started from the trained P = 2 model
                pretrained/tldr_deep (`tldr.warm_start`: a P = 2 -> 4 curriculum)
+  deep_prev    P = 4 on pretrained/car_deep with `ext_prev=4` (the extractor also sees the
+               4 tokens before the patch; not in the paper), started from the shipped
+               pretrained/tldr_deep_p4 (its new table starts at zero: the same function at
+               step 0), half the learning rate, 1000 steps
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
@@ -37,6 +41,7 @@ VARIANTS = (
     "deep",
     "deep_p2",
     "deep_warm",
+    "deep_prev",
 )
 
 
@@ -65,6 +70,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             ext_heads=4,
             ext_ff=768,
             slots=4,
+            ext_prev=0,  # speech tokens before the patch the extractor sees (0 = the paper)
             speaker=True,
             speaker_proj=128,
             min_reference_seconds=0.5,
@@ -101,6 +107,11 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         t.patch = 2 if v == "deep_p2" else 4
         if v == "deep_warm":
             t.warm_start = "pretrained/tldr_deep"
+    elif v == "deep_prev":
+        t.backbone = "pretrained/car_deep"
+        t.ext_prev = 4
+        t.warm_start = "pretrained/tldr_deep_p4"
+        config.train.update(steps=1000, learning_rate=5e-4, warmup_steps=50)
     elif v == "tiny":
         t.update(
             corpus_utterances=40,

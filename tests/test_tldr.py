@@ -18,7 +18,13 @@ from jaxtts.decode.sampling import SamplingConfig, row_keys
 from jaxtts.errors import CheckpointError, ConfigError, DataError
 from jaxtts.methods.lm.model import TTSLM, LMConfig
 from jaxtts.methods.speaker_encoder import SpeakerEncoderModel
-from jaxtts.methods.tldr.model import TLDRConfig, TLDRModel, patch_grid
+from jaxtts.methods.tldr.model import (
+    TLDRConfig,
+    TLDRModel,
+    patch_grid,
+    previous_tokens,
+    prompt_tail,
+)
 from jaxtts.methods.tldr.strategy import TLDR
 from jaxtts.train.state import tree_from_flat, tree_to_flat
 
@@ -73,7 +79,7 @@ def init_model(cfg: TLDRConfig, seed: int = 0):
     keys = iter(jax.random.split(jax.random.key(seed + 1), len(flat)))
     flat = {
         k: 0.05 * jax.random.normal(next(keys), v.shape)
-        if k.endswith(("lora_b", "mel_table"))
+        if k.endswith(("lora_b", "mel_table", "prev_embed"))
         else v
         for k, v in flat.items()
     }
@@ -312,12 +318,13 @@ def _decode(model, params, args, max_new=24, greedy=True, seed=0, row_ids=None, 
     return jax.device_get(out)
 
 
-@pytest.mark.parametrize("token_rate", [True, False])
-def test_greedy_decode_equals_teacher_forced_argmax(token_rate):
+@pytest.mark.parametrize("token_rate,ext_prev", [(True, 0), (False, 0), (True, 3)])
+def test_greedy_decode_equals_teacher_forced_argmax(token_rate, ext_prev):
     """Greedy decoding (prefill + per-patch extend with the compressor's window) reproduces
     the teacher-forced model: fed back its own output, every generated token is the argmax
-    (backbone positions at the token rate or one per patch)."""
-    cfg = make_cfg(token_rate_positions=token_rate)
+    (backbone positions at the token rate or one per patch; with `ext_prev` the extractor's
+    previous tokens: the prompt's last ones, then the previous patch's)."""
+    cfg = make_cfg(token_rate_positions=token_rate, ext_prev=ext_prev)
     model, params = init_model(cfg)
     text, text_len, speech, _, prompt_len = rows()
     out = _decode(model, params, (text, text_len, speech, None, prompt_len), max_new=20)
@@ -380,10 +387,11 @@ def test_tldr_loop_writes_the_caches_in_place(b):
     assert not loop_copies(hlo, cache)
 
 
-def test_batch_n_equals_batch_1(greedy=False):
+@pytest.mark.parametrize("ext_prev", [0, 4])
+def test_batch_n_equals_batch_1(ext_prev, greedy=False):
     """Sampled decoding (per-row keys): each row of a batch equals that row decoded alone
     (greedy rows are covered by the teacher-forced test above)."""
-    cfg = make_cfg()
+    cfg = make_cfg(ext_prev=ext_prev)
     model, params = init_model(cfg)
     args = rows()
     full = _decode(model, params, args, greedy=greedy)
@@ -394,9 +402,54 @@ def test_batch_n_equals_batch_1(greedy=False):
         np.testing.assert_array_equal(one.tokens[0, :n], full.tokens[r, :n])
 
 
+def test_previous_tokens_exact():
+    """The K tokens before each target patch, by hand: the prompt's last ones for the first
+    target patch, PAD before the stream starts and for prompt patches."""
+    cfg = make_cfg(patch=2, ext_prev=2)
+    pad = LM.pad
+    speech = jnp.array([[10, 11, 12, 13, 14, 15, 16], [20, 21, 22, 23, 24, 25, 26]], jnp.int32)
+    prompt_len = jnp.array([3, 0], jnp.int32)
+    got = np.asarray(previous_tokens(speech, prompt_len, cfg, 4))
+    # row 0: prompt patches [10 11] [12 -], target patches [13 14] [15 16]
+    want0 = [[pad, pad], [pad, pad], [11, 12], [13, 14]]
+    # row 1: no prompt; target patches [20 21] [22 23] [24 25] [26 EOS]
+    want1 = [[pad, pad], [20, 21], [22, 23], [24, 25]]
+    np.testing.assert_array_equal(got, [want0, want1])
+    prompt = speech[:, :3]
+    np.testing.assert_array_equal(
+        np.asarray(prompt_tail(prompt, prompt_len, cfg)), [[11, 12], [pad, pad]]
+    )
+
+
+def test_ext_prev_starts_as_the_same_function():
+    """`ext_prev` > 0 with its tables at zero (a warm start from a K = 0 model) gives the
+    K = 0 model's logits exactly; non-zero tables change them."""
+    model0, params0 = init_model(make_cfg())
+    model4, params4 = init_model(make_cfg(ext_prev=4))
+    flat4 = tree_to_flat(params4)
+    flat = {**tree_to_flat(params0)}
+    flat.update({k: jnp.zeros_like(v) for k, v in flat4.items() if k.endswith("prev_embed")})
+    assert set(flat) == set(flat4)
+    args = tuple(jnp.asarray(a) for a in rows())
+    want, _, target = model0.apply({"params": params0}, *args)
+    got, _, _ = model4.apply({"params": tree_from_flat(flat)}, *args)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    moved, _, _ = model4.apply(
+        {
+            "params": tree_from_flat(
+                {**flat, **{k: v for k, v in flat4.items() if k.endswith("prev_embed")}}
+            )
+        },
+        *args,
+    )
+    assert np.abs(np.asarray(moved - want))[np.asarray(target)].max() > 1e-3
+
+
 def test_config_errors():
     with pytest.raises(ConfigError, match="tldr.patch=0"):
         make_cfg(patch=0)
+    with pytest.raises(ConfigError, match="tldr.ext_prev=5"):
+        make_cfg(ext_prev=5)
     with pytest.raises(ConfigError, match="tldr.compressor"):
         make_cfg(compressor="max")
     from jaxtts.methods.tldr.assemble import check_keys

@@ -37,6 +37,7 @@ MODEL_KEYS = (
     "ext_heads",
     "ext_ff",
     "slots",
+    "ext_prev",
     "speaker",
     "speaker_proj",
     "token_rate_positions",

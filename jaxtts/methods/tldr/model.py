@@ -24,6 +24,12 @@ prompt's prefill and (one patch at a time) in decoding.
                to the slots, causal self-attention within the patch, FFN. Input at position i
                is the embedding of the patch's token i - 1 (START at 0): it generates the P
                tokens of a patch autoregressively; EOS ends the utterance.
+               `ext_prev` = K > 0 (not in the paper, default 0): input 0 also carries the
+               K speech tokens just before the patch (prompt or generated), each through a
+               table of its own per relative position that starts at zero (so a model
+               trained with K = 0 computes the same at K > 0 until it trains): the
+               extractor then sees the local context a token-level LM sees, which g_j holds
+               only through the compressor and the patch-rate backbone.
 
 Speaker embedding: the shipped JAX speaker encoder (`jaxtts.methods.speaker_encoder`) applied to
 the prompt *as the model sees it*: its tokens decoded to log-mel by the tokenizer's centroid
@@ -71,6 +77,7 @@ class TLDRConfig:
     ext_heads: int = 4
     ext_ff: int = 768
     slots: int = 4  # S
+    ext_prev: int = 0  # K: speech tokens before the patch the extractor's input 0 sees
     speaker: bool = True
     speaker_proj: int = 128  # d_s
     speaker_dim: int = 192  # the speaker encoder's embedding size
@@ -91,6 +98,10 @@ class TLDRConfig:
             )
         if self.window < 1 or self.slots < 1 or self.ext_layers < 1:
             raise ConfigError("tldr.window, tldr.slots, tldr.ext_layers: expected >= 1")
+        if not 0 <= self.ext_prev <= self.patch:
+            raise ConfigError(
+                f"tldr.ext_prev={self.ext_prev}: expected 0 <= K <= tldr.patch={self.patch}"
+            )
 
     @property
     def eos(self) -> int:
@@ -142,6 +153,35 @@ def patch_grid(
     tok = jnp.where(in_prompt | (tidx < tlen), tok, cfg.eos)
     tok = jnp.where(valid, tok, cfg.pad).astype(jnp.int32)
     return tok, valid, valid & ~in_prompt
+
+
+def previous_tokens(
+    speech: jax.Array, prompt_len: jax.Array, cfg: TLDRConfig, num_patches: int
+) -> jax.Array:
+    """speech int [B, T] (prompt then target tokens), prompt_len [B] -> int32 [B, J, K]: for
+    each target patch j the K = `ext_prev` stream tokens before its first one (the last prompt
+    tokens for the first target patch), PAD where the stream has none; PAD for prompt patches
+    (the loss does not score them)."""
+    p, k = cfg.patch, cfg.ext_prev
+    j = jnp.arange(num_patches)[None, :, None]
+    plen = prompt_len[:, None, None]
+    jp = -(-plen // p)
+    first = plen + (j - jp) * p  # the stream index of target patch j's first token
+    src = first - k + jnp.arange(k)[None, None, :]  # [B, J, K]
+    ok = (j >= jp) & (src >= 0)
+    flat = jnp.clip(src, 0, speech.shape[1] - 1).reshape(src.shape[0], -1)
+    tok = jax.vmap(lambda s, ix: s[ix])(speech, flat).reshape(src.shape)
+    return jnp.where(ok, tok, cfg.pad).astype(jnp.int32)
+
+
+def prompt_tail(prompt: jax.Array, prompt_len: jax.Array, cfg: TLDRConfig) -> jax.Array:
+    """Decoding: the last K = `ext_prev` prompt tokens of each row, int32 [B, K] (PAD where the
+    prompt is shorter): what `previous_tokens` gives the first target patch."""
+    if prompt.shape[1] == 0:
+        return jnp.full((prompt.shape[0], cfg.ext_prev), cfg.pad, jnp.int32)
+    src = prompt_len[:, None] - cfg.ext_prev + jnp.arange(cfg.ext_prev)[None]  # [B, K]
+    tok = jnp.take_along_axis(prompt, jnp.clip(src, 0, max(prompt.shape[1] - 1, 0)), axis=1)
+    return jnp.where(src >= 0, tok, cfg.pad).astype(jnp.int32)
 
 
 class Compressor(nn.Module):
@@ -242,7 +282,9 @@ class ExtractorLayer(nn.Module):
 
 class Extractor(nn.Module):
     """(global contexts g [N, D], speaker embeddings s [N, E_s] or None, inputs [N, P'] ids:
-    START then the patch's tokens shifted by one, P' <= P) -> logits float32 [N, P', V].
+    START then the patch's tokens shifted by one, P' <= P; with `ext_prev` = K > 0 also
+    `prev` [N, K], the stream tokens before the patch, PAD where none) -> logits float32
+    [N, P', V].
 
     Decoding calls it twice per patch: `inputs=None` returns every layer's slots [N, L, S, E]
     from (g, s); then each of the P inner steps passes those `slots`, its one input [N, 1]
@@ -261,6 +303,7 @@ class Extractor(nn.Module):
         slots: jax.Array | None = None,
         caches: tuple[LayerCache, ...] | None = None,
         index: int = 0,
+        prev: jax.Array | None = None,
     ):
         c = self.cfg
         bb = c.backbone
@@ -288,6 +331,8 @@ class Extractor(nn.Module):
             (c.patch, c.ext_width),
             (None, axes.EMBED),
         )
+        if c.ext_prev and (caches is None or index == 0):
+            x = x.at[:, 0].add(self._previous(prev))
         if caches is None:
             x = x + pos[None, : inputs.shape[1]]
             for i, layer in enumerate(layers):
@@ -304,6 +349,26 @@ class Extractor(nn.Module):
         logits = Dense(v, (axes.EMBED, axes.VOCAB), use_bias=True, name="out")(x)
         logits = logits[..., : bb.out_vocab].astype(jnp.float32)
         return logits if caches is None else (logits, caches)
+
+    def _previous(self, prev: jax.Array) -> jax.Array:
+        """prev int [N, K] -> [N, E]: the sum of each valid token's row of its position's
+        table (zero-initialised: `ext_prev` > 0 starts as the same function as 0)."""
+        c, bb = self.cfg, self.cfg.backbone
+        if prev is None:
+            raise ValueError("tldr.ext_prev > 0: the extractor needs the previous tokens")
+        tables = param_with_axes(
+            self,
+            "prev_embed",
+            nn.initializers.zeros,
+            (c.ext_prev, bb.padded(bb.num_speech_tokens + 2), c.ext_width),
+            (None, axes.VOCAB, axes.EMBED),
+        )  # [K, V', E]
+        ok = prev < bb.num_speech_tokens  # [N, K] speech tokens only (PAD: none)
+        ids = jnp.where(ok, prev, 0)
+        rows = jax.vmap(lambda t, i: jnp.take(t, i, axis=0), in_axes=(0, 1), out_axes=1)(
+            tables, ids
+        )  # [N, K, E]
+        return jnp.sum(rows * ok[..., None], axis=1)
 
 
 class TLDRModel(nn.Module):
@@ -347,11 +412,17 @@ class TLDRModel(nn.Module):
         emb = self.backbone.embed_speech(tokens)  # [B, J, P, D]
         return self.compressor(emb, valid, last)
 
-    def extract(self, g: jax.Array, s: jax.Array | None, inputs: jax.Array) -> jax.Array:
-        """g [B, J, D], s [B, E_s] or None, inputs [B, J, P] -> logits [B, J, P, V]."""
+    def extract(
+        self, g: jax.Array, s: jax.Array | None, inputs: jax.Array, prev: jax.Array | None = None
+    ) -> jax.Array:
+        """g [B, J, D], s [B, E_s] or None, inputs [B, J, P], prev [B, J, K] or None -> logits
+        [B, J, P, V]."""
         b, nj, p = inputs.shape
         flat_s = None if s is None else jnp.repeat(s, nj, axis=0)  # [B J, E_s]
-        logits = self.extractor(g.reshape(b * nj, -1), flat_s, inputs.reshape(b * nj, p))
+        flat_prev = None if prev is None else prev.reshape(b * nj, -1)
+        logits = self.extractor(
+            g.reshape(b * nj, -1), flat_s, inputs.reshape(b * nj, p), prev=flat_prev
+        )
         return logits.reshape(b, nj, p, -1)
 
     def extract_slots(self, g: jax.Array, s: jax.Array | None) -> jax.Array:
@@ -368,11 +439,14 @@ class TLDRModel(nn.Module):
             for _ in range(c.ext_layers)
         )
 
-    def extract_step(self, slots: jax.Array, inputs: jax.Array, caches, index: int):
+    def extract_step(self, slots: jax.Array, inputs: jax.Array, caches, index: int, prev=None):
         """Decoding: slots [B, L, S, E], the patch's input `index` [B, 1] (START or the
-        previous token), the caches of the inputs before it -> (the logits of its token
-        `index` [B, V], the caches with this input added)."""
-        logits, caches = self.extractor(None, None, inputs, slots=slots, caches=caches, index=index)
+        previous token), the caches of the inputs before it (and `prev` [B, K], the stream
+        tokens before the patch, with `ext_prev`) -> (the logits of its token `index` [B, V],
+        the caches with this input added)."""
+        logits, caches = self.extractor(
+            None, None, inputs, slots=slots, caches=caches, index=index, prev=prev
+        )
         return logits[:, 0], caches
 
     def shifted_inputs(self, tokens: jax.Array) -> jax.Array:
@@ -399,7 +473,8 @@ class TLDRModel(nn.Module):
             text, text_len, emb, n_patches, stride=c.stride
         )  # [B, J, D]
         s = self.speaker_embedding(speech, prompt_len)
-        logits = self.extract(g, s, self.shifted_inputs(tokens))
+        prev = previous_tokens(speech, prompt_len, c, nj) if c.ext_prev else None
+        logits = self.extract(g, s, self.shifted_inputs(tokens), prev)
         return logits, tokens, target
 
     # -- decoding (the backbone's cache grows by one slot per patch)

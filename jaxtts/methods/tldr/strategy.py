@@ -8,6 +8,8 @@ One step, every row at once:
    so each call's logits equal the full patch's at that position), each token
    sampled with the run's sampling settings (per-row keys folded with the step and the
    position, so batch-N == batch-1);
+   with `ext_prev` = K the extractor's first input also sees the K tokens before the patch
+   (the prompt's last ones, then the previous patch's), kept in the carry;
 2. the compressor turns them into the patch vector z_j (its window reads the previous
    `window_patches` patches, kept in the carry), and ONE backbone forward appends z_j to the
    cache, giving g_{j+1}.
@@ -29,6 +31,7 @@ from jaxtts.decode.driver import Proposal, Strategy
 from jaxtts.decode.sampling import sample_tokens, step_keys, suppress_early_eos
 from jaxtts.errors import ConfigError
 from jaxtts.methods.lm import KVCache, cache_windows, window_fits
+from jaxtts.methods.tldr.model import prompt_tail
 
 
 @flax.struct.dataclass
@@ -38,6 +41,7 @@ class TLDRCarry:
     speaker: jax.Array | None  # [B, E_s] speaker embedding (None without conditioning)
     win_tokens: jax.Array  # int32 [B, NW, P] the last NW patches (compressor window)
     win_valid: jax.Array  # bool [B, NW, P]
+    prev: jax.Array  # int32 [B, K] the K = ext_prev stream tokens before the next patch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +93,8 @@ class TLDR(Strategy):
         g, cache, s, win_t, win_v = m.apply(
             p, batch.text, batch.text_len, batch.prompt, batch.prompt_len, cache, method="prefill"
         )
-        return TLDRCarry(cache, g.astype(jnp.float32), s, win_t, win_v)
+        prev = prompt_tail(batch.prompt, batch.prompt_len, m.cfg)  # [B, K]
+        return TLDRCarry(cache, g.astype(jnp.float32), s, win_t, win_v, prev)
 
     def step(self, models, params, state, keys, sampling):
         m, p = models["tldr"], {"params": params["tldr"]}
@@ -102,7 +107,7 @@ class TLDR(Strategy):
         tok = jnp.full((b, 1), cfg.start, jnp.int32)  # [B, 1] input i
         out = []
         for i in range(n):
-            logits, caches = m.apply(p, slots, tok, caches, i, method="extract_step")
+            logits, caches = m.apply(p, slots, tok, caches, i, c.prev, method="extract_step")
             logits = suppress_early_eos(logits[:, None], state.length + i, sampling, cfg.eos)
             ki = jax.vmap(lambda kk, i=i: jax.random.fold_in(kk, i))(k)
             tok = sample_tokens(ki, logits, sampling)  # [B, 1]
@@ -113,7 +118,8 @@ class TLDR(Strategy):
         if win_t.shape[1]:  # slide the window by the new patch
             win_t = jnp.concatenate([win_t[:, 1:], tokens[:, None]], axis=1)
             win_v = jnp.concatenate([win_v[:, 1:], jnp.ones((b, 1, n), bool)], axis=1)
-        carry = TLDRCarry(cache, hidden.astype(jnp.float32), c.speaker, win_t, win_v)
+        prev = tokens[:, n - cfg.ext_prev :]  # [B, K]
+        carry = TLDRCarry(cache, hidden.astype(jnp.float32), c.speaker, win_t, win_v, prev)
         return Proposal(tokens=tokens, count=jnp.full((b,), n, jnp.int32), carry=carry)
 
 
