@@ -189,7 +189,7 @@ def step_forwards(
             Forward("target", q=c, head_w=heads, head_v=c * v, **stack),
             Forward(
                 "policy",
-                layers=1,
+                layers=int(pol.get("policy_layers", 1)),
                 layer_w=pol.get("layer_w", lm.layer_w),
                 attn=pol.get("attn", lm.attn),
                 q=1,
@@ -611,7 +611,10 @@ def row_model(folder: str) -> tuple:
     elif task == "dcar":
         backbone = str(cfg.dcpo.backbone)
         c = saved_counts(folder)
-        extra["layer_w"] = c["policy/stack/layer_0"]
+        # the shipped policy is linear (policy.num_layers 0: no causal layer, RESULTS
+        # deep-dcar-rule); the paper's has one
+        extra["policy_layers"] = int(cfg.policy.get("num_layers", 1))
+        extra["layer_w"] = c.get("policy/stack/layer_0", 0)
         extra["attn"] = int(cfg.policy.num_heads) * int(cfg.policy.head_dim)
     elif task == "tldr":
         backbone = str(cfg.tldr.backbone)

@@ -179,3 +179,15 @@ def test_dcar_batch_extends_by_the_expected_largest_chosen_size(roofline):
     assert (one.q, two.q) == (pytest.approx(2.5), pytest.approx(2.75))
     (old, _) = roofline.step_forwards("dcar", lm, {"tokens_per_step": 2.5}, 100, b=2)
     assert old.q == pytest.approx(2.5)  # without the sizes: the mean
+
+
+def test_shipped_dcar_policy_is_linear_in_the_model(roofline):
+    """The shipped DCAR policy has no causal layer (policy.num_layers 0): the model counts
+    its forward without one (the paper's one-layer policy: one layer)."""
+    lm, extra = roofline.row_model(str(ROOT / "pretrained" / "dcar_deep"))
+    assert (extra["policy_layers"], extra["layer_w"]) == (0, 0)
+    stats = {"tokens_per_step": 3.0}
+    (_, linear) = roofline.step_forwards("dcar", lm, stats, 100, extra)
+    (_, one) = roofline.step_forwards("dcar", lm, stats, 100, {**extra, "policy_layers": 1})
+    assert (linear.layers, one.layers) == (0, 1)
+    assert linear.flops(1) == 2 * lm.d_model * lm.num_heads
