@@ -6,6 +6,7 @@ second of audio, at several batch sizes; compile time reported separately.
     python benchmarks/decode.py --config configs/car.py:paper --batch 1,8,32 --tokens 500
     python benchmarks/decode.py --workdir pretrained/car_deep --batch 1 --strategies far,car:3 \
         --tokens 200 --precision bfloat16                                 # as the LM decodes
+    python benchmarks/decode.py --workdir pretrained/car_deep --batch 8 --top_p 0.6  # top-p's cost
 
 EOS is suppressed until `--tokens` (`SamplingConfig.min_tokens`), so every row of every
 strategy generates exactly `--tokens` tokens (random or trained weights alike).
@@ -134,6 +135,12 @@ def main(argv=None) -> int:
         help="decode.precision: bfloat16 casts the matmul kernels once and sums in float32 "
         "(`jaxtts.decode.precision`)",
     )
+    ap.add_argument(
+        "--top_p",
+        type=float,
+        default=1.0,
+        help="nucleus sampling (the shipped models decode at 0.6; 1.0: no filter)",
+    )
     ap.add_argument("--out", default="out/bench_decode.json")
     args = ap.parse_args(argv)
 
@@ -160,7 +167,10 @@ def main(argv=None) -> int:
     strategies = [s for s in args.strategies.split(",") if s] or (
         ["far"] + [f"car:{c}" for c in range(2, cfg.num_mtp_heads + 1)]
     )
-    sampling = SamplingConfig(temperature=1.0, top_k=0, min_tokens=args.tokens)
+    if not 0.0 < args.top_p <= 1.0:
+        print(f"error: --top_p={args.top_p}: expected 0 < top_p <= 1", file=sys.stderr)
+        return 2
+    sampling = SamplingConfig(temperature=1.0, top_k=0, top_p=args.top_p, min_tokens=args.tokens)
     rng = np.random.default_rng(0)
     rows = []
     dev = jax.devices()[0]

@@ -4,7 +4,8 @@
         --rows far@pretrained/car_deep,car:2@pretrained/car_deep,car:3@pretrained/car_deep \
         --eval out/eval_deep/results.json --num 40 --rounds 3 --batch 1,8
 
-Rows are `<strategy>@<run folder>` (the evaluate command's row syntax). Speed: LM time of the
+Rows are `<strategy>@<run folder>` (the evaluate command's row syntax, sampling settings
+included: `far+top_p=1.0@pretrained/car_deep`). Speed: LM time of the
 first `--num` test sentences (or one count per batch size) with their zero-shot prompts (the
 evaluation's; vocoder and ASR excluded, compilation excluded), batch size after batch size, in
 `--rounds` interleaved rounds (every row once per round, so slow drift of the machine hits every
@@ -184,18 +185,31 @@ def main(argv=None) -> int:
     import numpy as np
 
     from jaxtts.data.manifest import read_split
-    from jaxtts.evaluate import split_specs
+    from jaxtts.errors import JaxttsError
+    from jaxtts.evaluate import _row_sampling, split_specs
     from jaxtts.synthesize import Synthesizer, prompts_from_utterances
 
-    rows = []
+    rows, sampling = [], {}  # sampling: a row's '+top_p=1.0'-style settings (evaluate's syntax)
     for spec in split_specs(args.rows):
         strategy, _, folder = spec.partition("@")
         if not folder:
             print(f"error: --rows: {spec!r}: expected <strategy>@<run folder>", file=sys.stderr)
             return 2
+        name, *opts = strategy.split("+")
+        try:
+            sampling[strategy] = _row_sampling(spec, opts)
+        except JaxttsError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         rows.append((strategy, os.path.normpath(folder)))
     batches = [int(x) for x in args.batch.split(",")]
-    synths = {f: Synthesizer.from_workdir(f) for f in sorted({f for _, f in rows})}
+    try:
+        synths = {f: Synthesizer.from_workdir(f) for f in sorted({f for _, f in rows})}
+        for strategy, folder in rows:
+            synths[folder].engine.check_strategy(strategy.split("+")[0])
+    except JaxttsError as e:
+        print(f"error: --rows: {e}", file=sys.stderr)
+        return 2
     nums = [int(x) for x in str(args.num).split(",")]
     if len(nums) == 1:
         nums = nums * len(batches)
@@ -215,11 +229,11 @@ def main(argv=None) -> int:
         res = synths[folder].synthesize(
             texts,
             prompts,
-            strategy=strategy,
+            strategy=strategy.split("+")[0],
             batch_size=b,
             progress=False,
             vocode=False,
-            precision=args.precision,
+            **{"precision": args.precision, **sampling[strategy]},
         )
         audio = sum(r.info["duration"] for r in res)
         hists = [r.info["chunk_hist"] for r in res if r.info.get("chunk_hist") is not None]

@@ -191,3 +191,21 @@ def test_shipped_dcar_policy_is_linear_in_the_model(roofline):
     (_, one) = roofline.step_forwards("dcar", lm, stats, 100, {**extra, "policy_layers": 1})
     assert (linear.layers, one.layers) == (0, 1)
     assert linear.flops(1) == 2 * lm.d_model * lm.num_heads
+
+
+def test_methods_speed_bad_rows_are_one_line_errors(capsys):
+    """A row's sampling setting that is not one, or a strategy the folder does not know: one
+    line naming the row, exit 2 (the first before any model loads)."""
+    spec = importlib.util.spec_from_file_location(
+        "methods_speed", ROOT / "benchmarks" / "methods_speed.py"
+    )
+    ms = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ms)
+    folder = str(ROOT / "pretrained" / "car_deep")
+    assert ms.main(["--rows", f"far+bogus@{folder}", "--batch", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "far+bogus" in err and "'+bogus' is not a sampling setting" in err
+    assert len(err.splitlines()) == 1
+    assert ms.main(["--rows", f"farx+top_p=1.0@{folder}", "--batch", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "unknown strategy 'farx'" in err and len(err.splitlines()) == 1
