@@ -195,7 +195,7 @@ def main(argv=None) -> int:
         if not folder:
             print(f"error: --rows: {spec!r}: expected <strategy>@<run folder>", file=sys.stderr)
             return 2
-        name, *opts = strategy.split("+")
+        _, *opts = strategy.split("+")
         try:
             sampling[strategy] = _row_sampling(spec, opts)
         except JaxttsError as e:

@@ -180,7 +180,7 @@ def prompt_tail(prompt: jax.Array, prompt_len: jax.Array, cfg: TLDRConfig) -> ja
     if prompt.shape[1] == 0:
         return jnp.full((prompt.shape[0], cfg.ext_prev), cfg.pad, jnp.int32)
     src = prompt_len[:, None] - cfg.ext_prev + jnp.arange(cfg.ext_prev)[None]  # [B, K]
-    tok = jnp.take_along_axis(prompt, jnp.clip(src, 0, max(prompt.shape[1] - 1, 0)), axis=1)
+    tok = jnp.take_along_axis(prompt, jnp.clip(src, 0, prompt.shape[1] - 1), axis=1)
     return jnp.where(src >= 0, tok, cfg.pad).astype(jnp.int32)
 
 
