@@ -256,17 +256,22 @@ class RunFolder:
         step: int | None = None,
         dtype: str | None = "float16",
         trained_only: bool = False,
+        decode: dict[str, str] | None = None,
     ) -> RunFolder:
         """A self-contained copy for inference (e.g. `pretrained/<name>`): config.json,
         data.json, text_frontend/, tokenizer/ and the parameters of the latest (or `step`)
         checkpoint, trained and frozen merged, as ONE `params.msgpack` file, stored as
         `dtype` (float16 by default: half the size; loaded back as float32; None = as
         trained). `trained_only`: the trained parameters alone (runs whose frozen part is
-        another shipped run, e.g. TLDR). Numbers of a shipped model are measured on the
-        exported file."""
+        another shipped run, e.g. TLDR). `decode`: {key: value} set in the copy's `decode`
+        section, e.g. a top_p chosen on the dev split after training; only keys the section
+        has, values of their type (a one-line ConfigError otherwise, before anything is
+        written). Numbers of a shipped model are measured on the exported file."""
         from jaxtts.train import checkpoint as ckpt_lib  # start-up: jax+orbax 1.2 s
 
         self.read_config()  # a one-line error if this is not a run folder
+        cfg = json.loads((self.path / CONFIG).read_text())
+        cfg["decode"] = _decode_overrides(cfg.get("decode", {}), decode or {})
         params = self.trained_params(step) if trained_only else self.saved_params(step)
         out = RunFolder(dest)
         out.path.mkdir(parents=True, exist_ok=True)
@@ -276,15 +281,43 @@ class RunFolder:
         for name in (TEXT_FRONTEND, TOKENIZER):
             if (self.path / name).is_dir():
                 shutil.copytree(self.path / name, out.path / name, dirs_exist_ok=True)
-        if (out.path / TOKENIZER).is_dir() and (out.path / CONFIG).is_file():
+        changed = bool(decode)
+        if (out.path / TOKENIZER).is_dir() and cfg.get("data", {}).get("tokenizer_dir"):
             # the copy carries its tokenizer: drop the training machine's path to it (SSD and
             # TLDR runs record their target's absolute tokenizer folder)
-            cfg = json.loads((out.path / CONFIG).read_text())
-            if cfg.get("data", {}).get("tokenizer_dir"):
-                cfg["data"]["tokenizer_dir"] = ""
-                (out.path / CONFIG).write_text(json.dumps(cfg, indent=2))
+            cfg["data"]["tokenizer_dir"] = ""
+            changed = True
+        if changed:
+            (out.path / CONFIG).write_text(json.dumps(cfg, indent=2))
         ckpt_lib.write_params_file(out.params_file, params, dtype)
         return out
+
+
+def _decode_overrides(section: dict, overrides: dict[str, str]) -> dict:
+    """`section` (a run's decode config) with `overrides`' string values parsed as the types
+    the section holds; an unknown key or a bad value is a one-line ConfigError."""
+    out = dict(section)
+    for key, raw in overrides.items():
+        if key not in section:
+            raise ConfigError(
+                f"--decode {key}={raw}: the run's decode section has no {key!r} "
+                f"(expected one of {', '.join(sorted(section))})"
+            )
+        old = section[key]
+        try:
+            if isinstance(old, bool):
+                if str(raw).lower() not in ("true", "false"):
+                    raise ValueError
+                out[key] = str(raw).lower() == "true"
+            elif isinstance(old, (int, float)):
+                out[key] = type(old)(raw)
+            else:
+                out[key] = str(raw)
+        except ValueError:
+            raise ConfigError(
+                f"--decode {key}={raw}: expected {type(old).__name__} (the run's value is {old!r})"
+            ) from None
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -312,9 +345,25 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the trained parameters (TLDR: its frozen backbone ships apart)",
     )
+    ex.add_argument(
+        "--decode",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a key of the copy's decode section, e.g. top_p=0.4 chosen on the dev "
+        "split (repeatable)",
+    )
     args = ap.parse_args(argv)
     try:
-        out = RunFolder(args.workdir).export(args.dest, args.step, args.dtype, args.trained_only)
+        decode = {}
+        for item in args.decode:
+            key, eq, val = item.partition("=")
+            if not eq or not key:
+                raise ConfigError(f"--decode {item}: expected KEY=VALUE, e.g. top_p=0.4")
+            decode[key.strip()] = val.strip()
+        out = RunFolder(args.workdir).export(
+            args.dest, args.step, args.dtype, args.trained_only, decode
+        )
     except JaxttsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

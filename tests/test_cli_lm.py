@@ -209,6 +209,23 @@ def test_export_to_one_params_file_synthesizes_the_same(trained, tiny_corpus, tm
         assert x.dtype == np.float16 and x.shape == y.shape
         np.testing.assert_array_equal(x, y)
     Synthesizer.from_workdir(z.path)
+    # --decode: a sampling setting chosen after training lands in the copy's decode section
+    # (the engine's default); an unknown key or a value of the wrong type is a one-line error
+    # that writes nothing
+    proc = _run(
+        ["-m", "jaxtts.run_folder", "export", str(wd), str(tmp_path / "p4"), "--decode=top_p=0.4"]
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    eng = Synthesizer.from_workdir(tmp_path / "p4").engine
+    assert eng.decode_config["top_p"] == 0.4
+    assert eng.options().sampling.top_p == pytest.approx(0.4)
+    for bad, says in (("top_q=0.4", "has no 'top_q'"), ("top_k=0.5", "expected int")):
+        proc = _run(
+            ["-m", "jaxtts.run_folder", "export", str(wd), str(tmp_path / "x"), "--decode", bad]
+        )
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
+        assert not (tmp_path / "x").exists()
     assert not ship.checkpoints_dir.exists() and ship.params_file.is_file()
     prompt = Prompt.from_utterance(read_split(tiny_corpus, "dev")[0])
     kw = dict(strategy="car:2", max_seconds=0.4, progress=False, seed=1)
