@@ -13,10 +13,11 @@ Variants (`--config configs/tldr.py:<variant>`):
   deep_warm    P = 4 on pretrained/car_deep, started from the trained P = 2 model
                pretrained/tldr_deep (`tldr.warm_start`: a P = 2 -> 4 curriculum)
   deep_prev    P = 4 on pretrained/car_deep with `ext_prev=4` (the extractor also sees the
-               4 tokens before the patch; not in the paper), started from the shipped
-               pretrained/tldr_deep_p4 (its new table starts at zero: the same function at
-               step 0), half the learning rate, 1000 steps (WER 11.0 against 11.5 %, inside
-               the noise: not shipped; RESULTS deep-tldr)
+               4 tokens before the patch; not in the paper), started from
+               pretrained/tldr_deep_p4 (made from its version at c5e628f, ext_prev 0: the new
+               table starts at zero, the same function at step 0), half the learning rate,
+               1000 steps; 1200 more at 2e-4 made the shipped pretrained/tldr_deep_p4 (WER
+               9.6 % against 11.5 %; its MODEL_CARD.md has the four stages)
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
