@@ -15,11 +15,8 @@ PRETRAINED = ROOT / "pretrained"
 MAX_BYTES = 20 * 2**20
 FOLDER_MAX_BYTES = {"car_deep": 32 * 2**20}  # the deep backbone may take up to 32 MB
 PALLE_CE_BOUND, PALLE_GAP_BOUND = 5.0, 2.0  # palle_par 3.78 / palle 3.61 nats, gaps 4.79 / 4.42
-TLDR_CE_BOUND, TLDR_GAP_BOUND = (
-    2.5,
-    2.0,
-)  # tldr_deep 1.33 nats, gap 5.84 (the two-stage tldr_deep_p4 1.24,
-# 5.93); untrained 7.3, 0.04
+# TLDR: tldr_deep 1.33 nats, gap 5.84 (the two-stage tldr_deep_p4 1.24, 5.93); untrained 7.3, 0.04
+TLDR_CE_BOUND, TLDR_GAP_BOUND = 2.5, 2.0
 DEEP_CE_TOLERANCE = 0.05  # nats: car_deep vs car_small on the tiny corpus (MODEL_CARD.md)
 # teacher-forced checks read the 40 tiny-corpus utterances as ONE batch: one compiled shape per
 # model (three length buckets at 16 rows compiled three programs, most of these tests' time)
