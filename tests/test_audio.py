@@ -21,9 +21,9 @@ SENTENCES = [
 # (row, run folder, strategy, CER bound): the bound sits between the shipped model's CER and an
 # untrained model's (RESULTS #audio-tests)
 # measured (`python tests/test_audio.py`): far 0.094, car3 0.104, dcar (dcar_deep, argmax)
-# 0.160, ssd (ssd_deep) 0.094, tldr (tldr_deep) 0.189, tldr_p4 (the two-stage tldr_deep_p4 before 2026-11-29) 0.179, palle
-# 0.406, mdm 0.170; car_small with random
-# weights: 1.99 (babble to the cap)
+# 0.160, ssd (ssd_deep) 0.094, tldr (tldr_deep) 0.189, tldr_p4 (the two-stage tldr_deep_p4
+# before 2026-11-29) 0.179, palle 0.406, mdm 0.170; car_small with random weights: 1.99
+# (babble to the cap)
 MODELS = [
     ("far", "car_small", "far", {}, 0.25),
     ("car3", "car_small", "car:3", {}, 0.25),
