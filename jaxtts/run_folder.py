@@ -271,7 +271,8 @@ class RunFolder:
 
         self.read_config()  # a one-line error if this is not a run folder
         cfg = json.loads((self.path / CONFIG).read_text())
-        cfg["decode"] = _decode_overrides(cfg.get("decode", {}), decode or {})
+        if decode:
+            cfg["decode"] = _decode_overrides(cfg.get("decode", {}), decode)
         params = self.trained_params(step) if trained_only else self.saved_params(step)
         out = RunFolder(dest)
         out.path.mkdir(parents=True, exist_ok=True)
@@ -317,6 +318,14 @@ def _decode_overrides(section: dict, overrides: dict[str, str]) -> dict:
             raise ConfigError(
                 f"--decode {key}={raw}: expected {type(old).__name__} (the run's value is {old!r})"
             ) from None
+    from jaxtts.decode.options import DecodeOptions
+
+    try:
+        DecodeOptions.from_config(out)  # the ranges (0 < top_p <= 1, ...)
+    except ConfigError as e:
+        raise ConfigError(
+            f"--decode {', '.join(f'{k}={v}' for k, v in overrides.items())}: {e}"
+        ) from None
     return out
 
 

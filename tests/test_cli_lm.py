@@ -219,7 +219,8 @@ def test_export_to_one_params_file_synthesizes_the_same(trained, tiny_corpus, tm
     eng = Synthesizer.from_workdir(tmp_path / "p4").engine
     assert eng.decode_config["top_p"] == 0.4
     assert eng.options().sampling.top_p == pytest.approx(0.4)
-    for bad, says in (("top_q=0.4", "has no 'top_q'"), ("top_k=0.5", "expected int")):
+    bad_values = (("top_q=0.4", "has no 'top_q'"), ("top_k=0.5", "expected int"))
+    for bad, says in (*bad_values, ("top_p=1.5", "decode.top_p=1.5")):
         proc = _run(
             ["-m", "jaxtts.run_folder", "export", str(wd), str(tmp_path / "x"), "--decode", bad]
         )
