@@ -210,8 +210,8 @@ def test_export_to_one_params_file_synthesizes_the_same(trained, tiny_corpus, tm
         np.testing.assert_array_equal(x, y)
     Synthesizer.from_workdir(z.path)
     # --decode: a sampling setting chosen after training lands in the copy's decode section
-    # (the engine's default); an unknown key or a value of the wrong type is a one-line error
-    # that writes nothing
+    # (the engine's default); an unknown key, a value of the wrong type or out of its range is
+    # a one-line error that writes nothing
     proc = _run(
         ["-m", "jaxtts.run_folder", "export", str(wd), str(tmp_path / "p4"), "--decode=top_p=0.4"]
     )
