@@ -4,8 +4,9 @@ with patch sizes P (the backbone caches one slot per patch), one row, a 2 s prom
     python benchmarks/tldr_kv.py --backbone pretrained/car_small --patches 2,4,8 \
         --out benchmarks/tldr_kv
 
-The text prefix (prompt transcript + target text, phonemes) is not compressed: it grows with
-the duration at `--symbols_per_second`. Bytes = slots x the backbone's K+V bytes per slot
+The text prefix (prompt transcript + target text, phonemes) grows with the duration at
+`--symbols_per_second`; it is not compressed, except in a `P:Q` entry of `--patches` (TLDR
+with `tldr.text_patch` Q: one text slot per Q symbols, e.g. `--patches 4,4:4`). Bytes = slots x the backbone's K+V bytes per slot
 (all layers, float32), slots from
 `jaxtts.methods.tldr.engine.global_kv_slots` (the same count the evaluate column uses).
 Writes `<out>.png`; prints a markdown table (MiB, and TLDR / FAR).
@@ -23,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backbone", default="pretrained/car_small")
-    ap.add_argument("--patches", default="2,4,8")
+    ap.add_argument("--patches", default="2,4,8", help="P or P:Q (Q = tldr.text_patch)")
     ap.add_argument(
         "--symbols_per_second",
         type=float,
@@ -55,16 +56,28 @@ def main(argv=None) -> int:
     per_slot = cfg.kv_bytes_per_token()
     prompt = int(round(args.prompt_seconds * rate))
     secs = list(range(4, 21, 2))
-    curves = {"FAR": 1, **{f"TLDR P={p}": int(p) for p in args.patches.split(",")}}
+    curves = {"FAR": (1, 1)}
+    for entry in args.patches.split(","):
+        p, _, q = entry.strip().partition(":")
+        try:
+            pq = (int(p), int(q or 1))
+        except ValueError:
+            print(f"error: --patches {entry!r}: expected P or P:Q (integers)", file=sys.stderr)
+            return 2
+        if min(pq) < 1:
+            print(f"error: --patches {entry!r}: expected P, Q >= 1", file=sys.stderr)
+            return 2
+        curves[f"TLDR P={pq[0]}" + (f" Q={pq[1]}" if pq[1] > 1 else "")] = pq
 
     def text_len(s):
         return int(round(args.symbols_per_second * (args.prompt_seconds + s)))
 
     mib = {
         name: [
-            per_slot * global_kv_slots(text_len(s), prompt, int(s * rate), p) / 2**20 for s in secs
+            per_slot * global_kv_slots(text_len(s), prompt, int(s * rate), *pq) / 2**20
+            for s in secs
         ]
-        for name, p in curves.items()
+        for name, pq in curves.items()
     }
     print(
         f"{args.backbone}: {per_slot} bytes per slot, {rate:g} tokens/s, text "

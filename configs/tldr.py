@@ -18,6 +18,10 @@ Variants (`--config configs/tldr.py:<variant>`):
                table starts at zero, the same function at step 0), half the learning rate,
                1000 steps; 1200 more at 2e-4 made the shipped pretrained/tldr_deep_p4 (WER
                9.6 % against 11.5 %; its MODEL_CARD.md has the four stages)
+  deep_text    deep_prev + `text_patch=4` (not in the paper): the phoneme text prefix is
+               compressed 4 symbols per backbone slot by a text compressor, so that the
+               global KV cache at 12 s is 0.25x FAR's (0.53x with the text uncompressed);
+               started from pretrained/tldr_deep_p4 (the text compressor fresh), 1400 steps
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
@@ -44,6 +48,7 @@ VARIANTS = (
     "deep_p2",
     "deep_warm",
     "deep_prev",
+    "deep_text",
 )
 
 
@@ -77,6 +82,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             speaker_proj=128,
             min_reference_seconds=0.5,
             token_rate_positions=True,  # backbone positions advance P per patch
+            text_patch=1,  # Q text symbols per backbone slot (1 = the paper; not in it: Q > 1)
             lora_rank=32,
             lora_alpha=32.0,  # paper 64/64 at D 896; scaled to D 256
             warm_start="",  # a TLDR run on the same backbone to start from ('' = fresh)
@@ -114,6 +120,12 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         t.ext_prev = 4
         t.warm_start = "pretrained/tldr_deep_p4"
         config.train.update(steps=1000, learning_rate=5e-4, warmup_steps=50)
+    elif v == "deep_text":
+        t.backbone = "pretrained/car_deep"
+        t.ext_prev = 4
+        t.text_patch = 4
+        t.warm_start = "pretrained/tldr_deep_p4"
+        config.train.update(steps=1400, learning_rate=1e-3, warmup_steps=100, eval_every=350)
     elif v == "tiny":
         t.update(
             corpus_utterances=40,

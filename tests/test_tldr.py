@@ -318,13 +318,16 @@ def _decode(model, params, args, max_new=24, greedy=True, seed=0, row_ids=None, 
     return jax.device_get(out)
 
 
-@pytest.mark.parametrize("token_rate,ext_prev", [(True, 0), (False, 0), (True, 3)])
-def test_greedy_decode_equals_teacher_forced_argmax(token_rate, ext_prev):
+@pytest.mark.parametrize(
+    "token_rate,ext_prev,text_patch", [(True, 0, 1), (False, 0, 1), (True, 3, 1), (True, 3, 3)]
+)
+def test_greedy_decode_equals_teacher_forced_argmax(token_rate, ext_prev, text_patch):
     """Greedy decoding (prefill + per-patch extend with the compressor's window) reproduces
     the teacher-forced model: fed back its own output, every generated token is the argmax
     (backbone positions at the token rate or one per patch; with `ext_prev` the extractor's
-    previous tokens: the prompt's last ones, then the previous patch's)."""
-    cfg = make_cfg(token_rate_positions=token_rate, ext_prev=ext_prev)
+    previous tokens: the prompt's last ones, then the previous patch's; with `text_patch` the
+    compressed text, rows of 7 / 5 / 6 symbols in slots of 3)."""
+    cfg = make_cfg(token_rate_positions=token_rate, ext_prev=ext_prev, text_patch=text_patch)
     model, params = init_model(cfg)
     text, text_len, speech, _, prompt_len = rows()
     out = _decode(model, params, (text, text_len, speech, None, prompt_len), max_new=20)
@@ -387,11 +390,11 @@ def test_tldr_loop_writes_the_caches_in_place(b):
     assert not loop_copies(hlo, cache)
 
 
-@pytest.mark.parametrize("ext_prev", [0, 4])
-def test_batch_n_equals_batch_1(ext_prev, greedy=False):
+@pytest.mark.parametrize("ext_prev,text_patch", [(0, 1), (4, 1), (4, 3)])
+def test_batch_n_equals_batch_1(ext_prev, text_patch, greedy=False):
     """Sampled decoding (per-row keys): each row of a batch equals that row decoded alone
     (greedy rows are covered by the teacher-forced test above)."""
-    cfg = make_cfg(ext_prev=ext_prev)
+    cfg = make_cfg(ext_prev=ext_prev, text_patch=text_patch)
     model, params = init_model(cfg)
     args = rows()
     full = _decode(model, params, args, greedy=greedy)
@@ -400,6 +403,44 @@ def test_batch_n_equals_batch_1(ext_prev, greedy=False):
         n = int(full.length[r])
         assert int(one.length[0]) == n
         np.testing.assert_array_equal(one.tokens[0, :n], full.tokens[r, :n])
+
+
+def test_text_compressor_reads_only_valid_symbols():
+    """`text_patch` Q = 3: the text is 3 slots of 3 symbols for rows of 7 / 5 / 6; symbols
+    past a row's text_len change nothing (logits equal), a valid one changes its row only."""
+    cfg = make_cfg(text_patch=3)
+    model, params = init_model(cfg)
+    text, text_len, speech, speech_len, prompt_len = rows()
+    text = np.pad(text, ((0, 0), (0, 2)), constant_values=1)  # width 9: three full slots
+
+    def logits(t):
+        out, _, _ = jax.jit(model.apply)(
+            {"params": params}, t, text_len, speech, speech_len, prompt_len
+        )
+        return np.asarray(out)
+
+    base = logits(text)
+    junk = text.copy()
+    for r in range(3):
+        junk[r, text_len[r] :] = 2 + r  # past text_len
+    np.testing.assert_array_equal(logits(junk), base)
+    edit = text.copy()
+    edit[1, 0] = edit[1, 0] % (LM.num_text_symbols - 1) + 1 + (edit[1, 0] == 1)
+    changed = logits(edit)
+    assert not np.allclose(changed[1], base[1])
+    np.testing.assert_array_equal(changed[[0, 2]], base[[0, 2]])
+    text_in = model.apply({"params": params}, text, text_len, method="text_input")
+    assert text_in.shape == (3, 3, LM.d_model)
+
+
+def test_global_kv_slots_exact():
+    from jaxtts.methods.tldr.engine import global_kv_slots
+
+    # FAR: 30 text + BOS + 50 prompt + 300 output
+    assert global_kv_slots(30, 50, 300) == 381
+    # P = 4: 30 + 1 + 13 + 75; with Q = 4 text symbols per slot: 8 + 1 + 13 + 75
+    assert global_kv_slots(30, 50, 300, 4) == 119
+    assert global_kv_slots(30, 50, 300, 4, 4) == 97
 
 
 def test_previous_tokens_exact():
@@ -450,6 +491,8 @@ def test_config_errors():
         make_cfg(patch=0)
     with pytest.raises(ConfigError, match="tldr.ext_prev=5"):
         make_cfg(ext_prev=5)
+    with pytest.raises(ConfigError, match="tldr.text_patch=0"):
+        make_cfg(text_patch=0)
     with pytest.raises(ConfigError, match="tldr.compressor"):
         make_cfg(compressor="max")
     from jaxtts.methods.tldr.assemble import check_keys

@@ -155,6 +155,10 @@ class KVCache:
     text_len: jax.Array  # int32 [B]
     speech_len: jax.Array  # int32 [B] valid speech slots (BOS + prompt + generated)
     text_slots: int = flax.struct.field(pytree_node=False)
+    # text slot k holds text positions text_stride * k ...: 1 = one slot per symbol; TLDR's
+    # compressed text (`tldr.text_patch`) holds one slot per Q symbols, text_len stays the
+    # symbol count (so the speech positions text_len + ... do not move)
+    text_stride: int = flax.struct.field(pytree_node=False, default=1)
 
     @property
     def num_slots(self) -> int:
@@ -199,7 +203,8 @@ class KVCache:
         slot = jnp.arange(n)[None]  # [1, S]
         k_speech = slot >= x_len
         k_idx = jnp.where(k_speech, slot - x_len, slot)
-        k_valid = jnp.where(k_speech, k_idx < speech_len[:, None], k_idx < self.text_len[:, None])
+        text_valid = k_idx * self.text_stride < self.text_len[:, None]
+        k_valid = jnp.where(k_speech, k_idx < speech_len[:, None], text_valid)
         return k_speech.repeat(b, 0), k_idx.repeat(b, 0), k_valid
 
 
@@ -299,15 +304,22 @@ class TTSLM(nn.Module):
         return RopeTable.lookup(pos, bound, c.head_dim, c.rope_theta) if c.rope_theta else pos
 
     @staticmethod
-    def _segments(text_len, speech_len, x: int, t: int, stride: int = 1):
-        """Per-slot (is_speech, index, valid, position) for [text X | speech T] slots; speech
-        slot j sits at position text_len + stride * j."""
+    def _segments(text_len, speech_len, x: int, t: int, stride: int = 1, text_stride: int = 1):
+        """Per-slot (is_speech, index, valid, position) for [text X | speech T] slots; text
+        slot k sits at position text_stride * k (valid while that is < text_len), speech slot j
+        at text_len + stride * j."""
         b = text_len.shape[0]
         idx = jnp.concatenate([jnp.arange(x), jnp.arange(t)])[None].repeat(b, 0)  # [B, X+T]
         is_speech = jnp.concatenate([jnp.zeros(x, bool), jnp.ones(t, bool)])[None].repeat(b, 0)
-        valid = jnp.where(is_speech, idx < speech_len[:, None], idx < text_len[:, None])
-        pos = jnp.where(is_speech, text_len[:, None] + stride * idx, idx)  # [B, X+T]
+        text_pos = text_stride * idx
+        valid = jnp.where(is_speech, idx < speech_len[:, None], text_pos < text_len[:, None])
+        pos = jnp.where(is_speech, text_len[:, None] + stride * idx, text_pos)  # [B, X+T]
         return is_speech, idx, valid, pos
+
+    def _text_input(self, text: jax.Array) -> jax.Array:
+        """text ids [B, X] -> their embeddings [B, X, D]; text vectors [B, X, D] (TLDR's
+        compressed text) pass through."""
+        return self.embed_text(text) if text.ndim == 2 else text.astype(jnp.float32)
 
     # -- training forward
     def __call__(
@@ -349,16 +361,21 @@ class TTSLM(nn.Module):
         attn_bias: jax.Array | None = None,
         bias_layers: Sequence[int] = (),
         stride: int = 1,
+        text_stride: int = 1,
     ) -> jax.Array:
         """The training forward over input vectors in the speech segment: text [B, X] +
         speech_emb [B, T, D] (token embeddings, or TLDR's patch vectors) -> hidden [B, T, D].
         stride: RoPE positions advance `stride` per speech slot (TLDR's patches: P, so that a
-        patch sits where its first token sat at the token rate)."""
+        patch sits where its first token sat at the token rate). text may also be vectors
+        [B, X, D], one per `text_stride` symbols (TLDR's compressed text; text_len counts
+        symbols)."""
         x_len, t_len = text.shape[1], speech_emb.shape[1]
-        is_speech, idx, valid, pos = self._segments(text_len, speech_len, x_len, t_len, stride)
+        is_speech, idx, valid, pos = self._segments(
+            text_len, speech_len, x_len, t_len, stride, text_stride
+        )
         mask = prefix_lm_mask(is_speech, idx, is_speech, idx, valid)  # [B, X+T, X+T]
-        emb = jnp.concatenate([self.embed_text(text), speech_emb.astype(jnp.float32)], axis=1)
-        rope = self._rope(pos, x_len + stride * t_len)
+        emb = jnp.concatenate([self._text_input(text), speech_emb.astype(jnp.float32)], axis=1)
+        rope = self._rope(pos, text_stride * x_len + stride * t_len)
         h, _ = self.stack(
             emb, rope, mask, train=train, attn_bias=attn_bias, bias_layers=tuple(bias_layers)
         )
@@ -373,9 +390,10 @@ class TTSLM(nn.Module):
         dtype: Any = None,
         layers: Sequence[int] | None = None,
         keys_t: bool = False,
+        text_stride: int = 1,
     ) -> KVCache:
         """Zero buffers for every layer (or one per index of `layers`); keys_t: keys held
-        transposed (`LayerCache`)."""
+        transposed (`LayerCache`); text_stride: text symbols per text slot (`KVCache`)."""
         c = self.cfg
         shape = (batch, c.num_heads, text_slots + speech_slots, c.head_dim)  # [B, N, S, H]
         kshape = (batch, c.num_heads, c.head_dim, text_slots + speech_slots) if keys_t else shape
@@ -389,6 +407,7 @@ class TTSLM(nn.Module):
             zeros,
             zeros,
             text_slots,
+            text_stride,
         )
 
     def prefill(
@@ -417,16 +436,17 @@ class TTSLM(nn.Module):
         stride: int = 1,
     ) -> tuple[jax.Array, KVCache]:
         """`prefill` over input vectors speech_emb [B, P, D] in the speech segment (positions
-        advancing `stride` per slot, as in `hidden_embedded`)."""
-        x_len, p_len = text.shape[1], speech_emb.shape[1]
+        advancing `stride` per slot, as in `hidden_embedded`); text ids [B, X] or vectors
+        [B, X, D], one per `cache.text_stride` symbols."""
+        x_len, p_len, ts = text.shape[1], speech_emb.shape[1], cache.text_stride
         if x_len != cache.text_slots:
             raise ValueError(f"prefill: text width {x_len} != cache.text_slots {cache.text_slots}")
-        is_speech, idx, _, pos = self._segments(text_len, speech_len, x_len, p_len, stride)
+        is_speech, idx, _, pos = self._segments(text_len, speech_len, x_len, p_len, stride, ts)
         cache = cache.replace(text_len=text_len.astype(jnp.int32))
         mask = prefix_lm_mask(is_speech, idx, *cache.key_segments(speech_len))  # [B, X+P, S]
-        emb = jnp.concatenate([self.embed_text(text), speech_emb.astype(jnp.float32)], axis=1)
+        emb = jnp.concatenate([self._text_input(text), speech_emb.astype(jnp.float32)], axis=1)
         start = jnp.zeros((text.shape[0],), jnp.int32)
-        rope = self._rope(pos, x_len + stride * p_len)
+        rope = self._rope(pos, ts * x_len + stride * p_len)
         h, caches = self.stack(emb, rope, mask, cache.layers, start, layers=layers)
         cache = cache.replace(layers=caches, speech_len=speech_len.astype(jnp.int32))
         return h[:, x_len:], cache
@@ -450,7 +470,7 @@ class TTSLM(nn.Module):
         mask = prefix_lm_mask(
             jnp.ones((b, c), bool), q_idx, *cache.key_segments(new_len)
         )  # [B, C, S]
-        rope = self._rope(pos, cache.text_slots + stride * cache.speech_slots)
+        rope = self._rope(pos, cache.text_stride * cache.text_slots + stride * cache.speech_slots)
         h, caches = self.stack(
             emb, rope, mask, cache.layers, cache.text_slots + cache.speech_len, layers=layers
         )
@@ -473,5 +493,5 @@ class TTSLM(nn.Module):
             jnp.ones((b, c), bool), q_idx, *cache.key_segments(cache.speech_len + c)
         )  # [B, C, S]
         start = cache.text_slots + cache.speech_len
-        rope = self._rope(pos, cache.text_slots + stride * cache.speech_slots)
+        rope = self._rope(pos, cache.text_stride * cache.text_slots + stride * cache.speech_slots)
         return self.stack(emb, rope, mask, cache.layers, start, layers=layers, defer_write=True)

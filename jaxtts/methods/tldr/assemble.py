@@ -15,7 +15,7 @@ from jaxtts.methods.tldr.model import TLDRConfig
 from jaxtts.run_folder import check_trained_on, resolve_run
 from jaxtts.train.state import trainable_predicate, tree_from_flat, tree_to_flat
 
-TRAINABLE = "lora|prefix:compressor,extractor"
+TRAINABLE = "lora|prefix:compressor,extractor,text_compressor"
 # config.tldr keys that are not TLDRConfig fields
 RUN_KEYS = (
     "backbone",
@@ -41,6 +41,7 @@ MODEL_KEYS = (
     "speaker",
     "speaker_proj",
     "token_rate_positions",
+    "text_patch",
 )
 
 
@@ -108,7 +109,9 @@ def warm_start_params(section, backbone_params, patch: int) -> dict:
     `tldr.warm_start`, to start a run from (e.g. P = 4 from a trained P = 2 model: every
     module's shape is independent of P except the extractor's position table [P, E], whose
     first min(P', P) rows are copied and the rest start at zero). The warm start must have been
-    trained on this backbone (its fingerprint). {} when the key is empty."""
+    trained on this backbone (its fingerprint); a module the source lacks (the text
+    compressor, when only the target has `text_patch` > 1) starts from its initialisation.
+    {} when the key is empty."""
     src = str(dict(section).get("warm_start", "") or "")
     if not src:
         return {}

@@ -126,12 +126,16 @@ class TLDREngine(LMEngine):
     ) -> int:
         if strategy != "tldr":
             return super().memory_bytes(text_len, prompt_len, length, strategy)
+        c = self.tldr.cfg
         return self.cfg.kv_bytes_per_token() * global_kv_slots(
-            text_len, prompt_len, length, self.tldr.cfg.patch
+            text_len, prompt_len, length, c.patch, c.text_patch
         )
 
 
-def global_kv_slots(text_len: int, prompt_len: int, length: int, patch: int = 1) -> int:
+def global_kv_slots(
+    text_len: int, prompt_len: int, length: int, patch: int = 1, text_patch: int = 1
+) -> int:
     """Backbone cache slots of one row: text, BOS, prompt and output, the speech at the patch
-    rate (patch = 1: the token-level backbone, FAR)."""
-    return text_len + 1 + -(-prompt_len // patch) + -(-length // patch)
+    rate and the text at one slot per `text_patch` symbols (both 1: the token-level
+    backbone, FAR)."""
+    return -(-text_len // text_patch) + 1 + -(-prompt_len // patch) + -(-length // patch)

@@ -31,6 +31,16 @@ prompt's prefill and (one patch at a time) in decoding.
                extractor then sees the local context a token-level LM sees, which g_j holds
                only through the compressor and the patch-rate backbone.
 
+Compressed text (`text_patch` Q > 1; not in the paper, default Q = 1). The paper's text prefix
+is BPE, short next to the speech; ours is phonemes, ~15 symbols per second of speech next to
+25 speech tokens, so at P = 4 the uncompressed text is over half the global KV cache. With Q > 1
+a second compressor of the same shape (`text_compressor`, bidirectional local layer: the text
+is a bidirectional prefix) turns each Q symbols' embeddings into one vector; backbone text slot
+k sits at RoPE position Q k (its first symbol's), the speech slots stay at text_len + P j
+(text_len counts symbols; `KVCache.text_stride`), so the backbone caches ceil(X / Q) text
+slots. The backbone then reads the text only through LoRA and these vectors: a warm start from
+a Q = 1 model is not the same function at step 0 (unlike `ext_prev`).
+
 Speaker embedding: the shipped JAX speaker encoder (`jaxtts.methods.speaker_encoder`) applied to
 the prompt *as the model sees it*: its tokens decoded to log-mel by the tokenizer's centroid
 table (`mel_table`, a frozen parameter). This runs inside the jitted graph, identically in
@@ -38,7 +48,8 @@ training and decoding, with no extra data; a prompt shorter than `min_reference_
 frames gets s = 0 in training, and is a one-line error at synthesis. `speaker=False` drops s
 (the ablation).
 
-Parameters: {backbone (frozen, LoRA leaves trained), compressor, extractor (trained),
+Parameters: {backbone (frozen, LoRA leaves trained), compressor, extractor (and
+text_compressor with Q > 1; trained),
 speaker_encoder, mel_table (frozen)}.
 
 Axis letters: B batch, X text, J patches, P tokens per patch, T tokens, D backbone width,
@@ -88,10 +99,17 @@ class TLDRConfig:
     # the token rate, so the backbone's learned text-speech geometry carries over); False:
     # one position per patch
     token_rate_positions: bool = True
+    # Q text symbols per backbone text slot: 1 = one slot per symbol (the paper, whose BPE
+    # text prefix is short); Q > 1 compresses the phoneme prefix too (`text_compressor`)
+    text_patch: int = 1
 
     def __post_init__(self):
         if self.patch < 1:
             raise ConfigError(f"tldr.patch={self.patch}: expected P >= 1 tokens per patch")
+        if self.text_patch < 1:
+            raise ConfigError(
+                f"tldr.text_patch={self.text_patch}: expected Q >= 1 text symbols per slot"
+            )
         if self.compressor not in ("attention", "mean"):
             raise ConfigError(
                 f"tldr.compressor={self.compressor!r}: expected 'attention' or 'mean'"
@@ -123,6 +141,10 @@ class TLDRConfig:
     def window_patches(self) -> int:
         """Previous patches the compressor's window reaches from a patch's first token."""
         return -(-(self.window - 1) // self.patch)
+
+    def text_slots(self, text_width: int) -> int:
+        """Backbone text slots for text rows of width X: ceil(X / Q)."""
+        return -(-text_width // self.text_patch)
 
     def num_patches(self, speech_width: int) -> int:
         """Grid width J for speech rows of width T (prompt + target): both segments padded
@@ -185,9 +207,12 @@ def prompt_tail(prompt: jax.Array, prompt_len: jax.Array, cfg: TLDRConfig) -> ja
 
 
 class Compressor(nn.Module):
-    """Token embeddings [B, J, P, D] + valid -> patch vectors [B, J, D] (module docstring)."""
+    """Token embeddings [B, J, P, D] + valid -> patch vectors [B, J, D] (module docstring).
+    causal=False (the text compressor): the local layer attends to every valid position of the
+    grid, both sides (the text is a bidirectional prefix); `window` does not apply."""
 
     cfg: TLDRConfig
+    causal: bool = True
 
     @nn.compact
     def __call__(self, emb: jax.Array, valid: jax.Array, last: bool = False) -> jax.Array:
@@ -208,7 +233,11 @@ class Compressor(nn.Module):
         kv = valid.reshape(b, n)
         pos = jnp.arange(n)
         dist = pos[:, None] - pos[None, :]  # [T, T] query - key
-        mask = ((dist >= 0) & (dist < c.window))[None] & kv[:, None, :]  # [B, T, T]
+        if self.causal:
+            near = (dist >= 0) & (dist < c.window)
+        else:
+            near = jnp.ones_like(dist, bool)
+        mask = near[None] & kv[:, None, :]  # [B, T, T]
         stack = StackConfig(
             num_layers=1,
             num_heads=c.comp_heads,
@@ -383,6 +412,8 @@ class TLDRModel(nn.Module):
         c = self.cfg
         self.backbone = TTSLM(c.backbone)
         self.compressor = Compressor(c)
+        if c.text_patch > 1:
+            self.text_compressor = Compressor(c, causal=False)
         self.extractor = Extractor(c)
         if c.speaker:
             self.mel_table = self.param(
@@ -405,6 +436,21 @@ class TLDRModel(nn.Module):
         s = self.speaker_encoder(mel, frames)  # [B, E_s]
         s = jnp.where((frames >= c.min_reference_frames)[:, None], s, 0.0)
         return jax.lax.stop_gradient(s)
+
+    def text_input(self, text: jax.Array, text_len: jax.Array) -> jax.Array:
+        """The backbone's text segment: the ids [B, X] as they are (Q = 1), or with
+        `text_patch` Q > 1 one vector per Q symbols [B, ceil(X / Q), D]: the symbols'
+        embeddings (the backbone's frozen table) through the text compressor (bidirectional
+        local layer, then each slot's query cross-attends to its own Q symbols)."""
+        q = self.cfg.text_patch
+        if q == 1:
+            return text
+        b, x = text.shape
+        nx = self.cfg.text_slots(x)
+        ids = jnp.pad(text, ((0, 0), (0, nx * q - x)))  # [B, X' Q]
+        valid = (jnp.arange(nx * q)[None] < text_len[:, None]).reshape(b, nx, q)
+        emb = self.backbone.embed_text(ids).reshape(b, nx, q, -1)  # [B, X', Q, D]
+        return self.text_compressor(emb, valid)  # [B, X', D]
 
     def compress(self, tokens: jax.Array, valid: jax.Array, last: bool = False) -> jax.Array:
         """Grid tokens [B, J, P] + valid -> patch vectors [B, J, D] (last: [B, 1, D], the last
@@ -470,7 +516,12 @@ class TLDRModel(nn.Module):
         n_patches = valid.any(-1).sum(-1).astype(jnp.int32)  # [B] prompt + target patches
         emb = jnp.concatenate([self.bos_vector(b), z[:, :-1]], axis=1)  # [B, J, D]: shift
         g = self.backbone.hidden_embedded(
-            text, text_len, emb, n_patches, stride=c.stride
+            self.text_input(text, text_len),
+            text_len,
+            emb,
+            n_patches,
+            stride=c.stride,
+            text_stride=c.text_patch,
         )  # [B, J, D]
         s = self.speaker_embedding(speech, prompt_len)
         prev = previous_tokens(speech, prompt_len, c, nj) if c.ext_prev else None
@@ -478,8 +529,12 @@ class TLDRModel(nn.Module):
         return logits, tokens, target
 
     # -- decoding (the backbone's cache grows by one slot per patch)
-    def init_cache(self, batch: int, text_slots: int, patch_slots: int) -> KVCache:
-        return self.backbone.init_cache(batch, text_slots, patch_slots)
+    def init_cache(self, batch: int, text_width: int, patch_slots: int) -> KVCache:
+        """The backbone's cache for text rows of width X (ceil(X / Q) text slots)."""
+        c = self.cfg
+        return self.backbone.init_cache(
+            batch, c.text_slots(text_width), patch_slots, text_stride=c.text_patch
+        )
 
     def prefill(self, text, text_len, prompt, prompt_len, cache: KVCache):
         """text [B, X] + prompt tokens [B, P'] -> (g of the first target patch [B, D], cache
@@ -496,7 +551,7 @@ class TLDRModel(nn.Module):
         jp = (-(-prompt_len // c.patch)).astype(jnp.int32)  # [B]
         emb = jnp.concatenate([self.bos_vector(b), z], axis=1)  # [B, 1 + Jp, D]
         h, cache = self.backbone.prefill_embedded(
-            text, text_len, emb, jp + 1, cache, stride=c.stride
+            self.text_input(text, text_len), text_len, emb, jp + 1, cache, stride=c.stride
         )
         g = jnp.take_along_axis(h, jp[:, None, None], axis=1)[:, 0]  # [B, D]
         nw = c.window_patches
