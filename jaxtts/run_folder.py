@@ -262,11 +262,13 @@ class RunFolder:
         data.json, text_frontend/, tokenizer/ and the parameters of the latest (or `step`)
         checkpoint, trained and frozen merged, as ONE `params.msgpack` file, stored as
         `dtype` (float16 by default: half the size; loaded back as float32; None = as
-        trained). `trained_only`: the trained parameters alone (runs whose frozen part is
-        another shipped run, e.g. TLDR). `decode`: {key: value} set in the copy's `decode`
-        section, e.g. a top_p chosen on the dev split after training; only keys the section
-        has, values of their type (a one-line ConfigError otherwise, before anything is
-        written). Numbers of a shipped model are measured on the exported file."""
+        trained). `trained_only`: the trained parameters alone, and no tokenizer/ or
+        text_frontend/ copy (runs whose frozen part is another shipped run, e.g. TLDR: they
+        load the tokenizer and front-end of that run, whose fingerprint they check).
+        `decode`: {key: value} set in the copy's `decode` section, e.g. a top_p chosen on
+        the dev split after training; only keys the section has, values of their type (a
+        one-line ConfigError otherwise, before anything is written). Numbers of a shipped
+        model are measured on the exported file."""
         from jaxtts.train import checkpoint as ckpt_lib  # start-up: jax+orbax 1.2 s
 
         self.read_config()  # a one-line error if this is not a run folder
@@ -279,13 +281,15 @@ class RunFolder:
         for name in (CONFIG, DATA):
             if (self.path / name).is_file():
                 shutil.copy2(self.path / name, out.path / name)
-        for name in (TEXT_FRONTEND, TOKENIZER):
+        for name in () if trained_only else (TEXT_FRONTEND, TOKENIZER):
             if (self.path / name).is_dir():
                 shutil.copytree(self.path / name, out.path / name, dirs_exist_ok=True)
         changed = bool(decode)
-        if (out.path / TOKENIZER).is_dir() and cfg.get("data", {}).get("tokenizer_dir"):
-            # the copy carries its tokenizer: drop the training machine's path to it (SSD and
-            # TLDR runs record their target's absolute tokenizer folder)
+        carries = (out.path / TOKENIZER).is_dir()
+        if cfg.get("data", {}).get("tokenizer_dir") and (carries or trained_only):
+            # drop the training machine's path to the tokenizer (SSD and TLDR runs record
+            # their target's absolute tokenizer folder): the copy carries its own, or (trained
+            # only) loads the one of the run it is built on
             cfg["data"]["tokenizer_dir"] = ""
             changed = True
         if changed:
@@ -352,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument(
         "--trained_only",
         action="store_true",
-        help="only the trained parameters (TLDR: its frozen backbone ships apart)",
+        help="only the trained parameters, no tokenizer/ or text_frontend/ copy (TLDR: its "
+        "frozen backbone ships apart and supplies them)",
     )
     ex.add_argument(
         "--decode",

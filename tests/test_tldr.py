@@ -544,8 +544,10 @@ def test_tiny_run_synthesizes_and_checks_its_backbone(tiny_run, tmp_path):
     assert eng.family == "tldr" and eng.check_strategy("tldr") == "tldr"
     # shipped form: the trained parameters alone, the backbone from its own run
     out = RunFolder(work).export(tmp_path / "ship", trained_only=True)
-    # its config names the backbone's tokenizer by absolute path; the copy carries its own
+    # its config names the backbone's tokenizer by absolute path; the copy names none and
+    # carries no tokenizer / front-end: it loads the backbone's (below)
     assert out.read_config().data.tokenizer_dir == ""
+    assert not (out.path / "tokenizer").exists() and not (out.path / "text_frontend").exists()
     assert json.loads((work / "config.json").read_text())["data"]["tokenizer_dir"]
     shipped = load_engine(out.path)
     # value for value: the float16 export loads back as the trained values rounded to float16
