@@ -21,7 +21,7 @@ Variants (`--config configs/tldr.py:<variant>`):
   deep_text    deep_prev + `text_patch=4` (not in the paper): the phoneme text prefix is
                compressed 4 symbols per backbone slot by a text compressor, so that the
                global KV cache at 12 s is 0.25x FAR's (0.53x with the text uncompressed);
-               started from pretrained/tldr_deep_p4 (the text compressor fresh), 3200 steps
+               started from pretrained/tldr_deep_p4 (the text compressor fresh), 2800 steps
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
@@ -125,7 +125,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         t.ext_prev = 4
         t.text_patch = 4
         t.warm_start = "pretrained/tldr_deep_p4"
-        config.train.update(steps=3200, learning_rate=1e-3, warmup_steps=100, eval_every=400)
+        config.train.update(steps=2800, learning_rate=1e-3, warmup_steps=100, eval_every=400)
     elif v == "tiny":
         t.update(
             corpus_utterances=40,
