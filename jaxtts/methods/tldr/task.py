@@ -7,9 +7,9 @@ section; `tldr.corpus_utterances` may pick a smaller built-in corpus). The run s
 `<workdir>/tldr_init/params.msgpack`: the backbone's parameters, the speaker encoder's and the
 tokenizer's centroid log-mel table (plus, with `tldr.warm_start`, the trained LoRA / compressor /
 extractor of another TLDR run on the same backbone, e.g. P = 4 started from a P = 2 model),
-written once; `train.trainable =
-'lora|prefix:compressor,extractor'` trains the LoRA adapters, the compressor and the extractor
-and freezes everything else (the trainer prints both counts). The loss is the token
+written once; `train.trainable = 'lora|prefix:compressor,extractor,text_compressor'` trains the
+LoRA adapters, the compressor and the extractor (and the text compressor, `tldr.text_patch` >
+1) and freezes everything else (the trainer prints both counts). The loss is the token
 cross-entropy of the extractor over the target cells (target tokens and the EOS; prompt and
 padding cells excluded), averaged over them.
 
