@@ -6,8 +6,8 @@ with patch sizes P (the backbone caches one slot per patch), one row, a 2 s prom
 
 The text prefix (prompt transcript + target text, phonemes) grows with the duration at
 `--symbols_per_second`; it is not compressed, except in a `P:Q` entry of `--patches` (TLDR
-with `tldr.text_patch` Q: one text slot per Q symbols, e.g. `--patches 4,4:4`). Bytes = slots x the backbone's K+V bytes per slot
-(all layers, float32), slots from
+with `tldr.text_patch` Q: one text slot per Q symbols, e.g. `--patches 4,4:4`). Bytes = slots
+x the backbone's K+V bytes per slot (all layers, float32), slots from
 `jaxtts.methods.tldr.engine.global_kv_slots` (the same count the evaluate column uses).
 Writes `<out>.png`; prints a markdown table (MiB, and TLDR / FAR).
 """

@@ -21,7 +21,9 @@ Variants (`--config configs/tldr.py:<variant>`):
   deep_text    deep_prev + `text_patch=4` (not in the paper): the phoneme text prefix is
                compressed 4 symbols per backbone slot by a text compressor, so that the
                global KV cache at 12 s is 0.25x FAR's (0.53x with the text uncompressed);
-               started from pretrained/tldr_deep_p4 (the text compressor fresh), 2800 steps
+               started from pretrained/tldr_deep_p4 (the text compressor fresh), 2800 steps:
+               dev CE 1.103 (below the shipped model's 1.164) but WER 26.8 %, not shipped
+               (benchmarks/RESULTS.md#deep-tldr-text)
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
