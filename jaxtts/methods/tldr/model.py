@@ -39,7 +39,10 @@ is a bidirectional prefix) turns each Q symbols' embeddings into one vector; bac
 k sits at RoPE position Q k (its first symbol's), the speech slots stay at text_len + P j
 (text_len counts symbols; `KVCache.text_stride`), so the backbone caches ceil(X / Q) text
 slots. The backbone then reads the text only through LoRA and these vectors: a warm start from
-a Q = 1 model is not the same function at step 0 (unlike `ext_prev`).
+a Q = 1 model is not the same function at step 0 (unlike `ext_prev`). Measured at Q = 4
+(benchmarks/RESULTS.md#deep-tldr-text): KV 0.25x FAR's at 12 s but WER 26.8 %; a slot's vector
+is nearly order-free inside the slot (mean query, position-free cross-attention, bidirectional
+local layer), the likely cause; a position-in-slot signal is untried.
 
 Speaker embedding: the shipped JAX speaker encoder (`jaxtts.methods.speaker_encoder`) applied to
 the prompt *as the model sees it*: its tokens decoded to log-mel by the tokenizer's centroid
