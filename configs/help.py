@@ -217,6 +217,8 @@ HELP = {
     "tldr.token_rate_positions": "backbone RoPE positions advance P per patch (False: 1)",
     "tldr.text_patch": "Q: text symbols per backbone text slot (1 = the paper; Q > 1 "
     "compresses the phoneme prefix with a text compressor; not in the paper)",
+    "tldr.text_slot_order": "Q > 1: the text compressor sees each symbol's place in its slot "
+    "(position-in-slot table + order-aware query; False = order-free slots)",
     "tldr.lora_rank": "LoRA rank on the backbone's projections (0 = no LoRA)",
     "tldr.lora_alpha": "LoRA alpha (scale alpha / rank)",
     "tldr.warm_start": "a TLDR run on the same backbone to start from ('' = fresh modules)",

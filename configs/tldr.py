@@ -24,6 +24,10 @@ Variants (`--config configs/tldr.py:<variant>`):
                started from pretrained/tldr_deep_p4 (the text compressor fresh), 2800 steps:
                dev CE 1.103 (below the shipped model's 1.164) but WER 26.8 %, not shipped
                (benchmarks/RESULTS.md#deep-tldr-text)
+  deep_text_order  deep_text + `text_slot_order`: the text compressor sees each symbol's
+               place in its slot (zero-initialised, so the warm start, the deep_text run
+               at step 2800 in runs/tldr_deep_text, is the same function at step 0);
+               1200 steps at 5e-4
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
@@ -51,6 +55,7 @@ VARIANTS = (
     "deep_warm",
     "deep_prev",
     "deep_text",
+    "deep_text_order",
 )
 
 
@@ -85,6 +90,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             min_reference_seconds=0.5,
             token_rate_positions=True,  # backbone positions advance P per patch
             text_patch=1,  # Q text symbols per backbone slot (1 = the paper; not in it: Q > 1)
+            text_slot_order=True,  # Q > 1: the text compressor sees each symbol's place
             lora_rank=32,
             lora_alpha=32.0,  # paper 64/64 at D 896; scaled to D 256
             warm_start="",  # a TLDR run on the same backbone to start from ('' = fresh)
@@ -126,8 +132,15 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         t.backbone = "pretrained/car_deep"
         t.ext_prev = 4
         t.text_patch = 4
+        t.text_slot_order = False
         t.warm_start = "pretrained/tldr_deep_p4"
         config.train.update(steps=2800, learning_rate=1e-3, warmup_steps=100, eval_every=400)
+    elif v == "deep_text_order":
+        t.backbone = "pretrained/car_deep"
+        t.ext_prev = 4
+        t.text_patch = 4
+        t.warm_start = "runs/tldr_deep_text"
+        config.train.update(steps=1200, learning_rate=5e-4, warmup_steps=50, eval_every=400)
     elif v == "tiny":
         t.update(
             corpus_utterances=40,

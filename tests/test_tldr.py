@@ -68,6 +68,9 @@ def make_cfg(**kw) -> TLDRConfig:
 SPK = SpeakerEncoderModel(channels=8, num_blocks=1, embed_dim=16, attention_dim=8, n_mels=8)
 
 
+ZERO_INIT = ("lora_b", "mel_table", "prev_embed", "slot_pos", "order/kernel")
+
+
 def init_model(cfg: TLDRConfig, seed: int = 0):
     model = TLDRModel(cfg, SPK if cfg.speaker else None)
     text, speech = jnp.ones((1, 6), jnp.int32), jnp.ones((1, 12), jnp.int32)
@@ -75,12 +78,10 @@ def init_model(cfg: TLDRConfig, seed: int = 0):
         jax.random.key(seed), text, jnp.array([6]), speech, jnp.array([12]), jnp.array([5])
     )["params"]
     flat = tree_to_flat(nn.unbox(params))
-    # a random LoRA B and mel table so that every path is exercised
+    # a random LoRA B, mel table and zero-initialised tables so that every path is exercised
     keys = iter(jax.random.split(jax.random.key(seed + 1), len(flat)))
     flat = {
-        k: 0.05 * jax.random.normal(next(keys), v.shape)
-        if k.endswith(("lora_b", "mel_table", "prev_embed"))
-        else v
+        k: 0.05 * jax.random.normal(next(keys), v.shape) if k.endswith(ZERO_INIT) else v
         for k, v in flat.items()
     }
     return model, tree_from_flat(flat)
@@ -431,6 +432,38 @@ def test_text_compressor_reads_only_valid_symbols():
     np.testing.assert_array_equal(changed[[0, 2]], base[[0, 2]])
     text_in = model.apply({"params": params}, text, text_len, method="text_input")
     assert text_in.shape == (3, 3, LM.d_model)
+
+
+def test_text_slot_order_starts_as_the_same_function():
+    """`text_slot_order` (Q = 3) with its two leaves at zero (a warm start from an order-free
+    run) gives the order-free model's logits exactly; set, they make a slot's vector depend on
+    the order of its symbols (two symbols of a slot swapped; without them the slot sees the
+    order only through the local layer's RoPE distances to the other slots' symbols)."""
+    free_model, free = init_model(make_cfg(text_patch=3, text_slot_order=False))
+    model, params = init_model(make_cfg(text_patch=3))
+    order = {
+        k: v for k, v in tree_to_flat(params).items() if k.endswith(("slot_pos", "order/kernel"))
+    }
+    assert len(order) == 2
+    flat = {**tree_to_flat(free), **{k: jnp.zeros_like(v) for k, v in order.items()}}
+    assert set(flat) == set(tree_to_flat(params))
+    args = tuple(jnp.asarray(a) for a in rows())
+    want, _, target = free_model.apply({"params": free}, *args)
+    got, _, _ = model.apply({"params": tree_from_flat(flat)}, *args)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    text, text_len = rows()[:2]
+    text[:, 3:5] = (2, 3)  # slot 1's first two symbols (valid in every row), then swapped
+    swap = text.copy()
+    swap[:, 3:5] = (3, 2)
+    a, b = (
+        np.asarray(
+            model.apply(
+                {"params": tree_from_flat({**flat, **order})}, t, text_len, method="text_input"
+            )
+        )
+        for t in (text, swap)
+    )
+    assert np.abs(a[:, 1] - b[:, 1]).max(-1).min() > 1e-3  # every row's slot 1 moved
 
 
 def test_global_kv_slots_exact():

@@ -42,6 +42,7 @@ MODEL_KEYS = (
     "speaker_proj",
     "token_rate_positions",
     "text_patch",
+    "text_slot_order",
 )
 
 

@@ -42,7 +42,10 @@ slots. The backbone then reads the text only through LoRA and these vectors: a w
 a Q = 1 model is not the same function at step 0 (unlike `ext_prev`). Measured at Q = 4
 (benchmarks/RESULTS.md#deep-tldr-text): KV 0.25x FAR's at 12 s but WER 26.8 %; a slot's vector
 is nearly order-free inside the slot (mean query, position-free cross-attention, bidirectional
-local layer), the likely cause; a position-in-slot signal is untried.
+local layer), the likely cause. `text_slot_order` (default True) gives the slot its order: a
+learned position-in-slot table before the local layer and an order-aware linear map of the Q
+embeddings added to the query's mean, both zero at init (a warm start from an order-free Q > 1
+run computes the same at step 0).
 
 Speaker embedding: the shipped JAX speaker encoder (`jaxtts.methods.speaker_encoder`) applied to
 the prompt *as the model sees it*: its tokens decoded to log-mel by the tokenizer's centroid
@@ -105,6 +108,11 @@ class TLDRConfig:
     # Q text symbols per backbone text slot: 1 = one slot per symbol (the paper, whose BPE
     # text prefix is short); Q > 1 compresses the phoneme prefix too (`text_compressor`)
     text_patch: int = 1
+    # Q > 1: the text compressor sees each symbol's place in its slot (a learned
+    # position-in-slot table added before its local layer, and an order-aware linear map of the
+    # slot's Q embeddings added to the query's mean; both start at zero); False: the order-free
+    # slot of `configs/tldr.py:deep_text`
+    text_slot_order: bool = True
 
     def __post_init__(self):
         if self.patch < 1:
@@ -212,7 +220,8 @@ def prompt_tail(prompt: jax.Array, prompt_len: jax.Array, cfg: TLDRConfig) -> ja
 class Compressor(nn.Module):
     """Token embeddings [B, J, P, D] + valid -> patch vectors [B, J, D] (module docstring).
     causal=False (the text compressor): the local layer attends to every valid position of the
-    grid, both sides (the text is a bidirectional prefix); `window` does not apply."""
+    grid, both sides (the text is a bidirectional prefix); `window` does not apply; with
+    `text_slot_order` the query and the local layer also see each symbol's place in its slot."""
 
     cfg: TLDRConfig
     causal: bool = True
@@ -225,6 +234,13 @@ class Compressor(nn.Module):
         b, nj, p, d = emb.shape
         w = valid.astype(jnp.float32)[..., None]  # [B, J, P, 1]
         mean = (emb * w).sum(2) / jnp.maximum(w.sum(2), 1.0)  # [B, J, D]
+        if not self.causal and c.text_slot_order:  # the text: each symbol's place in its slot
+            order = Dense(d, (None, axes.EMBED), kernel_init=nn.initializers.zeros, name="order")
+            mean = mean + order((emb * w).reshape(b, nj, p * d))  # [B, J, D]
+            slot_pos = param_with_axes(
+                self, "slot_pos", nn.initializers.zeros, (p, d), (None, axes.EMBED)
+            )
+            emb = emb + slot_pos  # [B, J, P, D] what the local layer reads
         if last:
             mean = mean[:, -1:]
         query = RMSNorm(name="init_norm")(mean)  # [B, J', D], J' = 1 if last else J
