@@ -27,7 +27,8 @@ Variants (`--config configs/tldr.py:<variant>`):
   deep_text_order  deep_text + `text_slot_order`: the text compressor sees each symbol's
                place in its slot (zero-initialised, so the warm start, the deep_text run
                at step 2800 in runs/tldr_deep_text, is the same function at step 0);
-               1200 steps at 5e-4
+               2400 steps at 5e-4 (measured run: 1200 steps, then lengthened to 2400 on
+               resume): dev CE 1.025, WER 16.6 % (deep_text 26.8 %), not shipped
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
@@ -140,7 +141,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         t.ext_prev = 4
         t.text_patch = 4
         t.warm_start = "runs/tldr_deep_text"
-        config.train.update(steps=1200, learning_rate=5e-4, warmup_steps=50, eval_every=400)
+        config.train.update(steps=2400, learning_rate=5e-4, warmup_steps=50, eval_every=400)
     elif v == "tiny":
         t.update(
             corpus_utterances=40,
