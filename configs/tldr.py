@@ -29,6 +29,8 @@ Variants (`--config configs/tldr.py:<variant>`):
                at step 2800 in runs/tldr_deep_text, is the same function at step 0);
                2400 steps at 5e-4 (measured run: 1200 steps, then lengthened to 2400 on
                resume): dev CE 1.025, WER 16.6 % (deep_text 26.8 %), not shipped
+  deep_text3   deep_text_order at Q = 3 (global KV at 12 s 0.28x FAR's), from that run (its
+               Q-row leaves cut to 3 rows), 1200 steps at 5e-4
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
@@ -57,6 +59,7 @@ VARIANTS = (
     "deep_prev",
     "deep_text",
     "deep_text_order",
+    "deep_text3",
 )
 
 
@@ -142,6 +145,12 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         t.text_patch = 4
         t.warm_start = "runs/tldr_deep_text"
         config.train.update(steps=2400, learning_rate=5e-4, warmup_steps=50, eval_every=400)
+    elif v == "deep_text3":
+        t.backbone = "pretrained/car_deep"
+        t.ext_prev = 4
+        t.text_patch = 3
+        t.warm_start = "runs/tldr_deep_text_order"
+        config.train.update(steps=1200, learning_rate=5e-4, warmup_steps=50, eval_every=400)
     elif v == "tiny":
         t.update(
             corpus_utterances=40,

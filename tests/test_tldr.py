@@ -642,6 +642,20 @@ def test_warm_start_takes_the_trained_leaves(tiny_run):
         warm_start_params(section, other, p)
 
 
+def test_warm_start_rows_for_another_q():
+    """A warm start's Q-row leaves (the text compressor's position-in-slot table [Q, D], its
+    order map [Q D, D]) keep their first min(Q', Q) blocks of rows, zeros after."""
+    from jaxtts.methods.tldr.assemble import _first_rows
+
+    v = np.arange(4 * 2 * 3, dtype=np.float32).reshape(8, 3)  # Q' = 4 blocks of D = 2 rows
+    np.testing.assert_array_equal(_first_rows(v, 3, 2), v[:6])
+    np.testing.assert_array_equal(_first_rows(v, 4, 2), v)
+    grown = _first_rows(v[:4], 4, 1)  # [4, 3] table from a [4, 3] one: unchanged
+    np.testing.assert_array_equal(grown, v[:4])
+    grown = _first_rows(v[:2], 3, 1)  # Q' = 2 -> Q = 3: one zero row
+    np.testing.assert_array_equal(grown, np.concatenate([v[:2], np.zeros((1, 3))]))
+
+
 def test_segments_equal_one_call():
     """Resumable decoding of TLDR (patch caches, the extractor's state): segments of 1, 2, 3,
     ... steps give one call's sampled tokens, lengths and steps."""

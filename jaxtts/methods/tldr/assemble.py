@@ -105,14 +105,25 @@ def load_speaker(section, *bases):
     return run, model_from_config(model_cfg), params
 
 
-def warm_start_params(section, backbone_params, patch: int) -> dict:
+def _first_rows(v: np.ndarray, n: int, block: int) -> np.ndarray:
+    """v [N' block, ...] -> [n block, ...]: its first min(N', n) blocks of rows, zeros after."""
+    if v.shape[0] == n * block:
+        return v
+    out = np.zeros((n * block, *v.shape[1:]), v.dtype)
+    m = min(n * block, v.shape[0])
+    out[:m] = v[:m]
+    return out
+
+
+def warm_start_params(section, backbone_params, patch: int, text_patch: int = 1) -> dict:
     """The trained leaves (LoRA, compressor, extractor) of the TLDR run named by
     `tldr.warm_start`, to start a run from (e.g. P = 4 from a trained P = 2 model: every
     module's shape is independent of P except the extractor's position table [P, E], whose
-    first min(P', P) rows are copied and the rest start at zero). The warm start must have been
-    trained on this backbone (its fingerprint); a module the source lacks (the text
-    compressor, when only the target has `text_patch` > 1) starts from its initialisation.
-    {} when the key is empty."""
+    first min(P', P) rows are copied and the rest start at zero; likewise the text
+    compressor's Q-row leaves for another `text_patch`: its position-in-slot table [Q, D] and
+    its order map [Q D, D], by blocks of D rows). The warm start must have been trained on this
+    backbone (its fingerprint); a module the source lacks (the text compressor, when only the
+    target has `text_patch` > 1) starts from its initialisation. {} when the key is empty."""
     src = str(dict(section).get("warm_start", "") or "")
     if not src:
         return {}
@@ -124,9 +135,10 @@ def warm_start_params(section, backbone_params, patch: int) -> dict:
     keep = trainable_predicate(TRAINABLE)
     flat = {k: np.asarray(v) for k, v in tree_to_flat(run.trained_params()).items() if keep(k)}
     for k, v in flat.items():
-        if k.endswith("pos_embed") and v.shape[0] != patch:  # [P', E] -> [P, E]
-            out = np.zeros((patch, v.shape[1]), v.dtype)
-            n = min(patch, v.shape[0])
-            out[:n] = v[:n]
-            flat[k] = out
+        if k.endswith("pos_embed"):  # [P', E] -> [P, E]
+            flat[k] = _first_rows(v, patch, 1)
+        elif k.endswith("text_compressor/slot_pos"):  # [Q', D] -> [Q, D]
+            flat[k] = _first_rows(v, text_patch, 1)
+        elif k.endswith("text_compressor/order/kernel"):  # [Q' D, D] -> [Q D, D]
+            flat[k] = _first_rows(v, text_patch, v.shape[1])
     return tree_from_flat(flat)

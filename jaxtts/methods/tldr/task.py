@@ -133,7 +133,7 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         host = jax.device_get(base.params)
         init = frozen_params(host, spk_params, table)
         # `tldr.warm_start`: the trained leaves of another TLDR run on this backbone
-        warm = warm_start_params(config.tldr, host, cfg.patch)
+        warm = warm_start_params(config.tldr, host, cfg.patch, cfg.text_patch)
         init = tree_from_flat({**tree_to_flat(init), **tree_to_flat(warm)})
         write_params_file(init_dir / "params.msgpack", init, None)
     rconf.train.init_from = str(init_dir)
