@@ -46,7 +46,7 @@ local layer), the likely cause. `text_slot_order` (default True) gives the slot 
 learned position-in-slot table before the local layer and an order-aware linear map of the Q
 embeddings added to the query's mean, both zero at init (a warm start from an order-free Q > 1
 run computes the same at step 0). Measured at Q = 4 from that run (`deep_text_order`): WER
-26.8 -> 16.6 %, still above the Q = 1 model's 9.6 % (RESULTS).
+26.8 -> 16.6 %; at Q = 3 (`deep_text3`) 12.4 %; the Q = 1 model 9.6 % (RESULTS).
 
 Speaker embedding: the shipped JAX speaker encoder (`jaxtts.methods.speaker_encoder`) applied to
 the prompt *as the model sees it*: its tokens decoded to log-mel by the tokenizer's centroid
