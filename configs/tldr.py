@@ -63,11 +63,12 @@ VARIANTS = (
     "deep_text3",
 )
 
-# the compressed-text runs, each from the one before: (Q, text_slot_order, warm_start, steps, LR)
+# the compressed-text runs, each from the one before:
+# (Q, text_slot_order, warm_start, steps, peak LR, warmup steps)
 TEXT_STAGES = {
-    "deep_text": (4, False, "pretrained/tldr_deep_p4", 2800, 1e-3),
-    "deep_text_order": (4, True, "runs/tldr_deep_text", 2400, 5e-4),
-    "deep_text3": (3, True, "runs/tldr_deep_text_order", 1200, 5e-4),
+    "deep_text": (4, False, "pretrained/tldr_deep_p4", 2800, 1e-3, 100),
+    "deep_text_order": (4, True, "runs/tldr_deep_text", 2400, 5e-4, 50),
+    "deep_text3": (3, True, "runs/tldr_deep_text_order", 1200, 5e-4, 50),
 }
 
 
@@ -140,13 +141,16 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         t.ext_prev = 4
         t.warm_start = "pretrained/tldr_deep_p4"
         config.train.update(steps=1000, learning_rate=5e-4, warmup_steps=50)
-    elif v in TEXT_STAGES:  # compressed text: (Q, slot order, warm start, steps, peak LR)
-        q, order, warm, steps, lr = TEXT_STAGES[v]
-        t.update(backbone="pretrained/car_deep", ext_prev=4, text_patch=q, text_slot_order=order)
-        t.warm_start = warm
-        config.train.update(
-            steps=steps, learning_rate=lr, warmup_steps=100 if lr > 5e-4 else 50, eval_every=400
+    elif v in TEXT_STAGES:
+        q, order, warm, steps, lr, warmup = TEXT_STAGES[v]
+        t.update(
+            backbone="pretrained/car_deep",
+            ext_prev=4,
+            text_patch=q,
+            text_slot_order=order,
+            warm_start=warm,
         )
+        config.train.update(steps=steps, learning_rate=lr, warmup_steps=warmup, eval_every=400)
     elif v == "tiny":
         t.update(
             corpus_utterances=40,
