@@ -6,9 +6,10 @@ with patch sizes P (the backbone caches one slot per patch), one row, a 2 s prom
 
 The text prefix (prompt transcript + target text, phonemes) grows with the duration at
 `--symbols_per_second`; it is not compressed, except in a `P:Q` entry of `--patches` (TLDR
-with `tldr.text_patch` Q: one text slot per Q symbols, e.g. `--patches 4,4:4`). Bytes = slots
-x the backbone's K+V bytes per slot (all layers, float32), slots from
-`jaxtts.methods.tldr.engine.global_kv_slots` (the same count the evaluate column uses).
+with `tldr.text_patch` Q: one text slot per Q symbols, e.g. `--patches 4,4:4`; `P:Q:M` adds
+the extractor's text memory of `tldr.ext_text` M, e.g. `4:3:64`). Bytes = slots x the
+backbone's K+V bytes per slot (all layers, float32) + the text memory, from
+`jaxtts.methods.tldr.engine.global_kv_bytes` (the same count the evaluate column uses).
 Writes `<out>.png`; prints a markdown table (MiB, and TLDR / FAR).
 """
 
@@ -24,7 +25,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backbone", default="pretrained/car_small")
-    ap.add_argument("--patches", default="2,4,8", help="P or P:Q (Q = tldr.text_patch)")
+    ap.add_argument(
+        "--patches",
+        default="2,4,8",
+        help="P, P:Q or P:Q:M (Q = tldr.text_patch, M = tldr.ext_text)",
+    )
     ap.add_argument(
         "--symbols_per_second",
         type=float,
@@ -43,7 +48,7 @@ def main(argv=None) -> int:
 
     from jaxtts.errors import JaxttsError
     from jaxtts.methods.lm.model import LMConfig
-    from jaxtts.methods.tldr.engine import global_kv_slots
+    from jaxtts.methods.tldr.engine import global_kv_bytes
     from jaxtts.run_folder import RunFolder
 
     try:
@@ -56,28 +61,30 @@ def main(argv=None) -> int:
     per_slot = cfg.kv_bytes_per_token()
     prompt = int(round(args.prompt_seconds * rate))
     secs = list(range(4, 21, 2))
-    curves = {"FAR": (1, 1)}
+    curves = {"FAR": (1, 1, 0)}
     for entry in args.patches.split(","):
-        p, _, q = entry.strip().partition(":")
+        fields = entry.strip().split(":")
         try:
-            pq = (int(p), int(q or 1))
+            pqm = tuple(int(f) for f in fields) + (1, 0)[len(fields) - 1 :]
         except ValueError:
-            print(f"error: --patches {entry!r}: expected P or P:Q (integers)", file=sys.stderr)
+            pqm = ()
+        if len(fields) > 3 or len(pqm) != 3:
+            print(
+                f"error: --patches {entry!r}: expected P, P:Q or P:Q:M (integers)", file=sys.stderr
+            )
             return 2
-        if min(pq) < 1:
-            print(f"error: --patches {entry!r}: expected P, Q >= 1", file=sys.stderr)
+        if min(pqm[:2]) < 1 or pqm[2] < 0:
+            print(f"error: --patches {entry!r}: expected P, Q >= 1 and M >= 0", file=sys.stderr)
             return 2
-        curves[f"TLDR P={pq[0]}" + (f" Q={pq[1]}" if pq[1] > 1 else "")] = pq
+        p, q, m = pqm
+        curves[f"TLDR P={p}" + (f" Q={q}" if q > 1 else "") + (f" M={m}" if m else "")] = pqm
 
     def text_len(s):
         return int(round(args.symbols_per_second * (args.prompt_seconds + s)))
 
     mib = {
-        name: [
-            per_slot * global_kv_slots(text_len(s), prompt, int(s * rate), *pq) / 2**20
-            for s in secs
-        ]
-        for name, pq in curves.items()
+        name: [global_kv_bytes(cfg, text_len(s), prompt, int(s * rate), *pqm) / 2**20 for s in secs]
+        for name, pqm in curves.items()
     }
     print(
         f"{args.backbone}: {per_slot} bytes per slot, {rate:g} tokens/s, text "

@@ -68,7 +68,7 @@ def make_cfg(**kw) -> TLDRConfig:
 SPK = SpeakerEncoderModel(channels=8, num_blocks=1, embed_dim=16, attention_dim=8, n_mels=8)
 
 
-ZERO_INIT = ("lora_b", "mel_table", "prev_embed", "slot_pos", "order/kernel")
+ZERO_INIT = ("lora_b", "mel_table", "prev_embed", "slot_pos", "order/kernel", "text_o/kernel")
 
 
 def init_model(cfg: TLDRConfig, seed: int = 0):
@@ -320,15 +320,22 @@ def _decode(model, params, args, max_new=24, greedy=True, seed=0, row_ids=None, 
 
 
 @pytest.mark.parametrize(
-    "token_rate,ext_prev,text_patch", [(True, 0, 1), (False, 0, 1), (True, 3, 1), (True, 3, 3)]
+    "token_rate,ext_prev,text_patch,ext_text",
+    [(True, 0, 1, 0), (False, 0, 1, 0), (True, 3, 1, 0), (True, 3, 3, 0), (True, 3, 3, 16)],
 )
-def test_greedy_decode_equals_teacher_forced_argmax(token_rate, ext_prev, text_patch):
+def test_greedy_decode_equals_teacher_forced_argmax(token_rate, ext_prev, text_patch, ext_text):
     """Greedy decoding (prefill + per-patch extend with the compressor's window) reproduces
     the teacher-forced model: fed back its own output, every generated token is the argmax
     (backbone positions at the token rate or one per patch; with `ext_prev` the extractor's
     previous tokens: the prompt's last ones, then the previous patch's; with `text_patch` the
-    compressed text, rows of 7 / 5 / 6 symbols in slots of 3)."""
-    cfg = make_cfg(token_rate_positions=token_rate, ext_prev=ext_prev, text_patch=text_patch)
+    compressed text, rows of 7 / 5 / 6 symbols in slots of 3; with `ext_text` the extractor
+    reading the text memory)."""
+    cfg = make_cfg(
+        token_rate_positions=token_rate,
+        ext_prev=ext_prev,
+        text_patch=text_patch,
+        ext_text=ext_text,
+    )
     model, params = init_model(cfg)
     text, text_len, speech, _, prompt_len = rows()
     out = _decode(model, params, (text, text_len, speech, None, prompt_len), max_new=20)
@@ -391,11 +398,13 @@ def test_tldr_loop_writes_the_caches_in_place(b):
     assert not loop_copies(hlo, cache)
 
 
-@pytest.mark.parametrize("ext_prev,text_patch", [(0, 1), (4, 1), (4, 3)])
-def test_batch_n_equals_batch_1(ext_prev, text_patch, greedy=False):
+@pytest.mark.parametrize(
+    "ext_prev,text_patch,ext_text", [(0, 1, 0), (4, 1, 0), (4, 3, 0), (4, 3, 48)]
+)
+def test_batch_n_equals_batch_1(ext_prev, text_patch, ext_text, greedy=False):
     """Sampled decoding (per-row keys): each row of a batch equals that row decoded alone
     (greedy rows are covered by the teacher-forced test above)."""
-    cfg = make_cfg(ext_prev=ext_prev, text_patch=text_patch)
+    cfg = make_cfg(ext_prev=ext_prev, text_patch=text_patch, ext_text=ext_text)
     model, params = init_model(cfg)
     args = rows()
     full = _decode(model, params, args, greedy=greedy)
@@ -466,6 +475,38 @@ def test_text_slot_order_starts_as_the_same_function():
     assert np.abs(a[:, 1] - b[:, 1]).max(-1).min() > 1e-3  # every row's slot 1 moved
 
 
+def test_ext_text_starts_as_the_same_function():
+    """`ext_text` (Q = 3) with its output projection at zero (a warm start from a run without
+    it) gives that run's logits exactly; set, the extractor reads the symbols: a symbol's
+    edit moves its row's logits more than through the compressed slots alone, and symbols
+    past text_len change nothing."""
+    base_model, base = init_model(make_cfg(text_patch=3))
+    model, params = init_model(make_cfg(text_patch=3, ext_text=16))
+    flat = tree_to_flat(params)
+    new = {k for k in flat if k not in tree_to_flat(base)}
+    assert sorted(k.rsplit("/", 2)[-2] for k in new if k.endswith("kernel")) == [
+        "text_k",
+        "text_o",
+        "text_q",
+        "text_v",
+    ]
+    zero = {**tree_to_flat(base), **{k: flat[k] for k in new}}
+    zero = {k: jnp.zeros_like(v) if k.endswith("text_o/kernel") else v for k, v in zero.items()}
+    args = tuple(jnp.asarray(a) for a in rows())
+    want, _, target = base_model.apply({"params": base}, *args)
+    got, _, _ = model.apply({"params": tree_from_flat(zero)}, *args)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    read = {**zero, **{k: flat[k] for k in new}}  # text_o random (ZERO_INIT)
+    moved, _, _ = model.apply({"params": tree_from_flat(read)}, *args)
+    assert np.abs(np.asarray(moved - want))[np.asarray(target)].max() > 1e-3
+    text, text_len = args[0], np.asarray(args[1])
+    junk = np.asarray(text).copy()
+    for r in range(3):
+        junk[r, text_len[r] :] = 2 + r
+    again, _, _ = model.apply({"params": tree_from_flat(read)}, jnp.asarray(junk), *args[1:])
+    np.testing.assert_array_equal(np.asarray(again), np.asarray(moved))
+
+
 def test_global_kv_slots_exact():
     from jaxtts.methods.tldr.engine import global_kv_slots
 
@@ -474,6 +515,14 @@ def test_global_kv_slots_exact():
     # P = 4: 30 + 1 + 13 + 75; with Q = 4 text symbols per slot: 8 + 1 + 13 + 75
     assert global_kv_slots(30, 50, 300, 4) == 119
     assert global_kv_slots(30, 50, 300, 4, 4) == 97
+    # bytes: LM (2 heads x 16 dims x 2 layers, K + V, float32) = 256 per slot; the text memory of
+    # ext_text 16 adds 30 symbols x (16 keys + 16 values) x 4 bytes
+    from jaxtts.methods.tldr.engine import global_kv_bytes
+
+    assert LM.kv_bytes_per_token() == 2 * LM.num_heads * LM.head_dim * LM.num_layers * 4
+    per = LM.kv_bytes_per_token()
+    assert global_kv_bytes(LM, 30, 50, 300, 4, 3) == per * (10 + 1 + 13 + 75)
+    assert global_kv_bytes(LM, 30, 50, 300, 4, 3, 16) == per * 99 + 30 * 32 * 4
 
 
 def test_previous_tokens_exact():
@@ -526,6 +575,10 @@ def test_config_errors():
         make_cfg(ext_prev=5)
     with pytest.raises(ConfigError, match="tldr.text_patch=0"):
         make_cfg(text_patch=0)
+    with pytest.raises(ConfigError, match="tldr.ext_text=16: expected 0, or > 0 with"):
+        make_cfg(ext_text=16)
+    with pytest.raises(ConfigError, match="tldr.ext_text=97: expected a multiple of 3"):
+        make_cfg(ext_text=97, text_patch=3)
     with pytest.raises(ConfigError, match="tldr.compressor"):
         make_cfg(compressor="max")
     from jaxtts.methods.tldr.assemble import check_keys

@@ -43,6 +43,7 @@ MODEL_KEYS = (
     "token_rate_positions",
     "text_patch",
     "text_slot_order",
+    "ext_text",
 )
 
 

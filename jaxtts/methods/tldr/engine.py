@@ -127,9 +127,26 @@ class TLDREngine(LMEngine):
         if strategy != "tldr":
             return super().memory_bytes(text_len, prompt_len, length, strategy)
         c = self.tldr.cfg
-        return self.cfg.kv_bytes_per_token() * global_kv_slots(
-            text_len, prompt_len, length, c.patch, c.text_patch
+        return global_kv_bytes(
+            self.cfg, text_len, prompt_len, length, c.patch, c.text_patch, c.ext_text
         )
+
+
+def global_kv_bytes(
+    lm,
+    text_len: int,
+    prompt_len: int,
+    length: int,
+    patch: int = 1,
+    text_patch: int = 1,
+    ext_text: int = 0,
+) -> int:
+    """Global KV bytes of one row: the backbone's (`LMConfig` lm) cache slots
+    (`global_kv_slots`) x its K+V bytes per slot, plus the extractor's text memory
+    (`ext_text`: keys and values of that width per text symbol, in the backbone's dtype)."""
+    memory = 2 * ext_text * text_len * np.dtype(lm.dtype).itemsize
+    slots = global_kv_slots(text_len, prompt_len, length, patch, text_patch)
+    return lm.kv_bytes_per_token() * slots + memory
 
 
 def global_kv_slots(

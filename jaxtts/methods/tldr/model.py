@@ -48,6 +48,17 @@ embeddings added to the query's mean, both zero at init (a warm start from an or
 run computes the same at step 0). Measured at Q = 4 from that run (`deep_text_order`): WER
 26.8 -> 16.6 %; at Q = 3 (`deep_text3`) 12.4 %; the Q = 1 model 9.6 % (RESULTS).
 
+`ext_text` = M > 0 (Q > 1 only; not in the paper, default 0): the extractor reads the symbols
+themselves. The text compressor's per-symbol states (its local layer's output) become a text
+memory of keys and values of width M per symbol (`TextMemory`, computed once per utterance in
+the prefill and kept in the decode carry), and the extractor's first layer cross-attends to it
+after its slots (queries from every token state of the patch; output projection zero at init,
+so a warm start from a run without it is the same function). Where the backbone reads a slot of
+Q symbols as one vector, the extractor can find the phonemes of the current patch in the text
+itself. The memory is part of the global KV (`engine.global_kv_bytes`): M = 64 adds 128 values
+per symbol next to the backbone's 2 x 256 x 12 = 6144 per slot (Q = 3, P = 4 at 12 s: 0.28x ->
+0.29x FAR's). Measured at Q = 3 (`deep_text3_read`, from `deep_text3`): WER 11.7 % (RESULTS).
+
 Speaker embedding: the shipped JAX speaker encoder (`jaxtts.methods.speaker_encoder`) applied to
 the prompt *as the model sees it*: its tokens decoded to log-mel by the tokenizer's centroid
 table (`mel_table`, a frozen parameter). This runs inside the jitted graph, identically in
@@ -69,13 +80,14 @@ import dataclasses
 from typing import Any
 
 import flax.linen as nn
+import flax.struct
 import jax
 import jax.numpy as jnp
 
 from jaxtts.errors import ConfigError
 from jaxtts.methods.lm import TTSLM, KVCache, LMConfig
 from jaxtts.nn import axes
-from jaxtts.nn.attention import Attention, LayerCache
+from jaxtts.nn.attention import Attention, LayerCache, attend
 from jaxtts.nn.layers import MLP, Dense, RMSNorm, param_with_axes
 from jaxtts.nn.transformer import Block, StackConfig
 
@@ -114,6 +126,11 @@ class TLDRConfig:
     # slot's Q embeddings added to the query's mean; both start at zero); False: the order-free
     # slot of `configs/tldr.py:deep_text`
     text_slot_order: bool = True
+    # Q > 1: the extractor's first layer also cross-attends to the text's symbols (the text
+    # compressor's per-symbol states), through keys and values of this width per symbol,
+    # computed once per utterance (a memory counted in the global KV); 0 = none. Its output
+    # projection starts at zero (a warm start from a run without it is the same function)
+    ext_text: int = 0
 
     def __post_init__(self):
         if self.patch < 1:
@@ -128,10 +145,25 @@ class TLDRConfig:
             )
         if self.window < 1 or self.slots < 1 or self.ext_layers < 1:
             raise ConfigError("tldr.window, tldr.slots, tldr.ext_layers: expected >= 1")
+        if self.ext_text < 0 or (self.ext_text and self.text_patch == 1):
+            raise ConfigError(
+                f"tldr.ext_text={self.ext_text}: expected 0, or > 0 with tldr.text_patch > 1 "
+                "(with one text slot per symbol the backbone reads every symbol already)"
+            )
+        if self.ext_text % self.text_heads:
+            raise ConfigError(
+                f"tldr.ext_text={self.ext_text}: expected a multiple of {self.text_heads} "
+                "(heads of width 32)"
+            )
         if not 0 <= self.ext_prev <= self.patch:
             raise ConfigError(
                 f"tldr.ext_prev={self.ext_prev}: expected 0 <= K <= tldr.patch={self.patch}"
             )
+
+    @property
+    def text_heads(self) -> int:
+        """Heads of the extractor's text attention (`ext_text`): width 32 each, at least 1."""
+        return max(1, self.ext_text // 32)
 
     @property
     def eos(self) -> int:
@@ -228,9 +260,13 @@ class Compressor(nn.Module):
     causal: bool = True
 
     @nn.compact
-    def __call__(self, emb: jax.Array, valid: jax.Array, last: bool = False) -> jax.Array:
+    def __call__(
+        self, emb: jax.Array, valid: jax.Array, last: bool = False, states: bool = False
+    ) -> jax.Array | tuple[jax.Array, jax.Array]:
         """last: only the last patch's vector [B, 1, D] (decoding: the window's earlier patches
-        are keys of the local layer only); equal to the last row of the full output."""
+        are keys of the local layer only); equal to the last row of the full output.
+        states: also return the per-position states [B, J P, D] the patch queries read (the
+        local layer's normalised output; the embeddings for `compressor='mean'`)."""
         c = self.cfg
         b, nj, p, d = emb.shape
         w = valid.astype(jnp.float32)[..., None]  # [B, J, P, 1]
@@ -246,7 +282,7 @@ class Compressor(nn.Module):
             mean = mean[:, -1:]
         query = RMSNorm(name="init_norm")(mean)  # [B, J', D], J' = 1 if last else J
         if c.compressor == "mean":
-            return query
+            return (query, emb.reshape(b, nj * p, d)) if states else query
         # local layer over the flattened grid: causal within W grid positions, valid keys
         n = nj * p
         x = emb.reshape(b, n, d)
@@ -280,11 +316,23 @@ class Compressor(nn.Module):
         )
         z = q + att
         z = z + MLP(c.comp_ff, name="mlp")(RMSNorm(name="mlp_norm")(z))
-        return RMSNorm(name="out_norm")(z).reshape(b, nj, d)
+        z = RMSNorm(name="out_norm")(z).reshape(b, nj, d)
+        return (z, h.reshape(b, nj * p, d)) if states else z
+
+
+@flax.struct.dataclass
+class TextMemory:
+    """The extractor's text memory (`ext_text`): keys / values of every text symbol, k, v
+    [B, N_t, X, H_t] (computed once per utterance), and which symbols are valid [B, X]."""
+
+    k: jax.Array
+    v: jax.Array
+    valid: jax.Array
 
 
 class ExtractorLayer(nn.Module):
     cfg: TLDRConfig
+    reads_text: bool = False  # `ext_text`: cross-attention to the text memory after the slots'
 
     @nn.compact
     def __call__(
@@ -294,9 +342,12 @@ class ExtractorLayer(nn.Module):
         slots: jax.Array | None = None,
         cache: LayerCache | None = None,
         index: int = 0,
+        text: TextMemory | None = None,
     ):
         """x [N, P, E] token states, cond [N, C] conditioning vectors (or their `slots` [N, S,
         E], computed once per patch in decoding) -> [N, P, E]. x None: the slots only.
+        With `reads_text`, `text` is the memory of the N = B J rows' B utterances (row n
+        reads utterance n // J).
 
         Decoding one input at a time: x [N, 1, E] is the patch's input `index`, `cache` the
         self-attention's keys / values of the inputs before it ([N, H, P, E/H]); returns
@@ -314,6 +365,8 @@ class ExtractorLayer(nn.Module):
             RMSNorm(name="cross_norm")(x), zeros, jnp.ones((n, p, c.slots), bool), context=slots
         )
         x = x + att
+        if self.reads_text:
+            x = x + self._read_text(RMSNorm(name="text_norm")(x), text)
         self_att = Attention(c.ext_heads, hd, rope_theta=c.backbone.rope_theta, name="self")
         if cache is None:
             causal = jnp.broadcast_to(jnp.tril(jnp.ones((p, p), bool)), (n, p, p))
@@ -327,6 +380,26 @@ class ExtractorLayer(nn.Module):
         x = x + att
         x = x + MLP(c.ext_ff, name="mlp")(RMSNorm(name="mlp_norm")(x))
         return x if cache is None else (x, cache)
+
+    def _read_text(self, x: jax.Array, text: TextMemory) -> jax.Array:
+        """x [N, P, E] (normalised) -> its attention over the valid text symbols [N, P, E];
+        the output projection starts at zero."""
+        c = self.cfg
+        n, p, e = x.shape
+        b = text.k.shape[0]
+        nh, hd = c.text_heads, c.ext_text // c.text_heads
+        xb = x.reshape(b, (n // b) * p, e)  # [B, J P, E]: a row's patches share its text
+        q = Dense((nh, hd), (axes.EMBED, axes.HEADS, axes.KV), name="text_q")(xb)
+        mask = jnp.broadcast_to(text.valid[:, None], (b, xb.shape[1], text.valid.shape[1]))
+        out, _ = attend(q, text.k.astype(q.dtype), text.v.astype(q.dtype), mask)
+        out = Dense(
+            e,
+            (axes.HEADS, axes.KV, axes.EMBED),
+            in_axes=2,
+            kernel_init=nn.initializers.zeros,
+            name="text_o",
+        )(out)  # [B, J P, E]
+        return out.reshape(n, p, e)
 
 
 class Extractor(nn.Module):
@@ -353,10 +426,20 @@ class Extractor(nn.Module):
         caches: tuple[LayerCache, ...] | None = None,
         index: int = 0,
         prev: jax.Array | None = None,
+        text: TextMemory | None = None,
+        text_states: jax.Array | None = None,
+        text_len: jax.Array | None = None,
     ):
         c = self.cfg
         bb = c.backbone
-        layers = [ExtractorLayer(c, name=f"layer_{i}") for i in range(c.ext_layers)]
+        if text_states is not None:  # the text memory from the symbols' states [B, X, D]
+            return self._text_memory(text_states, text_len)
+        layers = [
+            ExtractorLayer(c, reads_text=bool(c.ext_text) and i == 0, name=f"layer_{i}")
+            for i in range(c.ext_layers)
+        ]
+        if c.ext_text and text is None and inputs is not None:
+            raise ValueError("tldr.ext_text > 0: the extractor needs the text memory")
         if slots is None:
             cond = g
             if c.speaker:
@@ -385,12 +468,12 @@ class Extractor(nn.Module):
         if caches is None:
             x = x + pos[None, : inputs.shape[1]]
             for i, layer in enumerate(layers):
-                x = layer(x, slots=slots[:, i])
+                x = layer(x, slots=slots[:, i], text=text)
         else:  # decoding input `index` alone
             x = x + pos[None, index : index + 1]
             new = []
             for i, layer in enumerate(layers):
-                x, cache = layer(x, slots=slots[:, i], cache=caches[i], index=index)
+                x, cache = layer(x, slots=slots[:, i], cache=caches[i], index=index, text=text)
                 new.append(cache)
             caches = tuple(new)
         x = RMSNorm(name="final_norm")(x)
@@ -398,6 +481,17 @@ class Extractor(nn.Module):
         logits = Dense(v, (axes.EMBED, axes.VOCAB), use_bias=True, name="out")(x)
         logits = logits[..., : bb.out_vocab].astype(jnp.float32)
         return logits if caches is None else (logits, caches)
+
+    def _text_memory(self, states: jax.Array, text_len: jax.Array) -> TextMemory:
+        """states [B, X, D] (the text compressor's, per symbol), text_len [B] -> TextMemory."""
+        c = self.cfg
+        nh, hd = c.text_heads, c.ext_text // c.text_heads
+        x = RMSNorm(name="text_memory_norm")(states)
+        names = (axes.EMBED, axes.HEADS, axes.KV)
+        k = Dense((nh, hd), names, name="text_k")(x).transpose(0, 2, 1, 3)  # [B, N_t, X, H_t]
+        v = Dense((nh, hd), names, name="text_v")(x).transpose(0, 2, 1, 3)
+        valid = jnp.arange(states.shape[1])[None] < text_len[:, None]  # [B, X]
+        return TextMemory(k, v, valid)
 
     def _previous(self, prev: jax.Array) -> jax.Array:
         """prev int [N, K] -> [N, E]: the sum of each valid token's row of its position's
@@ -457,20 +551,27 @@ class TLDRModel(nn.Module):
         s = jnp.where((frames >= c.min_reference_frames)[:, None], s, 0.0)
         return jax.lax.stop_gradient(s)
 
-    def text_input(self, text: jax.Array, text_len: jax.Array) -> jax.Array:
+    def text_input(
+        self, text: jax.Array, text_len: jax.Array, memory: bool = False
+    ) -> jax.Array | tuple[jax.Array, TextMemory | None]:
         """The backbone's text segment: the ids [B, X] as they are (Q = 1), or with
         `text_patch` Q > 1 one vector per Q symbols [B, ceil(X / Q), D]: the symbols'
         embeddings (the backbone's frozen table) through the text compressor (bidirectional
-        local layer, then each slot's query cross-attends to its own Q symbols)."""
+        local layer, then each slot's query cross-attends to its own Q symbols).
+        memory: also return the extractor's text memory (`ext_text`; None without it)."""
         q = self.cfg.text_patch
         if q == 1:
-            return text
+            return (text, None) if memory else text
         b, x = text.shape
         nx = self.cfg.text_slots(x)
         ids = jnp.pad(text, ((0, 0), (0, nx * q - x)))  # [B, X' Q]
         valid = (jnp.arange(nx * q)[None] < text_len[:, None]).reshape(b, nx, q)
         emb = self.backbone.embed_text(ids).reshape(b, nx, q, -1)  # [B, X', Q, D]
-        return self.text_compressor(emb, valid)  # [B, X', D]
+        if not (memory and self.cfg.ext_text):
+            z = self.text_compressor(emb, valid)  # [B, X', D]
+            return (z, None) if memory else z
+        z, states = self.text_compressor(emb, valid, states=True)  # [B, X', D], [B, X' Q, D]
+        return z, self.extractor(None, None, None, text_states=states, text_len=text_len)
 
     def compress(self, tokens: jax.Array, valid: jax.Array, last: bool = False) -> jax.Array:
         """Grid tokens [B, J, P] + valid -> patch vectors [B, J, D] (last: [B, 1, D], the last
@@ -479,15 +580,20 @@ class TLDRModel(nn.Module):
         return self.compressor(emb, valid, last)
 
     def extract(
-        self, g: jax.Array, s: jax.Array | None, inputs: jax.Array, prev: jax.Array | None = None
+        self,
+        g: jax.Array,
+        s: jax.Array | None,
+        inputs: jax.Array,
+        prev: jax.Array | None = None,
+        text: TextMemory | None = None,
     ) -> jax.Array:
-        """g [B, J, D], s [B, E_s] or None, inputs [B, J, P], prev [B, J, K] or None -> logits
-        [B, J, P, V]."""
+        """g [B, J, D], s [B, E_s] or None, inputs [B, J, P], prev [B, J, K] or None, the text
+        memory (`ext_text`) -> logits [B, J, P, V]."""
         b, nj, p = inputs.shape
         flat_s = None if s is None else jnp.repeat(s, nj, axis=0)  # [B J, E_s]
         flat_prev = None if prev is None else prev.reshape(b * nj, -1)
         logits = self.extractor(
-            g.reshape(b * nj, -1), flat_s, inputs.reshape(b * nj, p), prev=flat_prev
+            g.reshape(b * nj, -1), flat_s, inputs.reshape(b * nj, p), prev=flat_prev, text=text
         )
         return logits.reshape(b, nj, p, -1)
 
@@ -505,13 +611,15 @@ class TLDRModel(nn.Module):
             for _ in range(c.ext_layers)
         )
 
-    def extract_step(self, slots: jax.Array, inputs: jax.Array, caches, index: int, prev=None):
+    def extract_step(
+        self, slots: jax.Array, inputs: jax.Array, caches, index: int, prev=None, text=None
+    ):
         """Decoding: slots [B, L, S, E], the patch's input `index` [B, 1] (START or the
         previous token), the caches of the inputs before it (and `prev` [B, K], the stream
-        tokens before the patch, with `ext_prev`) -> (the logits of its token `index` [B, V],
-        the caches with this input added)."""
+        tokens before the patch, with `ext_prev`; the text memory with `ext_text`) -> (the
+        logits of its token `index` [B, V], the caches with this input added)."""
         logits, caches = self.extractor(
-            None, None, inputs, slots=slots, caches=caches, index=index, prev=prev
+            None, None, inputs, slots=slots, caches=caches, index=index, prev=prev, text=text
         )
         return logits[:, 0], caches
 
@@ -535,8 +643,9 @@ class TLDRModel(nn.Module):
         z = self.compress(tokens, valid)  # [B, J, D]
         n_patches = valid.any(-1).sum(-1).astype(jnp.int32)  # [B] prompt + target patches
         emb = jnp.concatenate([self.bos_vector(b), z[:, :-1]], axis=1)  # [B, J, D]: shift
+        text_in, memory = self.text_input(text, text_len, memory=True)
         g = self.backbone.hidden_embedded(
-            self.text_input(text, text_len),
+            text_in,
             text_len,
             emb,
             n_patches,
@@ -545,7 +654,7 @@ class TLDRModel(nn.Module):
         )  # [B, J, D]
         s = self.speaker_embedding(speech, prompt_len)
         prev = previous_tokens(speech, prompt_len, c, nj) if c.ext_prev else None
-        logits = self.extract(g, s, self.shifted_inputs(tokens), prev)
+        logits = self.extract(g, s, self.shifted_inputs(tokens), prev, memory)
         return logits, tokens, target
 
     # -- decoding (the backbone's cache grows by one slot per patch)
@@ -560,7 +669,7 @@ class TLDRModel(nn.Module):
         """text [B, X] + prompt tokens [B, P'] -> (g of the first target patch [B, D], cache
         holding [text | BOS, prompt patches], speaker embedding [B, E_s] or None, the last
         `window_patches` prompt patches (tokens [B, NW, P], valid [B, NW, P]) for the
-        compressor's window)."""
+        compressor's window, the extractor's text memory (`ext_text`) or None)."""
         c = self.cfg
         b = text.shape[0]
         nj = -(-prompt.shape[1] // c.patch)
@@ -570,8 +679,9 @@ class TLDRModel(nn.Module):
         z = self.compress(tokens, valid) if nj else jnp.zeros((b, 0, c.backbone.d_model))
         jp = (-(-prompt_len // c.patch)).astype(jnp.int32)  # [B]
         emb = jnp.concatenate([self.bos_vector(b), z], axis=1)  # [B, 1 + Jp, D]
+        text_in, memory = self.text_input(text, text_len, memory=True)
         h, cache = self.backbone.prefill_embedded(
-            self.text_input(text, text_len), text_len, emb, jp + 1, cache, stride=c.stride
+            text_in, text_len, emb, jp + 1, cache, stride=c.stride
         )
         g = jnp.take_along_axis(h, jp[:, None, None], axis=1)[:, 0]  # [B, D]
         nw = c.window_patches
@@ -581,7 +691,7 @@ class TLDRModel(nn.Module):
         idx = jp[:, None] + jnp.arange(nw)[None]  # the NW patches before patch jp
         win_t = jnp.take_along_axis(all_t, idx[:, :, None], axis=1)
         win_v = jnp.take_along_axis(all_v, idx[:, :, None], axis=1)
-        return g, cache, self.speaker_embedding(prompt, prompt_len), win_t, win_v
+        return g, cache, self.speaker_embedding(prompt, prompt_len), win_t, win_v, memory
 
     def extend(self, win_tokens, win_valid, tokens, cache: KVCache):
         """Compress the new patch tokens [B, P] (after the window's NW patches) and append it

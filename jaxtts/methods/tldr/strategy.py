@@ -9,7 +9,8 @@ One step, every row at once:
    sampled with the run's sampling settings (per-row keys folded with the step and the
    position, so batch-N == batch-1);
    with `ext_prev` = K the extractor's first input also sees the K tokens before the patch
-   (the prompt's last ones, then the previous patch's), kept in the carry;
+   (the prompt's last ones, then the previous patch's), kept in the carry; with `ext_text`
+   its first layer also reads the text memory (keys / values per symbol, from the prefill);
 2. the compressor turns them into the patch vector z_j (its window reads the previous
    `window_patches` patches, kept in the carry), and ONE backbone forward appends z_j to the
    cache, giving g_{j+1}.
@@ -31,7 +32,7 @@ from jaxtts.decode.driver import Proposal, Strategy
 from jaxtts.decode.sampling import sample_tokens, step_keys, suppress_early_eos
 from jaxtts.errors import ConfigError
 from jaxtts.methods.lm import KVCache, cache_windows, window_fits
-from jaxtts.methods.tldr.model import prompt_tail
+from jaxtts.methods.tldr.model import TextMemory, prompt_tail
 
 
 @flax.struct.dataclass
@@ -42,6 +43,7 @@ class TLDRCarry:
     win_tokens: jax.Array  # int32 [B, NW, P] the last NW patches (compressor window)
     win_valid: jax.Array  # bool [B, NW, P]
     prev: jax.Array  # int32 [B, K] the K = ext_prev stream tokens before the next patch
+    text: TextMemory | None  # the extractor's text memory (ext_text), or None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,11 +92,11 @@ class TLDR(Strategy):
         cache = m.apply(
             p, b, x, self.windows(models, batch, max_new_tokens)[0], method="init_cache"
         )
-        g, cache, s, win_t, win_v = m.apply(
+        g, cache, s, win_t, win_v, text = m.apply(
             p, batch.text, batch.text_len, batch.prompt, batch.prompt_len, cache, method="prefill"
         )
         prev = prompt_tail(batch.prompt, batch.prompt_len, m.cfg)  # [B, K]
-        return TLDRCarry(cache, g.astype(jnp.float32), s, win_t, win_v, prev)
+        return TLDRCarry(cache, g.astype(jnp.float32), s, win_t, win_v, prev, text)
 
     def step(self, models, params, state, keys, sampling):
         m, p = models["tldr"], {"params": params["tldr"]}
@@ -107,7 +109,9 @@ class TLDR(Strategy):
         tok = jnp.full((b, 1), cfg.start, jnp.int32)  # [B, 1] input i
         out = []
         for i in range(n):
-            logits, caches = m.apply(p, slots, tok, caches, i, c.prev, method="extract_step")
+            logits, caches = m.apply(
+                p, slots, tok, caches, i, c.prev, c.text, method="extract_step"
+            )
             logits = suppress_early_eos(logits[:, None], state.length + i, sampling, cfg.eos)
             ki = jax.vmap(lambda kk, i=i: jax.random.fold_in(kk, i))(k)
             tok = sample_tokens(ki, logits, sampling)  # [B, 1]
@@ -119,7 +123,13 @@ class TLDR(Strategy):
             win_t = jnp.concatenate([win_t[:, 1:], tokens[:, None]], axis=1)
             win_v = jnp.concatenate([win_v[:, 1:], jnp.ones((b, 1, n), bool)], axis=1)
         prev = tokens[:, n - cfg.ext_prev :]  # [B, K]
-        carry = TLDRCarry(cache, hidden.astype(jnp.float32), c.speaker, win_t, win_v, prev)
+        carry = c.replace(
+            cache=cache,
+            hidden=hidden.astype(jnp.float32),
+            win_tokens=win_t,
+            win_valid=win_v,
+            prev=prev,
+        )
         return Proposal(tokens=tokens, count=jnp.full((b,), n, jnp.int32), carry=carry)
 
 
