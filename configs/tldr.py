@@ -35,7 +35,8 @@ Variants (`--config configs/tldr.py:<variant>`):
   deep_text3_read  deep_text3 + `ext_text=64` (not in the paper): the extractor also reads
                the symbols (a 64-wide key / value memory per symbol, output projection zero
                at init; KV 0.29x at 12 s), from the deep_text3 run (measured: at step 1380),
-               1200 steps at 5e-4: dev CE 1.013, WER 11.7 %, not shipped
+               1200 steps at 5e-4: dev CE 1.013, WER 11.7 % (11.4 % lengthened to 2400 on
+               resume), not shipped
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr

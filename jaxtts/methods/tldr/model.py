@@ -57,7 +57,8 @@ so a warm start from a run without it is the same function). Where the backbone 
 Q symbols as one vector, the extractor can find the phonemes of the current patch in the text
 itself. The memory is part of the global KV (`engine.global_kv_bytes`): M = 64 adds 128 values
 per symbol next to the backbone's 2 x 256 x 12 = 6144 per slot (Q = 3, P = 4 at 12 s: 0.28x ->
-0.29x FAR's). Measured at Q = 3 (`deep_text3_read`, from `deep_text3`): WER 11.7 % (RESULTS).
+0.29x FAR's). Measured at Q = 3 (`deep_text3_read`, from `deep_text3`): WER 11.7 %, 11.4 %
+after 1200 more steps (RESULTS).
 
 Speaker embedding: the shipped JAX speaker encoder (`jaxtts.methods.speaker_encoder`) applied to
 the prompt *as the model sees it*: its tokens decoded to log-mel by the tokenizer's centroid
