@@ -477,9 +477,8 @@ def test_text_slot_order_starts_as_the_same_function():
 
 def test_ext_text_starts_as_the_same_function():
     """`ext_text` (Q = 3) with its output projection at zero (a warm start from a run without
-    it) gives that run's logits exactly; set, the extractor reads the symbols: a symbol's
-    edit moves its row's logits more than through the compressed slots alone, and symbols
-    past text_len change nothing."""
+    it) gives that run's logits exactly; set, the memory moves the target cells' logits, and
+    symbols past text_len still change nothing."""
     base_model, base = init_model(make_cfg(text_patch=3))
     model, params = init_model(make_cfg(text_patch=3, ext_text=16))
     flat = tree_to_flat(params)
