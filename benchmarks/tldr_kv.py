@@ -7,7 +7,8 @@ with patch sizes P (the backbone caches one slot per patch), one row, a 2 s prom
 The text prefix (prompt transcript + target text, phonemes) grows with the duration at
 `--symbols_per_second`; it is not compressed, except in a `P:Q` entry of `--patches` (TLDR
 with `tldr.text_patch` Q: one text slot per Q symbols, e.g. `--patches 4,4:4`; `P:Q:M` adds
-the extractor's text memory of `tldr.ext_text` M, e.g. `4:3:64`). Bytes = slots x the
+the extractor's text memory of `tldr.ext_text` M, e.g. `4:3:64`; `P:Q:M:L` caches the text in
+L layers only, `tldr.text_layers`, e.g. `4:1:0:4`). Bytes = slots x the
 backbone's K+V bytes per slot (all layers, float32) + the text memory, from
 `jaxtts.methods.tldr.engine.global_kv_bytes` (the same count the evaluate column uses).
 Writes `<out>.png`; prints a markdown table (MiB, and TLDR / FAR).
@@ -28,7 +29,8 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--patches",
         default="2,4,8",
-        help="P, P:Q or P:Q:M (Q = tldr.text_patch, M = tldr.ext_text)",
+        help="P, P:Q, P:Q:M or P:Q:M:L (Q = tldr.text_patch, M = tldr.ext_text, "
+        "L = layers caching the text, tldr.text_layers; 0 = all)",
     )
     ap.add_argument(
         "--symbols_per_second",
@@ -61,23 +63,29 @@ def main(argv=None) -> int:
     per_slot = cfg.kv_bytes_per_token()
     prompt = int(round(args.prompt_seconds * rate))
     secs = list(range(4, 21, 2))
-    curves = {"FAR": (1, 1, 0)}
+    curves = {"FAR": (1, 1, 0, 0)}
     for entry in args.patches.split(","):
         fields = entry.strip().split(":")
         try:
-            pqm = tuple(int(f) for f in fields) + (1, 0)[len(fields) - 1 :]
+            pqm = tuple(int(f) for f in fields) + (1, 0, 0)[len(fields) - 1 :]
         except ValueError:
             pqm = ()
-        if len(fields) > 3 or len(pqm) != 3:
+        if len(fields) > 4 or len(pqm) != 4:
             print(
-                f"error: --patches {entry!r}: expected P, P:Q or P:Q:M (integers)", file=sys.stderr
+                f"error: --patches {entry!r}: expected P, P:Q, P:Q:M or P:Q:M:L (integers)",
+                file=sys.stderr,
             )
             return 2
-        if min(pqm[:2]) < 1 or pqm[2] < 0:
-            print(f"error: --patches {entry!r}: expected P, Q >= 1 and M >= 0", file=sys.stderr)
+        if min(pqm[:2]) < 1 or min(pqm[2:]) < 0 or pqm[3] > cfg.num_layers:
+            print(
+                f"error: --patches {entry!r}: expected P, Q >= 1, M >= 0 and "
+                f"0 <= L <= {cfg.num_layers}",
+                file=sys.stderr,
+            )
             return 2
-        p, q, m = pqm
-        curves[f"TLDR P={p}" + (f" Q={q}" if q > 1 else "") + (f" M={m}" if m else "")] = pqm
+        p, q, m, n = pqm
+        name = f"TLDR P={p}" + (f" Q={q}" if q > 1 else "") + (f" M={m}" if m else "")
+        curves[name + (f" L={n}" if n else "")] = pqm
 
     def text_len(s):
         return int(round(args.symbols_per_second * (args.prompt_seconds + s)))

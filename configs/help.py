@@ -221,6 +221,9 @@ HELP = {
     "(position-in-slot table + order-aware query; False = order-free slots)",
     "tldr.ext_text": "Q > 1: width of the extractor's text memory (keys and values per text "
     "symbol, read by its first layer; counted in the KV; 0 = none; not in the paper)",
+    "tldr.text_layers": "backbone layers (e.g. '0,5,9,10') whose speech slots see the text; "
+    "in the others patches attend to patches only and the cache holds no text ('' = all; "
+    "not in the paper)",
     "tldr.lora_rank": "LoRA rank on the backbone's projections (0 = no LoRA)",
     "tldr.lora_alpha": "LoRA alpha (scale alpha / rank)",
     "tldr.warm_start": "a TLDR run on the same backbone to start from ('' = fresh modules)",

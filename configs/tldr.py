@@ -37,6 +37,10 @@ Variants (`--config configs/tldr.py:<variant>`):
                at init; KV 0.29x at 12 s), from the deep_text3 run (measured: at step 1380),
                1200 steps at 5e-4: dev CE 1.013, WER 11.7 % (11.4 % lengthened to 2400 on
                resume), not shipped
+  deep_text_layers  deep_prev with the text in 4 of the 12 backbone layers (`text_layers`,
+               not in the paper): in the other 8 the patches attend to patches only, so their
+               caches hold no text (global KV at 12 s as Q = 3's); from
+               pretrained/tldr_deep_p4, 2000 steps at 5e-4
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
@@ -67,6 +71,7 @@ VARIANTS = (
     "deep_text_order",
     "deep_text3",
     "deep_text3_read",
+    "deep_text_layers",
 )
 
 # the compressed-text runs, each from the one before:
@@ -112,6 +117,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             text_patch=1,  # Q text symbols per backbone slot (1 = the paper; not in it: Q > 1)
             text_slot_order=True,  # Q > 1: the text compressor sees each symbol's place
             ext_text=0,  # Q > 1: width of the extractor's text memory per symbol (0 = none)
+            text_layers="",  # backbone layers whose speech sees the text ('' = all; not in it)
             lora_rank=32,
             lora_alpha=32.0,  # paper 64/64 at D 896; scaled to D 256
             warm_start="",  # a TLDR run on the same backbone to start from ('' = fresh)
@@ -160,6 +166,14 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             warm_start=warm,
         )
         config.train.update(steps=steps, learning_rate=lr, warmup_steps=warmup, eval_every=400)
+    elif v == "deep_text_layers":
+        t.update(
+            backbone="pretrained/car_deep",
+            ext_prev=4,
+            text_layers="0,5,9,10",
+            warm_start="pretrained/tldr_deep_p4",
+        )
+        config.train.update(steps=2000, learning_rate=5e-4, warmup_steps=50, eval_every=400)
     elif v == "tiny":
         t.update(
             corpus_utterances=40,

@@ -42,9 +42,9 @@ LM = LMConfig(
 )
 
 
-def make_cfg(**kw) -> TLDRConfig:
+def make_cfg(text_layers=(), **kw) -> TLDRConfig:
     base = dict(
-        backbone=dataclasses.replace(LM, lora_rank=4, lora_alpha=4.0),
+        backbone=dataclasses.replace(LM, lora_rank=4, lora_alpha=4.0, text_layers=text_layers),
         patch=4,
         window=6,
         comp_heads=2,
@@ -320,21 +320,34 @@ def _decode(model, params, args, max_new=24, greedy=True, seed=0, row_ids=None, 
 
 
 @pytest.mark.parametrize(
-    "token_rate,ext_prev,text_patch,ext_text",
-    [(True, 0, 1, 0), (False, 0, 1, 0), (True, 3, 1, 0), (True, 3, 3, 0), (True, 3, 3, 16)],
+    "token_rate,ext_prev,text_patch,ext_text,text_layers",
+    [
+        (True, 0, 1, 0, ()),
+        (False, 0, 1, 0, ()),
+        (True, 3, 1, 0, ()),
+        (True, 3, 3, 0, ()),
+        (True, 3, 3, 16, ()),
+        (True, 3, 1, 0, (0,)),
+        (True, 3, 1, 0, (1,)),
+    ],
 )
-def test_greedy_decode_equals_teacher_forced_argmax(token_rate, ext_prev, text_patch, ext_text):
+def test_greedy_decode_equals_teacher_forced_argmax(
+    token_rate, ext_prev, text_patch, ext_text, text_layers
+):
     """Greedy decoding (prefill + per-patch extend with the compressor's window) reproduces
     the teacher-forced model: fed back its own output, every generated token is the argmax
     (backbone positions at the token rate or one per patch; with `ext_prev` the extractor's
     previous tokens: the prompt's last ones, then the previous patch's; with `text_patch` the
     compressed text, rows of 7 / 5 / 6 symbols in slots of 3; with `ext_text` the extractor
-    reading the text memory)."""
+    reading the text memory; with `text_layers` the text in one of the two backbone layers, the
+    other one caching no text slots: (1,) has the text pass through that layer in the
+    prefill)."""
     cfg = make_cfg(
         token_rate_positions=token_rate,
         ext_prev=ext_prev,
         text_patch=text_patch,
         ext_text=ext_text,
+        text_layers=text_layers,
     )
     model, params = init_model(cfg)
     text, text_len, speech, _, prompt_len = rows()
@@ -399,12 +412,15 @@ def test_tldr_loop_writes_the_caches_in_place(b):
 
 
 @pytest.mark.parametrize(
-    "ext_prev,text_patch,ext_text", [(0, 1, 0), (4, 1, 0), (4, 3, 0), (4, 3, 48)]
+    "ext_prev,text_patch,ext_text,text_layers",
+    [(0, 1, 0, ()), (4, 1, 0, ()), (4, 3, 0, ()), (4, 3, 48, ()), (4, 1, 0, (1,))],
 )
-def test_batch_n_equals_batch_1(ext_prev, text_patch, ext_text, greedy=False):
+def test_batch_n_equals_batch_1(ext_prev, text_patch, ext_text, text_layers, greedy=False):
     """Sampled decoding (per-row keys): each row of a batch equals that row decoded alone
     (greedy rows are covered by the teacher-forced test above)."""
-    cfg = make_cfg(ext_prev=ext_prev, text_patch=text_patch, ext_text=ext_text)
+    cfg = make_cfg(
+        ext_prev=ext_prev, text_patch=text_patch, ext_text=ext_text, text_layers=text_layers
+    )
     model, params = init_model(cfg)
     args = rows()
     full = _decode(model, params, args, greedy=greedy)
@@ -522,6 +538,44 @@ def test_global_kv_slots_exact():
     per = LM.kv_bytes_per_token()
     assert global_kv_bytes(LM, 30, 50, 300, 4, 3) == per * (10 + 1 + 13 + 75)
     assert global_kv_bytes(LM, 30, 50, 300, 4, 3, 16) == per * 99 + 30 * 32 * 4
+    # text in 1 of the 2 layers (`tldr.text_layers`): the 30 text slots at half the bytes
+    assert global_kv_bytes(LM, 30, 50, 300, 4, 1, 0, 1) == per * 89 + per // 2 * 30
+
+
+def test_text_layers_cache_holds_no_text_outside_them():
+    """`text_layers` (1,): layer 0's buffers hold the speech slots only, layer 1's the text too;
+    and the decode cache after the prefill equals the full-layout cache's speech slots."""
+    model, params = init_model(make_cfg(text_layers=(1,)))
+    cache = model.apply({"params": params}, 2, 9, 12, method="init_cache")
+    assert cache.no_text == (0,)
+    assert cache.layers[0].k.shape == (2, LM.num_heads, 12, LM.head_dim)
+    assert cache.layers[1].k.shape == (2, LM.num_heads, 9 + 12, LM.head_dim)
+    assert (cache.num_slots, cache.speech_slots, cache.offset(0), cache.offset(1)) == (21, 12, 0, 9)
+    grown = cache.resize(20)
+    assert grown.layers[0].v.shape[2] == 20 and grown.layers[1].v.shape[2] == 29
+
+
+def test_text_layers_hide_the_text_from_the_other_layers():
+    """Teacher-forced logits with `text_layers` (0,): the text still matters (through layer 0);
+    listing every layer is the option off (()); a bad index is a one-line ConfigError naming the
+    key and the depth."""
+    from jaxtts.methods.tldr.assemble import text_layers
+
+    args = tuple(jnp.asarray(a) for a in rows())
+    model, params = init_model(make_cfg())
+    want, _, _ = model.apply({"params": params}, *args)
+    one, _, _ = TLDRModel(make_cfg(text_layers=(0,)), SPK).apply({"params": params}, *args)
+    assert np.abs(np.asarray(one - want)).max() > 1e-3
+    other = args[0][::-1]
+    moved, _, _ = TLDRModel(make_cfg(text_layers=(0,)), SPK).apply(
+        {"params": params}, other, *args[1:]
+    )
+    assert np.abs(np.asarray(moved - one)).max() > 1e-3
+    assert text_layers("0,1", 2) == () and text_layers([1], 2) == (1,)
+    with pytest.raises(ConfigError, match=r"tldr.text_layers='0,2': expected backbone layer"):
+        text_layers("0,2", 2)
+    with pytest.raises(ConfigError, match=r"tldr.text_layers='a': expected"):
+        text_layers("a", 2)
 
 
 def test_previous_tokens_exact():

@@ -183,6 +183,7 @@ class Attention(nn.Module):
         context: jax.Array | None = None,
         defer_write: bool = False,
         queries: int = 0,
+        prefix: int = 0,
     ) -> tuple[jax.Array, LayerCache | None]:
         """x [B, T, D], positions [B, T] or their `RopeTable` (RoPE; ignored when
         rope_theta == 0), mask bool
@@ -200,6 +201,9 @@ class Attention(nn.Module):
         `LayerCache` [B, N, T, H] (in the buffer's dtype) instead of the cache.
         queries > 0 (self-attention without a cache): only the last `queries` positions of x
         query (keys: all T); returns [B, queries, D], equal to those rows of the full output.
+        prefix > 0 (with a cache that was empty: a prefill): the cache does not store the first
+        `prefix` positions of x; the block attends to its own keys (mask [B, T, T]) and writes
+        positions prefix.. at write_start (a layer that caches no text, `TTSLM.text_layers`).
         """
         d = x.shape[-1]
         nh = (self.num_heads, self.head_dim)
@@ -229,6 +233,9 @@ class Attention(nn.Module):
             keys_t = cache.keys_t
             k, v = cache.k.astype(q.dtype), cache.v.astype(q.dtype)
             cache = LayerCache(kb, vb)
+        elif cache is not None and prefix:
+            cache = cache.write(k[:, :, prefix:], v[:, :, prefix:], write_start)
+            keys_t = False  # the block's own keys [B, N, T, H]
         elif cache is not None:
             cache = cache.write(k, v, write_start)
             keys_t = cache.keys_t

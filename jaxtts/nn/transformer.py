@@ -69,6 +69,7 @@ class Block(nn.Module):
         capture=False,
         defer_write=False,
         queries=0,
+        prefix=0,
     ):
         """queries > 0: only the last `queries` positions of x are computed (their attention
         over all of x, their MLP): [B, queries, D], those rows of the full output."""
@@ -85,6 +86,7 @@ class Block(nn.Module):
             capture,
             defer_write=defer_write,
             queries=queries,
+            prefix=prefix,
         )
         if queries:
             x = x[:, -queries:]
@@ -104,7 +106,7 @@ class TransformerStack(nn.Module):
         self,
         x: jax.Array,
         positions: jax.Array,
-        mask: jax.Array,
+        mask: jax.Array | Sequence[jax.Array],
         caches: Sequence[LayerCache] | None = None,
         write_start: jax.Array | None = None,
         *,
@@ -113,9 +115,14 @@ class TransformerStack(nn.Module):
         attn_bias: jax.Array | None = None,
         bias_layers: Sequence[int] = (),
         defer_write: bool = False,
+        prefix: int | Sequence[int] = 0,
     ) -> tuple[jax.Array, tuple[LayerCache, ...] | None]:
         """x [B, T, D] float32 -> (hidden [B, T, D] after the final norm, updated caches).
 
+        mask, write_start, prefix: one for every block, or a tuple of one per block run (in
+        `layers` order: `TTSLM`'s `text_layers`, where some blocks do not see the text and
+        cache no text slots). prefix: `Attention`'s (a prefill that does not cache the first
+        `prefix` positions).
         layers: which blocks run, in order (default all); caches[j] belongs to layers[j].
         attn_bias [B, N, T, S]: added to the attention logits of the blocks in `bias_layers`,
         which also sow their logits (`intermediates/layer_<i>/attn/attn_logits`): the
@@ -127,6 +134,15 @@ class TransformerStack(nn.Module):
         self.cfg.check_layers(bias_layers or None)
         if caches is not None and len(caches) != len(run):
             raise ValueError(f"{len(caches)} layer caches for {len(run)} layers")
+
+        def per_layer(name, arg):
+            out = tuple(arg) if isinstance(arg, (tuple, list)) else (arg,) * len(run)
+            if len(out) != len(run):
+                raise ValueError(f"{len(out)} values of {name} for {len(run)} layers")
+            return out
+
+        masks, starts = per_layer("mask", mask), per_layer("write_start", write_start)
+        prefixes = per_layer("prefix", prefix)
         if self.cfg.rope_theta and not isinstance(positions, RopeTable):
             positions = RopeTable.of(positions, self.cfg.head_dim, self.cfg.rope_theta)
         new_caches = []
@@ -134,13 +150,14 @@ class TransformerStack(nn.Module):
             x, c = Block(self.cfg, name=f"layer_{i}")(
                 x,
                 positions,
-                mask,
+                masks[j],
                 None if caches is None else caches[j],
-                write_start,
+                starts[j],
                 train=train,
                 bias=attn_bias if i in bias_layers else None,
                 capture=i in bias_layers,
                 defer_write=defer_write,
+                prefix=prefixes[j],
             )
             new_caches.append(c)
         return RMSNorm(name="final_norm")(x), (None if caches is None else tuple(new_caches))

@@ -33,6 +33,9 @@ entries past it are masked and later overwritten. Every decoding method takes `l
 subset of the stack's layer indices, same parameters): an SSD draft made of the target's own
 layers is `layers=(0, 1, L-6, ..., L-1)` with a cache of that many layers.
 
+`LMConfig.text_layers` (TLDR's `tldr.text_layers`; default all): only the listed layers let the
+speech attend to the text; the others' caches hold the speech slots only (`KVCache.no_text`).
+
 Axis letters: B batch, T speech positions, X text positions, S cache slots, D width, K heads,
 V output vocabulary, C appended tokens.
 """
@@ -80,6 +83,10 @@ class LMConfig:
     lora_rank: int = 0
     lora_alpha: float = 0.0
     vocab_multiple: int = 128  # tables / output layers padded so the vocab axis shards evenly
+    # the layers whose speech queries see the text prefix; () = every layer. In the others the
+    # speech attends to speech only, so their caches need no text slots (TLDR's
+    # `tldr.text_layers`, not in any paper: a smaller global KV)
+    text_layers: tuple[int, ...] = ()
 
     @property
     def eos(self) -> int:
@@ -159,14 +166,22 @@ class KVCache:
     # compressed text (`tldr.text_patch`) holds one slot per Q symbols, text_len stays the
     # symbol count (so the speech positions text_len + ... do not move)
     text_stride: int = flax.struct.field(pytree_node=False, default=1)
+    # indices into `layers` whose buffers hold the speech slots only ([B, N, S - X, H]: the
+    # layers outside `LMConfig.text_layers`, where the speech does not see the text)
+    no_text: tuple[int, ...] = flax.struct.field(pytree_node=False, default=())
+
+    def offset(self, j: int) -> int:
+        """Slot of layer j's buffer where the speech segment starts: X, or 0 without text."""
+        return 0 if j in self.no_text else self.text_slots
 
     @property
     def num_slots(self) -> int:
-        return self.layers[0].slots
+        """Slots of the full layout [text | speech] (a layer with text holds all of them)."""
+        return self.text_slots + self.speech_slots
 
     @property
     def speech_slots(self) -> int:
-        return self.num_slots - self.text_slots
+        return self.layers[0].slots - self.offset(0)
 
     def rollback(self, speech_len: jax.Array) -> KVCache:
         """Per-row rollback: keep only the first `speech_len[b]` speech slots of row b."""
@@ -177,9 +192,9 @@ class KVCache:
         (`TTSLM.extend_deferred`) and keep count[b] of them (default all C): slots past the
         count hold the rest of the block but stay invalid, as after `rollback`."""
         c = blocks[0].k.shape[2]
-        start = self.text_slots + self.speech_len  # [B]
         layers = tuple(
-            old.write(new.k, new.v, start) for old, new in zip(self.layers, blocks, strict=True)
+            old.write(new.k, new.v, self.offset(j) + self.speech_len)
+            for j, (old, new) in enumerate(zip(self.layers, blocks, strict=True))
         )
         n = jnp.full_like(self.speech_len, c) if count is None else count.astype(jnp.int32)
         return self.replace(layers=layers, speech_len=self.speech_len + n)
@@ -316,6 +331,34 @@ class TTSLM(nn.Module):
         pos = jnp.where(is_speech, text_len[:, None] + stride * idx, text_pos)  # [B, X+T]
         return is_speech, idx, valid, pos
 
+    def _per_layer(
+        self, mask, q_speech, k_speech, start=None, layers=None, cache=None, prefill=False
+    ):
+        """The stack's (mask, write_start, prefix) arguments. Without `cfg.text_layers`: the
+        same for every layer. With it, one per layer run: outside text_layers the speech
+        queries' text keys are hidden (q_speech [B, T], k_speech [B, S] of the full layout),
+        and a cache layer without text slots (`KVCache.no_text`) takes its mask and write
+        offset shifted past the X text slots; in the prefill it attends to the block itself
+        and stores the block's speech positions only (`Attention`'s `prefix`)."""
+        keep = self.cfg.text_layers
+        if not keep:
+            return mask, start, 0
+        no_text = mask & ~(q_speech[:, :, None] & ~k_speech[:, None, :])  # [B, T, S]
+        run = self.cfg.stack.check_layers(layers)
+        if cache is None:
+            return tuple(mask if i in keep else no_text for i in run), start, 0
+        x, t = cache.text_slots, mask.shape[1]
+        args = []
+        for j in range(len(run)):
+            if j not in cache.no_text:
+                args.append((mask, start, 0))
+            elif prefill:  # the cache was empty: the block's own keys are all there is
+                args.append((no_text[:, :, :t], start, x))
+            else:
+                args.append((no_text[:, :, x:], start - x, 0))
+        masks, starts, prefixes = zip(*args, strict=True)
+        return masks, starts, prefixes
+
     def _text_input(self, text: jax.Array) -> jax.Array:
         """text ids [B, X] -> their embeddings [B, X, D]; text vectors [B, X, D] (TLDR's
         compressed text) pass through."""
@@ -374,6 +417,7 @@ class TTSLM(nn.Module):
             text_len, speech_len, x_len, t_len, stride, text_stride
         )
         mask = prefix_lm_mask(is_speech, idx, is_speech, idx, valid)  # [B, X+T, X+T]
+        mask, _, _ = self._per_layer(mask, is_speech, is_speech)
         emb = jnp.concatenate([self._text_input(text), speech_emb.astype(jnp.float32)], axis=1)
         rope = self._rope(pos, text_stride * x_len + stride * t_len)
         h, _ = self.stack(
@@ -393,21 +437,27 @@ class TTSLM(nn.Module):
         text_stride: int = 1,
     ) -> KVCache:
         """Zero buffers for every layer (or one per index of `layers`); keys_t: keys held
-        transposed (`LayerCache`); text_stride: text symbols per text slot (`KVCache`)."""
+        transposed (`LayerCache`); text_stride: text symbols per text slot (`KVCache`). With
+        `cfg.text_layers`, the other layers' buffers hold the speech slots only."""
         c = self.cfg
-        shape = (batch, c.num_heads, text_slots + speech_slots, c.head_dim)  # [B, N, S, H]
-        kshape = (batch, c.num_heads, c.head_dim, text_slots + speech_slots) if keys_t else shape
         dt = jnp.dtype(dtype or jnp.float32)
-        n = len(c.stack.check_layers(layers))
+        run = c.stack.check_layers(layers)
+        no_text = tuple(j for j, i in enumerate(run) if c.text_layers and i not in c.text_layers)
+
+        def buffers(j: int) -> LayerCache:
+            s = speech_slots + (0 if j in no_text else text_slots)
+            shape = (batch, c.num_heads, s, c.head_dim)  # [B, N, S, H]
+            kshape = (batch, c.num_heads, c.head_dim, s) if keys_t else shape
+            return LayerCache(jnp.zeros(kshape, dt), jnp.zeros(shape, dt), keys_t)
+
         zeros = jnp.zeros((batch,), jnp.int32)
         return KVCache(
-            tuple(
-                LayerCache(jnp.zeros(kshape, dt), jnp.zeros(shape, dt), keys_t) for _ in range(n)
-            ),
+            tuple(buffers(j) for j in range(len(run))),
             zeros,
             zeros,
             text_slots,
             text_stride,
+            no_text,
         )
 
     def prefill(
@@ -443,11 +493,15 @@ class TTSLM(nn.Module):
             raise ValueError(f"prefill: text width {x_len} != cache.text_slots {cache.text_slots}")
         is_speech, idx, _, pos = self._segments(text_len, speech_len, x_len, p_len, stride, ts)
         cache = cache.replace(text_len=text_len.astype(jnp.int32))
-        mask = prefix_lm_mask(is_speech, idx, *cache.key_segments(speech_len))  # [B, X+P, S]
+        k_segments = cache.key_segments(speech_len)
+        mask = prefix_lm_mask(is_speech, idx, *k_segments)  # [B, X+P, S]
         emb = jnp.concatenate([self._text_input(text), speech_emb.astype(jnp.float32)], axis=1)
         start = jnp.zeros((text.shape[0],), jnp.int32)
+        mask, start, prefix = self._per_layer(
+            mask, is_speech, k_segments[0], start, layers, cache, prefill=True
+        )
         rope = self._rope(pos, ts * x_len + stride * p_len)
-        h, caches = self.stack(emb, rope, mask, cache.layers, start, layers=layers)
+        h, caches = self.stack(emb, rope, mask, cache.layers, start, layers=layers, prefix=prefix)
         cache = cache.replace(layers=caches, speech_len=speech_len.astype(jnp.int32))
         return h[:, x_len:], cache
 
@@ -467,13 +521,14 @@ class TTSLM(nn.Module):
         q_idx = cache.speech_len[:, None] + jnp.arange(c)[None]  # [B, C]
         pos = cache.text_len[:, None] + stride * q_idx
         new_len = cache.speech_len + c
-        mask = prefix_lm_mask(
-            jnp.ones((b, c), bool), q_idx, *cache.key_segments(new_len)
-        )  # [B, C, S]
-        rope = self._rope(pos, cache.text_stride * cache.text_slots + stride * cache.speech_slots)
-        h, caches = self.stack(
-            emb, rope, mask, cache.layers, cache.text_slots + cache.speech_len, layers=layers
+        k_segments = cache.key_segments(new_len)
+        q_speech = jnp.ones((b, c), bool)
+        mask = prefix_lm_mask(q_speech, q_idx, *k_segments)  # [B, C, S]
+        mask, start, _ = self._per_layer(
+            mask, q_speech, k_segments[0], cache.text_slots + cache.speech_len, layers, cache
         )
+        rope = self._rope(pos, cache.text_stride * cache.text_slots + stride * cache.speech_slots)
+        h, caches = self.stack(emb, rope, mask, cache.layers, start, layers=layers)
         return h, cache.replace(layers=caches, speech_len=new_len.astype(jnp.int32))
 
     def extend_deferred(
@@ -489,6 +544,11 @@ class TTSLM(nn.Module):
         b, c = emb.shape[:2]
         q_idx = cache.speech_len[:, None] + jnp.arange(c)[None]  # [B, C]
         pos = cache.text_len[:, None] + stride * q_idx
+        if cache.no_text:
+            raise ValueError(
+                "extend_deferred: a cache without text slots in some layers "
+                "(LMConfig.text_layers) is not supported"
+            )
         mask = prefix_lm_mask(
             jnp.ones((b, c), bool), q_idx, *cache.key_segments(cache.speech_len + c)
         )  # [B, C, S]

@@ -25,6 +25,7 @@ RUN_KEYS = (
     "corpus_utterances",
     "min_reference_seconds",
     "warm_start",
+    "text_layers",
 )
 MODEL_KEYS = (
     "patch",
@@ -55,6 +56,21 @@ def check_keys(section) -> None:
         )
 
 
+def text_layers(value, num_layers: int) -> tuple[int, ...]:
+    """`tldr.text_layers` (backbone layer indices, a list or "a,b,c"; empty = all) as a
+    sorted tuple; a bad value is a ConfigError naming it and the backbone's depth."""
+    items = value.split(",") if isinstance(value, str) else list(value or ())
+    try:
+        out = tuple(sorted({int(i) for i in items if str(i).strip()}))
+    except (TypeError, ValueError):
+        out = None
+    if out is None or any(not 0 <= i < num_layers for i in out):
+        raise ConfigError(
+            f"tldr.text_layers={value!r}: expected backbone layer indices in [0, {num_layers})"
+        )
+    return () if len(out) == num_layers else out
+
+
 def tldr_config(section, backbone_cfg, tokenizer, speaker_model=None) -> TLDRConfig:
     """TLDRConfig from `config.tldr`, the backbone's LMConfig (LoRA set from the section), its
     tokenizer and the speaker encoder model (None: no speaker conditioning)."""
@@ -63,7 +79,13 @@ def tldr_config(section, backbone_cfg, tokenizer, speaker_model=None) -> TLDRCon
     rank, alpha = int(s.get("lora_rank", 0)), float(s.get("lora_alpha", 0.0))
     if rank < 0:
         raise ConfigError(f"tldr.lora_rank={rank}: expected >= 0 (0 = no LoRA)")
-    bb = dataclasses.replace(backbone_cfg, lora_rank=rank, lora_alpha=alpha, dropout=0.0)
+    bb = dataclasses.replace(
+        backbone_cfg,
+        lora_rank=rank,
+        lora_alpha=alpha,
+        dropout=0.0,
+        text_layers=text_layers(s.get("text_layers", ()), backbone_cfg.num_layers),
+    )
     kw = {k: s[k] for k in MODEL_KEYS if k in s}
     mel_rate = tokenizer.mel_cfg.frame_rate
     extra = dict(

@@ -128,7 +128,14 @@ class TLDREngine(LMEngine):
             return super().memory_bytes(text_len, prompt_len, length, strategy)
         c = self.tldr.cfg
         return global_kv_bytes(
-            self.cfg, text_len, prompt_len, length, c.patch, c.text_patch, c.ext_text
+            self.cfg,
+            text_len,
+            prompt_len,
+            length,
+            c.patch,
+            c.text_patch,
+            c.ext_text,
+            len(c.backbone.text_layers),
         )
 
 
@@ -140,13 +147,19 @@ def global_kv_bytes(
     patch: int = 1,
     text_patch: int = 1,
     ext_text: int = 0,
+    text_layers: int = 0,
 ) -> int:
     """Global KV bytes of one row: the backbone's (`LMConfig` lm) cache slots
     (`global_kv_slots`) x its K+V bytes per slot, plus the extractor's text memory
-    (`ext_text`: keys and values of that width per text symbol, in the backbone's dtype)."""
+    (`ext_text`: keys and values of that width per text symbol, in the backbone's dtype).
+    text_layers > 0: only that many layers cache the text slots (`tldr.text_layers`)."""
     memory = 2 * ext_text * text_len * np.dtype(lm.dtype).itemsize
     slots = global_kv_slots(text_len, prompt_len, length, patch, text_patch)
-    return lm.kv_bytes_per_token() * slots + memory
+    if not text_layers:
+        return lm.kv_bytes_per_token() * slots + memory
+    text = -(-text_len // text_patch)
+    per_layer = lm.kv_bytes_per_token(1)
+    return per_layer * (lm.num_layers * (slots - text) + text_layers * text) + memory
 
 
 def global_kv_slots(

@@ -60,6 +60,17 @@ per symbol next to the backbone's 2 x 256 x 12 = 6144 per slot (Q = 3, P = 4 at 
 0.29x FAR's). Measured at Q = 3 (`deep_text3_read`, from `deep_text3`): WER 11.7 %, 11.4 %
 after 1200 more steps (RESULTS).
 
+Text in a few layers (`tldr.text_layers`, a backbone setting: `LMConfig.text_layers`; not in
+the paper, default all layers): another way to shrink the text's share of the global KV. The
+text stays one slot per symbol, but only the listed backbone layers let the patches attend to
+it; in the others patches attend to patches only, so their caches hold no text slots
+(`KVCache.no_text`; in the prefill those layers still run the text positions, for the text
+layers above them, and store only the speech). 4 of 12 layers cache the text bytes of Q = 3.
+Layer 0 must keep it: without it the frozen backbone loses the text entirely (teacher-forced
+CE 8.0, the wrong transcript's), while most sets of 4 that include it start at 2.7-2.9
+(0, 5, 9, 10: 2.66, the shipped Q = 1 model 1.16) and LoRA retrains from there
+(`configs/tldr.py:deep_text_layers`, RESULTS#deep-tldr-text).
+
 Speaker embedding: the shipped JAX speaker encoder (`jaxtts.methods.speaker_encoder`) applied to
 the prompt *as the model sees it*: its tokens decoded to log-mel by the tokenizer's centroid
 table (`mel_table`, a frozen parameter). This runs inside the jitted graph, identically in
