@@ -544,7 +544,8 @@ def test_global_kv_slots_exact():
 
 def test_text_layers_cache_holds_no_text_outside_them():
     """`text_layers` (1,): layer 0's buffers hold the speech slots only, layer 1's the text too;
-    and the decode cache after the prefill equals the full-layout cache's speech slots."""
+    slot counts and write offsets follow, and growing keeps the difference (what is written
+    there is checked by the decode == teacher-forced test's `text_layers` cases)."""
     model, params = init_model(make_cfg(text_layers=(1,)))
     cache = model.apply({"params": params}, 2, 9, 12, method="init_cache")
     assert cache.no_text == (0,)
