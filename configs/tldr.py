@@ -41,7 +41,8 @@ Variants (`--config configs/tldr.py:<variant>`):
                not in the paper): in the other 8 the patches attend to patches only, so their
                caches hold no text (global KV at 12 s as Q = 3's); from
                pretrained/tldr_deep_p4, 2000 steps at 5e-4 (measured run: cut to 1100 on
-               resume): dev CE 1.161, WER 11.4 % (FAR 8.8 %), not shipped
+               resume, dev CE 1.161, WER 11.4 %; resumed to 2400 at 3e-4: dev CE 1.120,
+               WER 10.5 %; FAR 8.8 %), not shipped
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr

@@ -70,7 +70,7 @@ Layer 0 must keep it: without it the frozen backbone loses the text entirely (te
 CE 8.0, the wrong transcript's), while most sets of 4 that include it start at 2.7-2.9
 (0, 5, 9, 10: 2.66, the shipped Q = 1 model 1.16) and LoRA retrains from there
 (`configs/tldr.py:deep_text_layers`: dev CE 1.161 and WER 11.4 % after 1100 steps, the same
-WER as Q = 3 with `ext_text`; RESULTS#deep-tldr-text).
+WER as Q = 3 with `ext_text`; 1.120 and 10.5 % after 2400, FAR 8.8 %; RESULTS#deep-tldr-text).
 
 Speaker embedding: the shipped JAX speaker encoder (`jaxtts.methods.speaker_encoder`) applied to
 the prompt *as the model sees it*: its tokens decoded to log-mel by the tokenizer's centroid
