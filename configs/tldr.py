@@ -43,6 +43,11 @@ Variants (`--config configs/tldr.py:<variant>`):
                pretrained/tldr_deep_p4, 2000 steps at 5e-4 (measured run: cut to 1100 on
                resume, dev CE 1.161, WER 11.4 %; resumed to 2400 at 3e-4: dev CE 1.120,
                WER 10.5 %; FAR 8.8 %), not shipped
+  deep_text_layers_read  deep_text_layers + `ext_text=64`: the extractor also reads the
+               symbols (at Q = 1 through the `TextReader`, one bidirectional layer over the
+               frozen text embeddings; KV 0.28x -> 0.29x at 12 s), from that run's step-2400
+               export (`python -m jaxtts.run_folder export runs/tldr_tl out/tl_2400 --step 2400
+               --trained_only`), 1200 steps at 5e-4
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
@@ -74,6 +79,7 @@ VARIANTS = (
     "deep_text3",
     "deep_text3_read",
     "deep_text_layers",
+    "deep_text_layers_read",
 )
 
 # the compressed-text runs, each from the one before:
@@ -118,7 +124,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             token_rate_positions=True,  # backbone positions advance P per patch
             text_patch=1,  # Q text symbols per backbone slot (1 = the paper; not in it: Q > 1)
             text_slot_order=True,  # Q > 1: the text compressor sees each symbol's place
-            ext_text=0,  # Q > 1: width of the extractor's text memory per symbol (0 = none)
+            ext_text=0,  # Q > 1 or text_layers: the extractor's text memory per symbol (0 = none)
             text_layers="",  # backbone layers whose speech sees the text ('' = all; not in it)
             lora_rank=32,
             lora_alpha=32.0,  # paper 64/64 at D 896; scaled to D 256
@@ -176,6 +182,15 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             warm_start="pretrained/tldr_deep_p4",
         )
         config.train.update(steps=2000, learning_rate=5e-4, warmup_steps=50, eval_every=400)
+    elif v == "deep_text_layers_read":
+        t.update(
+            backbone="pretrained/car_deep",
+            ext_prev=4,
+            text_layers="0,5,9,10",
+            ext_text=64,
+            warm_start="out/tl_2400",
+        )
+        config.train.update(steps=1200, learning_rate=5e-4, warmup_steps=50, eval_every=400)
     elif v == "tiny":
         t.update(
             corpus_utterances=40,

@@ -329,6 +329,7 @@ def _decode(model, params, args, max_new=24, greedy=True, seed=0, row_ids=None, 
         (True, 3, 3, 16, ()),
         (True, 3, 1, 0, (0,)),
         (True, 3, 1, 0, (1,)),
+        (True, 3, 1, 16, (1,)),
     ],
 )
 def test_greedy_decode_equals_teacher_forced_argmax(
@@ -413,7 +414,14 @@ def test_tldr_loop_writes_the_caches_in_place(b):
 
 @pytest.mark.parametrize(
     "ext_prev,text_patch,ext_text,text_layers",
-    [(0, 1, 0, ()), (4, 1, 0, ()), (4, 3, 0, ()), (4, 3, 48, ()), (4, 1, 0, (1,))],
+    [
+        (0, 1, 0, ()),
+        (4, 1, 0, ()),
+        (4, 3, 0, ()),
+        (4, 3, 48, ()),
+        (4, 1, 0, (1,)),
+        (4, 1, 32, (0,)),
+    ],
 )
 def test_batch_n_equals_batch_1(ext_prev, text_patch, ext_text, text_layers, greedy=False):
     """Sampled decoding (per-row keys): each row of a batch equals that row decoded alone
@@ -491,15 +499,19 @@ def test_text_slot_order_starts_as_the_same_function():
     assert np.abs(a[:, 1] - b[:, 1]).max(-1).min() > 1e-3  # every row's slot 1 moved
 
 
-def test_ext_text_starts_as_the_same_function():
-    """`ext_text` (Q = 3) with its output projection at zero (a warm start from a run without
-    it) gives that run's logits exactly; set, the memory moves the target cells' logits, and
+@pytest.mark.parametrize("text_patch,text_layers", [(3, ()), (1, (1,))])
+def test_ext_text_starts_as_the_same_function(text_patch, text_layers):
+    """`ext_text` (Q = 3; or Q = 1 with `text_layers`, its symbols' states from the
+    `TextReader`) with its output projection at zero (a warm start from a run without it)
+    gives that run's logits exactly; set, the memory moves the target cells' logits, and
     symbols past text_len still change nothing."""
-    base_model, base = init_model(make_cfg(text_patch=3))
-    model, params = init_model(make_cfg(text_patch=3, ext_text=16))
+    base_model, base = init_model(make_cfg(text_layers, text_patch=text_patch))
+    model, params = init_model(make_cfg(text_layers, text_patch=text_patch, ext_text=16))
     flat = tree_to_flat(params)
     new = {k for k in flat if k not in tree_to_flat(base)}
-    assert sorted(k.rsplit("/", 2)[-2] for k in new if k.endswith("kernel")) == [
+    reader = ["text_reader"] if text_patch == 1 else []
+    assert sorted({k.split("/")[0] for k in new}) == ["extractor", *reader]
+    assert sorted(k.rsplit("/", 2)[-2] for k in new if k.endswith("kernel") and "/text_" in k) == [
         "text_k",
         "text_o",
         "text_q",

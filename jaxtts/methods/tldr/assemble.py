@@ -15,7 +15,7 @@ from jaxtts.methods.tldr.model import TLDRConfig
 from jaxtts.run_folder import check_trained_on, resolve_run
 from jaxtts.train.state import trainable_predicate, tree_from_flat, tree_to_flat
 
-TRAINABLE = "lora|prefix:compressor,extractor,text_compressor"
+TRAINABLE = "lora|prefix:compressor,extractor,text_compressor,text_reader"
 # config.tldr keys that are not TLDRConfig fields
 RUN_KEYS = (
     "backbone",

@@ -48,10 +48,12 @@ embeddings added to the query's mean, both zero at init (a warm start from an or
 run computes the same at step 0). Measured at Q = 4 from that run (`deep_text_order`): WER
 26.8 -> 16.6 %; at Q = 3 (`deep_text3`) 12.4 %; the Q = 1 model 9.6 % (RESULTS).
 
-`ext_text` = M > 0 (Q > 1 only; not in the paper, default 0): the extractor reads the symbols
-themselves. The text compressor's per-symbol states (its local layer's output) become a text
-memory of keys and values of width M per symbol (`TextMemory`, computed once per utterance in
-the prefill and kept in the decode carry), and the extractor's first layer cross-attends to it
+`ext_text` = M > 0 (Q > 1, or Q = 1 with `text_layers`; not in the paper, default 0): the
+extractor reads the symbols themselves. The text compressor's per-symbol states (its local
+layer's output; at Q = 1, where there is no text compressor, the `TextReader`'s: one
+bidirectional layer over the frozen text embeddings) become a text memory of keys and values
+of width M per symbol (`TextMemory`, computed once per utterance in the prefill and kept in the
+decode carry), and the extractor's first layer cross-attends to it
 after its slots (queries from every token state of the patch; output projection zero at init,
 so a warm start from a run without it is the same function). Where the backbone reads a slot of
 Q symbols as one vector, the extractor can find the phonemes of the current patch in the text
@@ -139,8 +141,9 @@ class TLDRConfig:
     # slot's Q embeddings added to the query's mean; both start at zero); False: the order-free
     # slot of `configs/tldr.py:deep_text`
     text_slot_order: bool = True
-    # Q > 1: the extractor's first layer also cross-attends to the text's symbols (the text
-    # compressor's per-symbol states), through keys and values of this width per symbol,
+    # Q > 1 or `text_layers`: the extractor's first layer also cross-attends to the text's
+    # symbols (the text compressor's per-symbol states; at Q = 1 the `TextReader`'s), through
+    # keys and values of this width per symbol,
     # computed once per utterance (a memory counted in the global KV); 0 = none. Its output
     # projection starts at zero (a warm start from a run without it is the same function)
     ext_text: int = 0
@@ -158,10 +161,13 @@ class TLDRConfig:
             )
         if self.window < 1 or self.slots < 1 or self.ext_layers < 1:
             raise ConfigError("tldr.window, tldr.slots, tldr.ext_layers: expected >= 1")
-        if self.ext_text < 0 or (self.ext_text and self.text_patch == 1):
+        if self.ext_text < 0 or (
+            self.ext_text and self.text_patch == 1 and not self.backbone.text_layers
+        ):
             raise ConfigError(
                 f"tldr.ext_text={self.ext_text}: expected 0, or > 0 with tldr.text_patch > 1 "
-                "(with one text slot per symbol the backbone reads every symbol already)"
+                "or tldr.text_layers set (with one text slot per symbol in every layer the "
+                "backbone reads every symbol already)"
             )
         if self.ext_text % self.text_heads:
             raise ConfigError(
@@ -331,6 +337,31 @@ class Compressor(nn.Module):
         z = z + MLP(c.comp_ff, name="mlp")(RMSNorm(name="mlp_norm")(z))
         z = RMSNorm(name="out_norm")(z).reshape(b, nj, d)
         return (z, h.reshape(b, nj * p, d)) if states else z
+
+
+class TextReader(nn.Module):
+    """Q = 1 with `ext_text` (and `text_layers`): the per-symbol states the extractor's text
+    memory is made from, where there is no text compressor. The backbone's frozen text
+    embeddings [B, X, D] through one bidirectional layer over the valid symbols (the text
+    compressor's local layer without the slots) -> [B, X, D] (normalised)."""
+
+    cfg: TLDRConfig
+
+    @nn.compact
+    def __call__(self, emb: jax.Array, valid: jax.Array) -> jax.Array:
+        c = self.cfg
+        b, x, d = emb.shape
+        stack = StackConfig(
+            num_layers=1,
+            num_heads=c.comp_heads,
+            head_dim=d // c.comp_heads,
+            d_ff=c.comp_ff,
+            rope_theta=c.backbone.rope_theta,
+        )
+        mask = jnp.broadcast_to(valid[:, None, :], (b, x, x))  # [B, X, X] valid keys
+        pos = jnp.broadcast_to(jnp.arange(x), (b, x))
+        h, _ = Block(stack, name="local")(emb, pos, mask)
+        return RMSNorm(name="token_norm")(h)  # [B, X, D]
 
 
 @flax.struct.dataclass
@@ -541,6 +572,8 @@ class TLDRModel(nn.Module):
         self.compressor = Compressor(c)
         if c.text_patch > 1:
             self.text_compressor = Compressor(c, causal=False)
+        elif c.ext_text:
+            self.text_reader = TextReader(c)
         self.extractor = Extractor(c)
         if c.speaker:
             self.mel_table = self.param(
@@ -571,10 +604,15 @@ class TLDRModel(nn.Module):
         `text_patch` Q > 1 one vector per Q symbols [B, ceil(X / Q), D]: the symbols'
         embeddings (the backbone's frozen table) through the text compressor (bidirectional
         local layer, then each slot's query cross-attends to its own Q symbols).
-        memory: also return the extractor's text memory (`ext_text`; None without it)."""
+        memory: also return the extractor's text memory (`ext_text`; None without it; at
+        Q = 1 from the `TextReader`'s states)."""
         q = self.cfg.text_patch
         if q == 1:
-            return (text, None) if memory else text
+            if not (memory and self.cfg.ext_text):
+                return (text, None) if memory else text
+            valid = jnp.arange(text.shape[1])[None] < text_len[:, None]  # [B, X]
+            states = self.text_reader(self.backbone.embed_text(text), valid)  # [B, X, D]
+            return text, self.extractor(None, None, None, text_states=states, text_len=text_len)
         b, x = text.shape
         nx = self.cfg.text_slots(x)
         ids = jnp.pad(text, ((0, 0), (0, nx * q - x)))  # [B, X' Q]

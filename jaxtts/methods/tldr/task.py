@@ -7,11 +7,12 @@ section; `tldr.corpus_utterances` may pick a smaller built-in corpus). The run s
 `<workdir>/tldr_init/params.msgpack`: the backbone's parameters, the speaker encoder's and the
 tokenizer's centroid log-mel table (plus, with `tldr.warm_start`, the trained LoRA / compressor /
 extractor of another TLDR run on the same backbone, e.g. P = 4 started from a P = 2 model),
-written once; `train.trainable = 'lora|prefix:compressor,extractor,text_compressor'` trains the
-LoRA adapters, the compressor and the extractor (and the text compressor, `tldr.text_patch` >
-1) and freezes everything else (the trainer prints both counts). The loss is the token
-cross-entropy of the extractor over the target cells (target tokens and the EOS; prompt and
-padding cells excluded), averaged over them.
+written once; `train.trainable = 'lora|prefix:compressor,extractor,text_compressor,text_reader'`
+trains the LoRA adapters, the compressor and the extractor (and the text compressor,
+`tldr.text_patch` > 1, or the text reader, `tldr.ext_text` at Q = 1) and freezes everything
+else (the trainer prints both counts). The loss is the token cross-entropy of the extractor
+over the target cells (target tokens and the EOS; prompt and padding cells excluded), averaged
+over them.
 
 Simplification (said in the README too): one learning rate for LoRA and the new modules (the
 paper uses two).
