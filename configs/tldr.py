@@ -47,7 +47,8 @@ Variants (`--config configs/tldr.py:<variant>`):
                symbols (at Q = 1 through the `TextReader`, one bidirectional layer over the
                frozen text embeddings; KV 0.28x -> 0.29x at 12 s), from that run's step-2400
                export (`python -m jaxtts.run_folder export runs/tldr_tl out/tl_2400 --step 2400
-               --trained_only`), 1200 steps at 5e-4
+               --trained_only`), 1200 steps at 5e-4: dev CE 1.130, WER 11.3 % (from 10.5 %),
+               not shipped
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr

@@ -53,9 +53,9 @@ extractor reads the symbols themselves. The text compressor's per-symbol states 
 layer's output; at Q = 1, where there is no text compressor, the `TextReader`'s: one
 bidirectional layer over the frozen text embeddings) become a text memory of keys and values
 of width M per symbol (`TextMemory`, computed once per utterance in the prefill and kept in the
-decode carry), and the extractor's first layer cross-attends to it
-after its slots (queries from every token state of the patch; output projection zero at init,
-so a warm start from a run without it is the same function). Where the backbone reads a slot of
+decode carry), and the extractor's first layer cross-attends to it after its slots (queries
+from every token state of the patch; output projection zero at init, so a warm start from a
+run without it is the same function). Where the backbone reads a slot of
 Q symbols as one vector, the extractor can find the phonemes of the current patch in the text
 itself. The memory is part of the global KV (`engine.global_kv_bytes`): M = 64 adds 128 values
 per symbol next to the backbone's 2 x 256 x 12 = 6144 per slot (Q = 3, P = 4 at 12 s: 0.28x ->
@@ -73,6 +73,7 @@ CE 8.0, the wrong transcript's), while most sets of 4 that include it start at 2
 (0, 5, 9, 10: 2.66, the shipped Q = 1 model 1.16) and LoRA retrains from there
 (`configs/tldr.py:deep_text_layers`: dev CE 1.161 and WER 11.4 % after 1100 steps, the same
 WER as Q = 3 with `ext_text`; 1.120 and 10.5 % after 2400, FAR 8.8 %; RESULTS#deep-tldr-text).
+With `ext_text` on top (`deep_text_layers_read`, 1200 steps from there): 11.3 %.
 
 Speaker embedding: the shipped JAX speaker encoder (`jaxtts.methods.speaker_encoder`) applied to
 the prompt *as the model sees it*: its tokens decoded to log-mel by the tokenizer's centroid
