@@ -68,6 +68,9 @@ def main(argv=None) -> int:
     ap.add_argument("--num", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--precision", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument(
+        "--bucket", type=int, default=64, help="text / prompt width step (Synthesizer: 64)"
+    )
     args = ap.parse_args(argv)
 
     import jax
@@ -82,10 +85,13 @@ def main(argv=None) -> int:
     pool = read_split(args.corpus, "test")
     utts = pool[: args.num]
     prompts = prompts_from_utterances(pool, utts)
-    batches = [sentence_batch(engine, u.text, p) for u, p in zip(utts, prompts, strict=True)]
+    batches = [
+        sentence_batch(engine, u.text, p, args.bucket) for u, p in zip(utts, prompts, strict=True)
+    ]
     keys = row_keys(0, [0])
     print(
         f"{args.workdir}: {len(utts)} test sentences, batch 1, {args.precision}, "
+        f"widths bucketed to {args.bucket}, "
         f"{jax.devices()[0].device_kind}"
     )
     print("\n| strategy | fixed (fit) ms | per step ms | prefill ms | one-step call ms | rest ms |")

@@ -171,14 +171,14 @@ class LMEngine(Engine):
         return self.cfg.kv_bytes_per_token() * (text_len + 1 + prompt_len + length)
 
 
-def sentence_batch(engine: LMEngine, text: str, prompt=None) -> PromptBatch:
-    """One sentence (+ its optional prompt) as a batch of one, widths bucketed to 64 so that
-    sentences share compiled shapes (the per-sentence schedule helpers of DCAR and SSD)."""
+def sentence_batch(engine: LMEngine, text: str, prompt=None, bucket: int = 64) -> PromptBatch:
+    """One sentence (+ its optional prompt) as a batch of one, widths bucketed to `bucket` so
+    that sentences share compiled shapes (the per-sentence schedule helpers of DCAR and SSD)."""
     p_ids, p_units = engine.encode_prompt(prompt)
     ids = np.concatenate([p_ids, engine.frontend.encode(text)]).astype(np.int32)
     units = np.asarray(p_units, np.int32).reshape(-1)
 
-    def padded(a, step=64):
+    def padded(a, step=bucket):
         out = np.zeros((1, max(step, -(-a.size // step) * step)), np.int32)
         out[0, : a.size] = a
         return out
