@@ -180,6 +180,16 @@ class TLDRConfig:
                 f"tldr.ext_prev={self.ext_prev}: expected 0 <= K <= tldr.patch={self.patch}"
             )
 
+    def local_stack(self, width: int) -> StackConfig:
+        """The one-layer stack of the compressors' local layer (and the `TextReader`'s)."""
+        return StackConfig(
+            num_layers=1,
+            num_heads=self.comp_heads,
+            head_dim=width // self.comp_heads,
+            d_ff=self.comp_ff,
+            rope_theta=self.backbone.rope_theta,
+        )
+
     @property
     def text_heads(self) -> int:
         """Heads of the extractor's text attention (`ext_text`): width 32 each, at least 1."""
@@ -314,13 +324,7 @@ class Compressor(nn.Module):
         else:
             near = jnp.ones_like(dist, bool)
         mask = near[None] & kv[:, None, :]  # [B, T, T]
-        stack = StackConfig(
-            num_layers=1,
-            num_heads=c.comp_heads,
-            head_dim=d // c.comp_heads,
-            d_ff=c.comp_ff,
-            rope_theta=c.backbone.rope_theta,
-        )
+        stack = c.local_stack(d)
         nq = p if last else n  # the query positions: the last patch's tokens, or all
         h, _ = Block(stack, name="local")(
             x, jnp.broadcast_to(pos, (b, n)), mask[:, n - nq :], queries=nq if last else 0
@@ -352,13 +356,7 @@ class TextReader(nn.Module):
     def __call__(self, emb: jax.Array, valid: jax.Array) -> jax.Array:
         c = self.cfg
         b, x, d = emb.shape
-        stack = StackConfig(
-            num_layers=1,
-            num_heads=c.comp_heads,
-            head_dim=d // c.comp_heads,
-            d_ff=c.comp_ff,
-            rope_theta=c.backbone.rope_theta,
-        )
+        stack = c.local_stack(d)
         mask = jnp.broadcast_to(valid[:, None, :], (b, x, x))  # [B, X, X] valid keys
         pos = jnp.broadcast_to(jnp.arange(x), (b, x))
         h, _ = Block(stack, name="local")(emb, pos, mask)
