@@ -49,6 +49,9 @@ Variants (`--config configs/tldr.py:<variant>`):
                export (`python -m jaxtts.run_folder export runs/tldr_tl out/tl_2400 --step 2400
                --trained_only`), 1200 steps at 5e-4: dev CE 1.130, WER 11.3 % (from 10.5 %),
                not shipped
+  gpu_text_layers / gpu_text3  for one GPU (benchmarks/gpu_train.sh): deep_text_layers /
+               deep_text3 (Q = 3 with the slot order) started from pretrained/tldr_deep_p4,
+               batch 64 (the CPU runs: 16), 4000 steps at 8e-4, no decoded samples at eval
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
@@ -81,6 +84,8 @@ VARIANTS = (
     "deep_text3_read",
     "deep_text_layers",
     "deep_text_layers_read",
+    "gpu_text_layers",
+    "gpu_text3",
 )
 
 # the compressed-text runs, each from the one before:
@@ -108,6 +113,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             backbone="pretrained/car_small",  # the frozen TTS LM (run folder)
             speaker_encoder="pretrained/speaker_encoder",  # speaker embedding of the prompt
             corpus_utterances=0,  # 0 = the backbone's training corpus
+            batch_size=0,  # utterances per training batch (0 = the backbone's)
             patch=4,  # P speech tokens per patch
             compressor="attention",  # 'attention' (local layer + cross-attention) | 'mean'
             window=16,  # compressor's local attention window (tokens)
@@ -192,6 +198,27 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             warm_start="out/tl_2400",
         )
         config.train.update(steps=1200, learning_rate=5e-4, warmup_steps=50, eval_every=400)
+    elif v in ("gpu_text_layers", "gpu_text3"):
+        t.update(
+            backbone="pretrained/car_deep",
+            ext_prev=4,
+            batch_size=64,
+            warm_start="pretrained/tldr_deep_p4",
+        )
+        if v == "gpu_text_layers":
+            t.text_layers = "0,5,9,10"
+        else:
+            t.update(text_patch=3, text_slot_order=True)
+        config.train.update(
+            steps=4000,
+            learning_rate=8e-4,
+            warmup_steps=200,
+            final_lr_fraction=0.05,
+            eval_every=1000,
+            checkpoint_every=1000,
+            tensorboard=False,
+        )
+        config.eval.num_samples = 0  # decoding samples would compile the decoder
     elif v == "tiny":
         t.update(
             corpus_utterances=40,

@@ -23,6 +23,7 @@ RUN_KEYS = (
     "lora_rank",
     "lora_alpha",
     "corpus_utterances",
+    "batch_size",
     "min_reference_seconds",
     "warm_start",
     "text_layers",

@@ -3,7 +3,8 @@
     python train.py --config configs/tldr.py:small --workdir runs/tldr
 
 The backbone's data recipe, tokenizer and symbol table are used (its config.json's `data`
-section; `tldr.corpus_utterances` may pick a smaller built-in corpus). The run starts from
+section; `tldr.corpus_utterances` may pick a smaller built-in corpus, `tldr.batch_size` another
+batch size). The run starts from
 `<workdir>/tldr_init/params.msgpack`: the backbone's parameters, the speaker encoder's and the
 tokenizer's centroid log-mel table (plus, with `tldr.warm_start`, the trained LoRA / compressor /
 extractor of another TLDR run on the same backbone, e.g. P = 4 started from a P = 2 model),
@@ -109,6 +110,9 @@ def run_config(config, backbone: RunFolder) -> mlc.ConfigDict:
     n = int(config.tldr.get("corpus_utterances", 0))
     if n > 0:
         out["data"]["corpus_utterances"] = n
+    b = int(config.tldr.get("batch_size", 0))
+    if b > 0:  # e.g. 64 on a GPU, where a batch of 16 leaves the chip idle
+        out["data"]["batch_size"] = b
     out.pop("loss", None)
     out["train"] = config.train.to_dict()
     out["mesh"] = config.mesh.to_dict()
