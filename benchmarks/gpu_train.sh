@@ -15,6 +15,11 @@
 # speaker_encoder and tldr_deep_p4 (the warm start), gpu_bundle/train_data.tgz and .whl_gpu/
 # carried (about 60 MiB of the call's 64).
 #
+# A GPU compiles the training step once per batch shape, ~60 s each on an H200 with two runs
+# compiling side by side (the first lease: 40 steps in 460 s, every new length bucket a new
+# compile), so the gpu_* variants pad every batch to one shape (`tldr.fixed_shapes`).
+# TRAIN_ARGS adds train.py flags to every run (e.g. a warm start carried from out/).
+#
 # Each run of RUNS (configs/tldr.py variants, default "gpu_text_layers gpu_text3") is one
 # train.py process; all start at once and share the GPU. At DEADLINE seconds after the start
 # each still running gets SIGTERM, which writes its last checkpoint (the cosine schedule is then
@@ -60,11 +65,11 @@ DRY=${DRY:-0}
 RUNS=${RUNS:-gpu_text_layers gpu_text3}
 DEADLINE=${DEADLINE:-460}
 WORK=${WORK:-/tmp/gpu_train}
-EXTRA=()
+read -r -a EXTRA <<< "${TRAIN_ARGS:-}"  # more train.py flags for every run, e.g. --config.train.steps=1500
 if [ "$DRY" = 1 ]; then
   WORK=$OUT/work
   DEADLINE=${DEADLINE_DRY:-900}
-  EXTRA=(--config.train.steps=2 --config.train.warmup_steps=1 --config.train.eval_every=2
+  EXTRA+=(--config.train.steps=2 --config.train.warmup_steps=1 --config.train.eval_every=2
     --config.train.log_every=1 --config.tldr.batch_size=2)
 fi
 mkdir -p "$OUT" "$WORK"
@@ -82,7 +87,7 @@ if [ ! -f $CORPUS/done ]; then
   }
   echo "$CORPUS: $(ls $CORPUS/tokens/*/ | wc -l) token files"
 fi
-[ -e pretrained/tldr_deep_p4/tokenizer ] || ln -s ../car_deep/tokenizer pretrained/tldr_deep_p4/tokenizer
+[ ! -d pretrained/tldr_deep_p4 ] || [ -e pretrained/tldr_deep_p4/tokenizer ] || ln -s ../car_deep/tokenizer pretrained/tldr_deep_p4/tokenizer
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2> /dev/null
 $PY -c "import jax, flax, optax; print(f'jax {jax.__version__} backend {jax.default_backend()} \
 {jax.devices()}; flax {flax.__version__} optax {optax.__version__}')"

@@ -51,7 +51,9 @@ Variants (`--config configs/tldr.py:<variant>`):
                not shipped
   gpu_text_layers / gpu_text3  for one GPU (benchmarks/gpu_train.sh): deep_text_layers /
                deep_text3 (Q = 3 with the slot order) started from pretrained/tldr_deep_p4,
-               batch 64 (the CPU runs: 16), 4000 steps at 8e-4, no decoded samples at eval
+               batch 64 (the CPU runs: 16) padded to one shape (`fixed_shapes`: the first
+               lease compiled ~60 s per new bucket shape and trained 40 steps in 460 s),
+               4000 steps at 8e-4, no decoded samples at eval
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
@@ -114,6 +116,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             speaker_encoder="pretrained/speaker_encoder",  # speaker embedding of the prompt
             corpus_utterances=0,  # 0 = the backbone's training corpus
             batch_size=0,  # utterances per training batch (0 = the backbone's)
+            fixed_shapes=False,  # one padded batch shape (one compile; for a GPU lease)
             patch=4,  # P speech tokens per patch
             compressor="attention",  # 'attention' (local layer + cross-attention) | 'mean'
             window=16,  # compressor's local attention window (tokens)
@@ -203,6 +206,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             backbone="pretrained/car_deep",
             ext_prev=4,
             batch_size=64,
+            fixed_shapes=True,  # each new bucket shape compiled for ~60 s on an H200
             warm_start="pretrained/tldr_deep_p4",
         )
         if v == "gpu_text_layers":

@@ -24,6 +24,7 @@ RUN_KEYS = (
     "lora_alpha",
     "corpus_utterances",
     "batch_size",
+    "fixed_shapes",
     "min_reference_seconds",
     "warm_start",
     "text_layers",

@@ -4,7 +4,7 @@
 
 The backbone's data recipe, tokenizer and symbol table are used (its config.json's `data`
 section; `tldr.corpus_utterances` may pick a smaller built-in corpus, `tldr.batch_size` another
-batch size). The run starts from
+batch size, `tldr.fixed_shapes` one padded shape for every batch). The run starts from
 `<workdir>/tldr_init/params.msgpack`: the backbone's parameters, the speaker encoder's and the
 tokenizer's centroid log-mel table (plus, with `tldr.warm_start`, the trained LoRA / compressor /
 extractor of another TLDR run on the same backbone, e.g. P = 4 started from a P = 2 model),
@@ -113,6 +113,9 @@ def run_config(config, backbone: RunFolder) -> mlc.ConfigDict:
     b = int(config.tldr.get("batch_size", 0))
     if b > 0:  # e.g. 64 on a GPU, where a batch of 16 leaves the chip idle
         out["data"]["batch_size"] = b
+    if bool(config.tldr.get("fixed_shapes", False)):  # one bucket: one compiled training step
+        d = out["data"]
+        d.update(bucket_step=d["max_speech_len"], text_bucket_step=d["max_text_len"])
     out.pop("loss", None)
     out["train"] = config.train.to_dict()
     out["mesh"] = config.mesh.to_dict()
