@@ -200,7 +200,7 @@ HELP = {
     "tldr.speaker_encoder": "speaker encoder run folder (the prompt's speaker embedding)",
     "tldr.corpus_utterances": "built-in corpus size (0 = the backbone's training corpus)",
     "tldr.batch_size": "utterances per training batch (0 = the backbone's data.batch_size)",
-    "tldr.fixed_shapes": "pad every batch to the longest text / speech bucket: one compiled step (a GPU compiles each new shape for ~60 s)",
+    "tldr.fixed_shapes": "pad every batch to the longest buckets: one compiled training step",
     "tldr.patch": "P: speech tokens per patch (one backbone forward per patch)",
     "tldr.compressor": "token-to-patch compressor: attention | mean (the ablation)",
     "tldr.window": "compressor: local causal attention window over tokens",
