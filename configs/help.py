@@ -221,6 +221,8 @@ HELP = {
     "compresses the phoneme prefix with a text compressor; not in the paper)",
     "tldr.text_slot_order": "Q > 1: the text compressor sees each symbol's place in its slot "
     "(position-in-slot table + order-aware query; False = order-free slots)",
+    "tldr.dropout": "residual dropout rate in the compressors', text reader's and extractor's "
+    "layers while training (0 = none; not in the paper)",
     "tldr.ext_text": "Q > 1 or text_layers set: width of the extractor's text memory (keys and "
     "values per text symbol, read by its first layer; counted in the KV; 0 = none; not in the "
     "paper)",

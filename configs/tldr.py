@@ -49,6 +49,10 @@ Variants (`--config configs/tldr.py:<variant>`):
                export (`python -m jaxtts.run_folder export runs/tldr_tl out/tl_2400 --step 2400
                --trained_only`), 1200 steps at 5e-4: dev CE 1.130, WER 11.3 % (from 10.5 %),
                not shipped
+  deep_text_layers_drop  deep_text_layers + `dropout=0.1` (residual dropout in the new
+               modules while training; not in the paper) from the same step-2400 export, whose
+               train CE had reached the backbone's (0.74) with dev CE 0.38 above it: 900 steps
+               at 3e-4
   gpu_text_layers / gpu_text3  for one GPU (benchmarks/gpu_train.sh): deep_text_layers /
                deep_text3 (Q = 3 with the slot order) started from pretrained/tldr_deep_p4,
                batch 64 (the CPU runs: 16) padded to one shape (`fixed_shapes`: the first
@@ -86,6 +90,7 @@ VARIANTS = (
     "deep_text3_read",
     "deep_text_layers",
     "deep_text_layers_read",
+    "deep_text_layers_drop",
     "gpu_text_layers",
     "gpu_text3",
 )
@@ -136,6 +141,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             text_slot_order=True,  # Q > 1: the text compressor sees each symbol's place
             ext_text=0,  # Q > 1 or text_layers: the extractor's text memory per symbol (0 = none)
             text_layers="",  # backbone layers whose speech sees the text ('' = all; not in it)
+            dropout=0.0,  # residual dropout in the new modules while training (not in it)
             lora_rank=32,
             lora_alpha=32.0,  # paper 64/64 at D 896; scaled to D 256
             warm_start="",  # a TLDR run on the same backbone to start from ('' = fresh)
@@ -201,6 +207,15 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             warm_start="out/tl_2400",
         )
         config.train.update(steps=1200, learning_rate=5e-4, warmup_steps=50, eval_every=400)
+    elif v == "deep_text_layers_drop":
+        t.update(
+            backbone="pretrained/car_deep",
+            ext_prev=4,
+            text_layers="0,5,9,10",
+            dropout=0.1,
+            warm_start="out/tl_2400",
+        )
+        config.train.update(steps=900, learning_rate=3e-4, warmup_steps=50, eval_every=300)
     elif v in ("gpu_text_layers", "gpu_text3"):
         t.update(
             backbone="pretrained/car_deep",

@@ -634,6 +634,36 @@ def test_ext_prev_starts_as_the_same_function():
     assert np.abs(np.asarray(moved - want))[np.asarray(target)].max() > 1e-3
 
 
+@pytest.mark.parametrize("extra", [{}, {"text_layers": (1,), "ext_text": 32}])
+def test_dropout_only_with_a_dropout_rng(extra):
+    """`tldr.dropout`: without a 'dropout' rng (decoding, evaluation) the model is exactly the
+    rate-0 model with the same parameters; with one (training) the logits move, and the same
+    key gives the same logits. The task passes the rng only when training."""
+    from jaxtts.methods.tldr.task import TLDRTask
+
+    model0, params = init_model(make_cfg(**extra))
+    model, _ = init_model(make_cfg(dropout=0.3, **extra))
+    args = tuple(jnp.asarray(a) for a in rows())
+    want, _, target = model0.apply({"params": params}, *args)
+    got, _, _ = model.apply({"params": params}, *args)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    key = {"dropout": jax.random.key(3)}
+    a, _, _ = model.apply({"params": params}, *args, rngs=key)
+    b, _, _ = model.apply({"params": params}, *args, rngs=key)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert np.abs(np.asarray(a - want))[np.asarray(target)].max() > 1e-3
+    task = TLDRTask(make_cfg(dropout=0.3, **extra), SPK)
+    batch = dict(
+        zip(("text", "text_len", "speech", "speech_len", "prompt_len"), rows(), strict=True)
+    )
+    eval_loss, _ = task.loss(params, batch, jax.random.key(3), train=False)
+    train_loss, _ = task.loss(params, batch, jax.random.key(3), train=True)
+    want_loss, _ = TLDRTask(make_cfg(**extra), SPK).loss(
+        params, batch, jax.random.key(3), train=True
+    )
+    assert float(eval_loss) == float(want_loss) != float(train_loss)
+
+
 def test_config_errors():
     with pytest.raises(ConfigError, match="tldr.patch=0"):
         make_cfg(patch=0)
@@ -645,6 +675,8 @@ def test_config_errors():
         make_cfg(ext_text=16)
     with pytest.raises(ConfigError, match="tldr.ext_text=97: expected a multiple of 3"):
         make_cfg(ext_text=97, text_patch=3)
+    with pytest.raises(ConfigError, match="tldr.dropout=1.0: expected 0 <= rate < 1"):
+        make_cfg(dropout=1.0)
     with pytest.raises(ConfigError, match="tldr.compressor"):
         make_cfg(compressor="max")
     from jaxtts.methods.tldr.assemble import check_keys

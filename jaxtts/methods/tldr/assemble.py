@@ -47,6 +47,7 @@ MODEL_KEYS = (
     "text_patch",
     "text_slot_order",
     "ext_text",
+    "dropout",
 )
 
 

@@ -148,6 +148,10 @@ class TLDRConfig:
     # computed once per utterance (a memory counted in the global KV); 0 = none. Its output
     # projection starts at zero (a warm start from a run without it is the same function)
     ext_text: int = 0
+    # residual dropout in the compressors', the text reader's and the extractor's layers while
+    # training (not in the paper): active only where `apply` gets a 'dropout' rng
+    # (`TLDRTask.loss` with train=True), so decoding and evaluation never drop
+    dropout: float = 0.0
 
     def __post_init__(self):
         if self.patch < 1:
@@ -175,6 +179,8 @@ class TLDRConfig:
                 f"tldr.ext_text={self.ext_text}: expected a multiple of {self.text_heads} "
                 "(heads of width 32)"
             )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"tldr.dropout={self.dropout}: expected 0 <= rate < 1")
         if not 0 <= self.ext_prev <= self.patch:
             raise ConfigError(
                 f"tldr.ext_prev={self.ext_prev}: expected 0 <= K <= tldr.patch={self.patch}"
@@ -187,6 +193,7 @@ class TLDRConfig:
             num_heads=self.comp_heads,
             head_dim=width // self.comp_heads,
             d_ff=self.comp_ff,
+            dropout=self.dropout,
             rope_theta=self.backbone.rope_theta,
         )
 
@@ -327,7 +334,11 @@ class Compressor(nn.Module):
         stack = c.local_stack(d)
         nq = p if last else n  # the query positions: the last patch's tokens, or all
         h, _ = Block(stack, name="local")(
-            x, jnp.broadcast_to(pos, (b, n)), mask[:, n - nq :], queries=nq if last else 0
+            x,
+            jnp.broadcast_to(pos, (b, n)),
+            mask[:, n - nq :],
+            queries=nq if last else 0,
+            train=self.has_rng("dropout"),
         )
         nj = nq // p
         valid = valid[:, -nj:]
@@ -338,10 +349,18 @@ class Compressor(nn.Module):
         att, _ = Attention(c.comp_heads, d // c.comp_heads, rope_theta=0.0, name="cross")(
             RMSNorm(name="cross_norm")(q), jnp.zeros((b * nj, 1), jnp.int32), cmask, context=h
         )
-        z = q + att
-        z = z + MLP(c.comp_ff, name="mlp")(RMSNorm(name="mlp_norm")(z))
+        z = q + _drop(self, c.dropout, att)
+        z = z + _drop(self, c.dropout, MLP(c.comp_ff, name="mlp")(RMSNorm(name="mlp_norm")(z)))
         z = RMSNorm(name="out_norm")(z).reshape(b, nj, d)
         return (z, h.reshape(b, nj * p, d)) if states else z
+
+
+def _drop(module: nn.Module, rate: float, x: jax.Array) -> jax.Array:
+    """Residual dropout inside `module` (`TLDRConfig.dropout`): only when its `apply` was given
+    a 'dropout' rng (training), identity otherwise."""
+    if rate <= 0.0 or not module.has_rng("dropout"):
+        return x
+    return nn.Dropout(rate, deterministic=False)(x)
 
 
 class TextReader(nn.Module):
@@ -359,7 +378,7 @@ class TextReader(nn.Module):
         stack = c.local_stack(d)
         mask = jnp.broadcast_to(valid[:, None, :], (b, x, x))  # [B, X, X] valid keys
         pos = jnp.broadcast_to(jnp.arange(x), (b, x))
-        h, _ = Block(stack, name="local")(emb, pos, mask)
+        h, _ = Block(stack, name="local")(emb, pos, mask, train=self.has_rng("dropout"))
         return RMSNorm(name="token_norm")(h)  # [B, X, D]
 
 
@@ -407,9 +426,9 @@ class ExtractorLayer(nn.Module):
         att, _ = Attention(c.ext_heads, hd, rope_theta=0.0, name="cross")(
             RMSNorm(name="cross_norm")(x), zeros, jnp.ones((n, p, c.slots), bool), context=slots
         )
-        x = x + att
+        x = x + _drop(self, c.dropout, att)
         if self.reads_text:
-            x = x + self._read_text(RMSNorm(name="text_norm")(x), text)
+            x = x + _drop(self, c.dropout, self._read_text(RMSNorm(name="text_norm")(x), text))
         self_att = Attention(c.ext_heads, hd, rope_theta=c.backbone.rope_theta, name="self")
         if cache is None:
             causal = jnp.broadcast_to(jnp.tril(jnp.ones((p, p), bool)), (n, p, p))
@@ -420,8 +439,8 @@ class ExtractorLayer(nn.Module):
             seen = jnp.broadcast_to(jnp.arange(slots_p) <= index, (n, 1, slots_p))
             at = jnp.full((n,), index, jnp.int32)
             att, cache = self_att(RMSNorm(name="self_norm")(x), at[:, None], seen, cache, at)
-        x = x + att
-        x = x + MLP(c.ext_ff, name="mlp")(RMSNorm(name="mlp_norm")(x))
+        x = x + _drop(self, c.dropout, att)
+        x = x + _drop(self, c.dropout, MLP(c.ext_ff, name="mlp")(RMSNorm(name="mlp_norm")(x)))
         return x if cache is None else (x, cache)
 
     def _read_text(self, x: jax.Array, text: TextMemory) -> jax.Array:

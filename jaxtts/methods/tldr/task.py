@@ -68,8 +68,12 @@ class TLDRTask:
         return self.model.init(rng, *self._args(batch))["params"]
 
     def loss(self, params, batch, rng, *, train: bool, step=None):
-        logits, targets, mask = self.model.apply({"params": params}, *self._args(batch))
+        rngs = {"dropout": rng} if train and self.cfg.dropout > 0 else {}  # `tldr.dropout`
+        logits, targets, mask = self.model.apply({"params": params}, *self._args(batch), rngs=rngs)
         mask = mask & (jnp.asarray(batch["text_len"]) > 0)[:, None, None]  # padding rows
+        # PAD targets (outside the mask) are outside the vocabulary: their CE would be NaN
+        # outside jit (NaN * 0 in the sums below), so they become token 0 there
+        targets = jnp.where(mask, targets, 0)
         ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)  # [B, J, P]
         w = mask.astype(jnp.float32)
         n = jnp.sum(w)
