@@ -10,15 +10,16 @@
 #   DRY=1 JAX_PLATFORMS=cpu bash benchmarks/gpu_train.sh   # the same flow, 2 steps, on a CPU
 #
 # --prepare packs what training reads of the 16 h corpus (data/builtin-n20000-s0): the train and
-# dev manifests (phonemes included, so no espeak-ng is needed) and their speech tokens, 5 MB
+# dev manifests (phonemes included, so no espeak-ng is needed) and their speech tokens, 3.9 MB
 # gzipped instead of the 1.9 GB of wavs. The travelling tree: the code, pretrained/car_deep,
 # speaker_encoder and tldr_deep_p4 (the warm start), gpu_bundle/train_data.tgz and .whl_gpu/
 # carried (about 60 MiB of the call's 64).
 #
 # A GPU compiles the training step once per batch shape, ~60 s each on an H200 with two runs
-# compiling side by side (the first lease: 40 steps in 460 s, every new length bucket a new
-# compile), so the gpu_* variants pad every batch to one shape (`tldr.fixed_shapes`).
-# TRAIN_ARGS adds train.py flags to every run (e.g. a warm start carried from out/).
+# compiling side by side (lease 5's first call: 40 steps in 460 s, every new length bucket a
+# new compile; RESULTS §gpu-train), so the gpu_* variants pad every batch to one shape (`tldr.fixed_shapes`).
+# With one shape, one run alone took 0.29 s a step at batch 64 (XLA_FLAGS=--xla_gpu_autotune_level=0
+# compiles faster). TRAIN_ARGS adds train.py flags to every run (e.g. a warm start carried from out/).
 #
 # Each run of RUNS (configs/tldr.py variants, default "gpu_text_layers gpu_text3") is one
 # train.py process; all start at once and share the GPU. At DEADLINE seconds after the start
