@@ -166,6 +166,39 @@ def test_methods_speed_combine_joins_one_rows_batch_sizes(tmp_path, capsys):
     assert "| car:3 | m | m | 8.0 (domain) | 0.0100 | 2.00x" in capsys.readouterr().out
 
 
+def test_methods_speed_reports_each_rounds_ratio_and_the_rounds_that_meet_the_target(
+    tmp_path, capsys
+):
+    """Beside the median ratio, the table gives the lowest and highest of the interleaved
+    rounds' own ratios (round r of the row against round r of FAR) and says in how many rounds
+    the speed target (CAR c=3: 2.2x) was met."""
+    spec = importlib.util.spec_from_file_location(
+        "methods_speed", ROOT / "benchmarks" / "methods_speed.py"
+    )
+    ms = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ms)
+
+    def rounds(*rtfs):
+        return [dict(lm_rtf=r, steps_per_audio_s=25.0, kv_mb_per_audio_s=1.0) for r in rtfs]
+
+    m = tmp_path / "m"  # an LM run folder: its own backbone
+    m.mkdir()
+    (m / "config.json").write_text("{}")
+    m = str(m)
+    rows = [("far", m), ("car:3", m)]
+    meas = {("far", m, 1): rounds(0.10, 0.09, 0.12), ("car:3", m, 1): rounds(0.05, 0.045, 0.04)}
+    out = tmp_path / "t.json"
+    ms.report(rows, [1], meas, {("far", m): (8.0, "domain"), ("car:3", m): (8.5, "domain")},
+              str(out), True)  # fmt: skip
+    car = json.loads(out.read_text())[1]
+    assert car["b1"]["lm_rtf"] == pytest.approx(0.045)  # the median
+    assert car["b1"]["speed_vs_far"] == pytest.approx(0.10 / 0.045)
+    assert car["b1"]["speed_vs_far_rounds"] == pytest.approx([2.0, 2.0, 3.0])
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("| car:3"))
+    assert "| 0.0450 | 2.22x (2.00-3.00) |" in line
+    assert line.endswith("| 2.2x | yes; speed in 1 of 3 rounds |")
+
+
 def test_dcar_batch_extends_by_the_expected_largest_chosen_size(roofline):
     """At batch b a DCAR step extends every row by the largest size any row chose: the
     expected largest of b draws from the measured sizes (2 or 3, half each: 2.75 at b = 2)."""
