@@ -197,6 +197,9 @@ def test_methods_speed_reports_each_rounds_ratio_and_the_rounds_that_meet_the_ta
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("| car:3"))
     assert "| 0.0450 | 2.22x (2.00-3.00) |" in line
     assert line.endswith("| 2.2x | yes; speed in 1 of 3 rounds |")
+    # the targets are batch 1's: a batch-8 table reports the ratios and judges none
+    meas8 = {(s, f, 8): v for (s, f, _), v in meas.items()}
+    assert [e["holds"] for e in ms.report(rows, [8], meas8, {}, str(out), True)] == ["—", "—"]
 
 
 def test_dcar_batch_extends_by_the_expected_largest_chosen_size(roofline):
