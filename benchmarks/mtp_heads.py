@@ -7,8 +7,9 @@ head, then each additional head's `mtp_blocks` residual blocks and its vocabular
 one head after another (4 x 256 x 256 and 256 x V per head). The batched variant stacks the
 additional heads' weights and runs each residual block for all of them in one einsum
 (`mbd,mde->mbe`), then one einsum for their projections. Both are timed inside a
-`lax.fori_loop` (no dispatch per call, as in the decode loop), ms per step, the median over
-`--repeats`; the maximum absolute difference of their logits is printed beside them.
+`lax.fori_loop` (no dispatch per call, as in the decode loop), in turn within each repeat, ms
+per step, the median over `--repeats`; the maximum absolute difference of their logits is
+printed beside them.
 Not used by the library: a measurement (RESULTS §deep-speed, "where a CAR c=3 step goes").
 """
 
@@ -73,21 +74,28 @@ def main(argv=None) -> int:
     cfg, steps = model.cfg, 50
     dtype = jnp.dtype(args.precision)
 
-    def timed(fn, hidden) -> float:
+    def compiled(fn):
         def loop(hidden):
             def body(i, acc):  # each step's input depends on the last: nothing is hoisted
                 return acc + fn(hidden + 1e-3 * acc).sum(axis=(-2, -1))[:, None]
 
             return jax.lax.fori_loop(0, steps, body, jnp.zeros((hidden.shape[0], 1)))
 
-        run = jax.jit(loop)
-        jax.block_until_ready(run(hidden))
-        ts = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
+        return jax.jit(loop)
+
+    def timed(fns, hidden) -> list[float]:
+        """ms per step of each fn, timed in turn within every repeat (interleaved: the
+        machine's drift and a first run's warm-up hit both alike)."""
+        runs = [compiled(f) for f in fns]
+        for run in runs:
             jax.block_until_ready(run(hidden))
-            ts.append((time.perf_counter() - t0) / steps)
-        return statistics.median(ts) * 1e3
+        ts = [[] for _ in runs]
+        for _ in range(args.repeats):
+            for run, t in zip(runs, ts, strict=True):
+                t0 = time.perf_counter()
+                jax.block_until_ready(run(hidden))
+                t.append((time.perf_counter() - t0) / steps)
+        return [statistics.median(t) * 1e3 for t in ts]
 
     print(
         f"{jax.devices()[0].device_kind}, {args.precision}, ms per step (median of {args.repeats})"
@@ -104,7 +112,7 @@ def main(argv=None) -> int:
                 return batched_heads(p, h, num, cfg.mtp_blocks, cfg.out_vocab, dtype)
 
             diff = float(jnp.max(jnp.abs(looped(hidden) - stacked(hidden))))
-            a, s = timed(looped, hidden), timed(stacked, hidden)
+            a, s = timed([looped, stacked], hidden)
             print(f"| {b} | {num} | {a:.3f} | {s:.3f} | {diff:.1e} |", flush=True)
     return 0
 
