@@ -55,7 +55,7 @@ from jaxtts.decode.options import DecodeOptions
 from jaxtts.decode.sampling import row_keys
 from jaxtts.engine import Engine, load_engine
 from jaxtts.errors import CheckpointError, ConfigError, DataError, TextError
-from jaxtts.run_folder import CHECKPOINTS, RunFolder
+from jaxtts.run_folder import CHECKPOINTS, RunFolder, resolve_run
 from jaxtts.stream import stream
 
 log = logging.getLogger("jaxtts.synthesize")
@@ -449,6 +449,26 @@ class Synthesizer:
         return out_dir
 
 
+def run_corpus_dir(workdir: str | Path) -> str:
+    """The corpus a run was trained on (data.json `corpus_dir`). A run built on another run
+    that records no corpus of its own (a DCAR policy, an SSD draft: data.json names its
+    `backbone` / `target`) uses that run's; else a one-line DataError naming the data.json."""
+    run = RunFolder(workdir)
+    for _ in range(4):  # backbone -> its backbone ...: a short chain, never a cycle
+        info = run.read_data_info()
+        if info.get("corpus_dir"):
+            return str(info["corpus_dir"])
+        key = next((k for k in ("backbone", "target") if info.get(k)), None)
+        if key is None:
+            break
+        run = resolve_run(str(info[key]), f"{run.data_path}: {key}", run.path)
+    what = "no corpus_dir entry" if run.data_path.is_file() else "not found"
+    raise DataError(
+        f"{run.data_path}: {what}; --speaker needs the run's corpus (or use "
+        "--speaker_wav/--speaker_text)"
+    )
+
+
 def resolve_prompt(
     workdir: str | Path,
     speaker: str | None = None,
@@ -465,14 +485,7 @@ def resolve_prompt(
         return None
     from jaxtts.data.corpus import default_corpus_dir  # start-up: scipy 1.5 s
 
-    run = RunFolder(workdir)
-    corpus_dir = run.read_data_info().get("corpus_dir")
-    if not corpus_dir:
-        raise DataError(
-            f"{run.data_path}: not found; --speaker needs the run's corpus (or use "
-            "--speaker_wav/--speaker_text)"
-        )
-    corpus = Path(corpus_dir)
+    corpus = Path(run_corpus_dir(workdir))
     if not (corpus / "test.jsonl").is_file() and (default_corpus_dir() / "test.jsonl").is_file():
         # a shipped run trained elsewhere (pretrained/): every built-in corpus has the same
         # speakers and test split, so the default one (`python -m jaxtts.data.corpus`) serves

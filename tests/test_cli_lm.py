@@ -468,3 +468,29 @@ def test_print_config_describes_every_key_of_every_variant():
     assert proc.returncode == 0 and "(no description)" not in proc.stdout
     assert "model.num_mtp_heads = 4" in proc.stdout and "# prediction heads K" in proc.stdout
     assert "variants of configs/car.py: tiny, demo, small, deep, paper" in proc.stdout
+
+
+def test_speaker_of_a_run_built_on_another_comes_from_that_runs_corpus(tiny_corpus, tmp_path):
+    """`--speaker` needs a corpus: a DCAR policy or SSD draft folder records none of its own
+    (its data.json names the `backbone` / `target` run), so the prompt comes from that run's
+    corpus, as `infer.py --workdir pretrained/dcar_deep --speaker spk03` in the README. A
+    data.json with neither is one DataError naming it."""
+    from jaxtts.data.manifest import read_split
+    from jaxtts.errors import DataError
+    from jaxtts.synthesize import resolve_prompt, run_corpus_dir
+
+    runs = {"lm": {"corpus_dir": str(tiny_corpus)}, "ssd": {"target": "../lm"}}
+    runs |= {"dcar": {"backbone": str(tmp_path / "lm")}, "lost": {"tokenizer": "kmeans"}}
+    for name, info in runs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+        (tmp_path / name / "data.json").write_text(json.dumps(info))
+    first = read_split(tiny_corpus, "test")[0]
+    for name in ("lm", "ssd", "dcar"):
+        assert run_corpus_dir(tmp_path / name) == str(tiny_corpus), name
+        prompt = resolve_prompt(tmp_path / name, speaker=first.speaker)
+        assert (prompt.id, prompt.speaker) == (first.id, first.speaker), name
+    with pytest.raises(DataError, match=r"lost/data.json: no corpus_dir entry; --speaker needs"):
+        resolve_prompt(tmp_path / "lost", speaker=first.speaker)
+    with pytest.raises(DataError, match=r"none/data.json: not found; --speaker needs"):
+        resolve_prompt(tmp_path / "none", speaker=first.speaker)
