@@ -61,6 +61,11 @@ class Engine(abc.ABC):
     prompt_text: str = "proportional"  # or "full": how much of the prompt transcript is kept
     decode_config: dict  # the run's config.decode (defaults of `options`)
     precisions: tuple[str, ...] = ("float32",)  # decode.precision values it runs
+    # text widths: batches are compiled per multiple of `text_bucket` symbols; an engine that
+    # runs the split prefill (`jaxtts.decode.driver.decode`) pads the text only to a multiple
+    # of `prefill_bucket` and prefills at that width (fewer padded positions computed)
+    text_bucket: int = 64
+    prefill_bucket: int = 64
 
     # -- construction
     @classmethod

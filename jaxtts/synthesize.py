@@ -18,6 +18,9 @@ What happens to a batch of lines:
    with few compilations; fewer rows than `batch_size` run as one power-of-two batch (a single
    text at batch 1, not padded to `batch_size`); every row has its own PRNG key from (seed,
    line index, piece index), so a line's output does not depend on its batch or batch size.
+   Text widths: the decoding loop is compiled per 64 symbols (`Engine.text_bucket`); the
+   token-LM families prefill at the width padded to 8 only (`Engine.prefill_bucket`, the
+   driver's split prefill), so the prefill computes few padded positions.
 4. The engine (`jaxtts.engine.Engine`, e.g. the token LM's with a strategy from
    `jaxtts.decode.registry`) generates units (tokens or mel frames); the engine turns them into
    log-mels and the vocoder into audio. Nothing here knows which family it drives.
@@ -175,7 +178,8 @@ class Synthesizer:
         self.compile_times: dict[tuple, float] = {}  # compiled shape -> seconds (once each)
         # True: a batch whose text width has no compiled program yet takes the narrowest wider
         # one already compiled (same strategy, rows and prompt width), its text padded: one
-        # compile where there would be one per width, for a few masked positions per step.
+        # compile where there would be one per width, for a few masked positions per step
+        # (and no split prefill: the prefill computes the padded positions too).
         # `jaxtts.evaluate` turns it on (it warms up with its longest text first).
         self.reuse_wider = False
 
@@ -342,17 +346,27 @@ class Synthesizer:
     ) -> tuple[PromptBatch, object]:
         """Rows (line, piece, prompt + target text ids, prompt units, prompt transcript
         length) -> (a PromptBatch of max(len(rows), batch_size) rows, widths bucketed; the last
-        row repeated to fill it: one compiled shape), per-row keys). With `reuse_wider` and
-        the strategy's `compile_key`, the text width may be that of a wider compiled shape."""
+        row repeated to fill it: one compiled shape), per-row keys). The text is padded to the
+        engine's `prefill_bucket`, and `text_width` (the loop's width) to its `text_bucket`
+        when that is wider (the driver's split prefill). With `reuse_wider` and the
+        strategy's `compile_key`, the text width may be that of a wider compiled shape, and
+        the prefill runs at that width too (one compiled program per width, and the tokens of
+        the layout before the split prefill: `jaxtts.evaluate`'s WERs)."""
         n = len(rows)
         b = max(n, batch_size)
-        x = _bucket(max(r[2].size for r in rows), 64)
+        longest = max(r[2].size for r in rows)
+        x = _bucket(longest, self.engine.text_bucket)  # the loop's text width
+        xp = min(_bucket(longest, self.engine.prefill_bucket), x)  # the prefill's
         p = _bucket(max(len(r[3]) for r in rows), self._prompt_bucket)
-        if self.reuse_wider and compile_key is not None:
-            wider = [w for k, bb, w, pp in self.compile_times if (k, bb, pp) == (compile_key, b, p)]
-            x = min([w for w in wider if w >= x], default=x)
+        if self.reuse_wider:  # one program per width; the prefill at it too (no split)
+            if compile_key is not None:
+                shapes = [
+                    s for s in self.compile_times if (s[0], s[1], s[3]) == (compile_key, b, p)
+                ]
+                x = min([s[2] for s in shapes if s[2] >= x], default=x)
+            xp = x
         units = rows[0][3]
-        text = np.zeros((b, x), np.int32)
+        text = np.zeros((b, xp), np.int32)
         text_len = np.zeros((b,), np.int32)
         prompt = np.zeros((b, p, *units.shape[1:]), units.dtype)  # [B, P] or [B, P, M]
         prompt_len = np.zeros((b,), np.int32)
@@ -364,7 +378,10 @@ class Synthesizer:
             prompt[k, : len(unit)], prompt_len[k] = unit, len(unit)
         # a row's key depends only on (seed, line index, piece index): not on its batch
         keys = piece_keys(seed, rows, pad=b - n, first_line=first_line)
-        return PromptBatch(text, text_len, prompt, prompt_len, prompt_text_len), keys
+        batch = PromptBatch(
+            text, text_len, prompt, prompt_len, prompt_text_len, text_width=x if xp < x else None
+        )
+        return batch, keys
 
     def _run_batch(
         self,
@@ -380,10 +397,11 @@ class Synthesizer:
         batch, keys = self._prompt_batch(
             rows, batch_size, seed, engine.compile_key(options), first_line
         )
-        b, x = batch.text.shape
-        p = batch.prompt.shape[1]
+        b, xp = batch.text.shape
+        x, p = batch.text_width or xp, batch.prompt.shape[1]
 
-        shape = (engine.compile_key(options), b, x, p)
+        # (strategy, rows, loop text width, prompt width, prefill text width)
+        shape = (engine.compile_key(options), b, x, p, xp)
         compile_s = 0.0
         if shape not in self.compile_times:  # first call of a shape compiles: not in RTF
             t0 = time.perf_counter()

@@ -405,13 +405,14 @@ def test_compile_total_equals_per_shape_sum(trained, tiny_corpus):
     res = synth.synthesize(texts, prompt, batch_size=2, max_seconds=0.2, progress=False)
     res += synth.synthesize(texts, prompt, batch_size=3, max_seconds=0.2, progress=False)
     shapes = synth.compile_times
-    assert len(shapes) == 2 and all(v > 0 for v in shapes.values())  # batch 2 and batch 3
+    # batch 2 and batch 3, one shape per prefill width (the split prefill: widths of 8)
+    assert {k[1] for k in shapes} == {2, 3} and all(v > 0 for v in shapes.values())
     line = summary_line(res, synth, "out")
-    assert f"+ {sum(shapes.values()):.1f} s compilation of 2 shape(s))" in line
+    assert f"+ {sum(shapes.values()):.1f} s compilation of {len(shapes)} shape(s))" in line
     # one text with the default batch_size (8) runs at batch 1, not padded to 8 rows; three at 4
     synth.synthesize(texts[:1], prompt, max_seconds=0.2, progress=False)
     synth.synthesize(texts[:3], prompt, max_seconds=0.2, progress=False)
-    assert sorted(k[1] for k in shapes) == [1, 2, 3, 4]
+    assert {k[1] for k in shapes} == {1, 2, 3, 4}
 
 
 def test_reuse_wider_compiles_once_and_changes_no_token(trained, tiny_corpus):
@@ -435,6 +436,34 @@ def test_reuse_wider_compiles_once_and_changes_no_token(trained, tiny_corpus):
     assert list(reuse.compile_times) == [wide]  # ... here it took the wide program
     assert got.info["compile_s"] == 0.0
     np.testing.assert_array_equal(got.tokens, ref.tokens)  # padding changes no token
+
+
+def test_synthesizer_prefills_at_the_narrow_width_and_shares_one_loop(trained, tiny_corpus):
+    """The token LM's split prefill in `Synthesizer`: texts of two widths in one 64-symbol
+    bucket prefill at their own multiple of 8 and run one compiled loop; the tokens equal those
+    of the text padded to 64 for the prefill too (`prefill_bucket = 64`, the layout before)."""
+    from jaxtts.data.manifest import read_split
+    from jaxtts.decode import driver
+    from jaxtts.synthesize import Prompt, Synthesizer
+
+    wd, _, _ = trained
+    prompt = Prompt.from_utterance(read_split(tiny_corpus, "dev")[0])
+    texts = ["Hi.", "Where did you put the keys?"]
+    kw = dict(prompts=prompt, max_seconds=0.3, progress=False, vocode=False, batch_size=1)
+    split = Synthesizer.from_workdir(wd)
+    assert split.engine.prefill_bucket == 8 and split.engine.text_bucket == 64
+    loops = driver._loop._cache_size()
+    got = split.synthesize(texts, **kw)
+    shapes = sorted(split.compile_times)  # (strategy, rows, loop width, prompt width, prefill)
+    assert len(shapes) == 2 and shapes[0][2] == shapes[1][2] == 64
+    assert shapes[0][4] != shapes[1][4] and max(s[4] for s in shapes) < 64
+    assert driver._loop._cache_size() - loops <= 1  # both widths ran one compiled loop
+    plain = Synthesizer.from_workdir(wd)
+    plain.engine.prefill_bucket = 64
+    want = plain.synthesize(texts, **kw)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g.tokens, w.tokens)
+    assert all(s[4] == 64 for s in plain.compile_times)
 
 
 @pytest.mark.parametrize("entry", [["train.py"], ["infer.py"], ["-m", "jaxtts.evaluate"]])

@@ -744,3 +744,18 @@ def test_dcar_segments_equal_one_call(params, spec):
     )
     assert n_seg >= 3
     assert_same_decode(got, want, stats=True)  # chunk_hist included
+
+
+def test_dcar_split_prefill_equals_the_batch_padded_to_the_loop_width(params):
+    """The target's cache widened after a narrow prefill (`PromptBatch.text_width`; the
+    policy's cache holds no text): the tokens, steps and chunk histogram of the batch padded to
+    the loop's width, with rows that choose different sizes."""
+    from lm_reference import assert_same_decode
+
+    rows = random_rows(4, seed=5)
+    pp = policy_params(2, scale=3.0)
+    keys = row_keys(3, range(4))
+    want = run_dcar("dcar", params, pp, batch_of(rows, 24, 8), keys, GREEDY)
+    narrow = batch_of(rows, 9, 8).replace(text_width=24)
+    assert_same_decode(run_dcar("dcar", params, pp, narrow, keys, GREEDY), want, stats=True)
+    assert np.count_nonzero(np.asarray(want.stats["chunk_hist"]).sum(0)) >= 2

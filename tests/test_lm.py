@@ -544,3 +544,55 @@ def test_lm_forwards_compute_no_rotary_angles(params):
 
     hlo = jax.jit(prefill_then_extend).lower(p).compile().as_text()
     assert " cosine(" not in hlo and " sine(" not in hlo
+
+
+@pytest.mark.parametrize("spec", ["far", "car:3", "vadusa:2"])
+def test_split_prefill_equals_the_batch_padded_to_the_loop_width(params, spec):
+    """`PromptBatch.text_width` wider than the text: the prefill runs at the batch's width and
+    its caches are widened for the loop. Greedy tokens, lengths and steps equal those of the
+    batch padded to `text_width`, and two narrow widths share one compiled loop."""
+    from jaxtts.decode import driver
+
+    rows = random_rows(5, seed=6)
+    keys = row_keys(1, range(5))
+    strat = registry.get(spec)
+    want = run(
+        strat, params, batch_of(rows, text_width=24), keys, max_new_tokens=20, sampling=GREEDY
+    )
+    loops = driver._loop._cache_size()
+    for x in (9, 16):
+        got = run(
+            strat,
+            params,
+            batch_of(rows, text_width=x).replace(text_width=24),
+            keys,
+            max_new_tokens=20,
+            sampling=GREEDY,
+        )
+        for name in ("tokens", "length", "steps", "num_forwards"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    assert driver._loop._cache_size() - loops == 1  # one loop for both prefill widths
+    assert len(set(np.asarray(want.length).tolist())) > 2
+
+
+def test_widened_cache_holds_the_prefill_keys_and_empty_text_slots(params):
+    """`KVCache.widen_text`: the text keys stay in their slots, zero slots follow them, the
+    speech segment moves up; values and transposed keys alike."""
+    from jaxtts.methods.lm.strategies import prefill
+
+    rows = random_rows(3, seed=2)
+    model = TTSLM(TINY)
+    for keys_t in (False, True):
+        _, narrow = prefill(model, params, batch_of(rows, text_width=9), 16, keys_t=keys_t)
+        _, wide = prefill(model, params, batch_of(rows, text_width=24), 16, keys_t=keys_t)
+        got = narrow.widen_text(24)
+        assert got.text_slots == 24 and got.num_slots == wide.num_slots
+        ax = 3 if keys_t else 2
+        for g, w in zip(got.layers, wide.layers, strict=True):
+            for a, b, axis in ((g.k, w.k, ax), (g.v, w.v, 2)):
+                a, b = np.moveaxis(np.asarray(a), axis, -1), np.moveaxis(np.asarray(b), axis, -1)
+                np.testing.assert_allclose(a[..., :9], b[..., :9], atol=1e-5)  # text 0..8
+                assert not np.any(a[..., 9:24])  # the inserted slots
+                np.testing.assert_allclose(a[..., 24:], b[..., 24:], atol=1e-5)  # speech
+    with pytest.raises(ValueError, match="holds 24 text slots"):
+        wide.widen_text(16)

@@ -558,3 +558,18 @@ def test_each_step_rolls_both_caches_back_to_the_accepted_prefix(params, draft_p
             assert int(c.n_pending[b]) == (2 if n[b] == L else 1)
             seen.add(int(n[b]))
     assert {0, L} <= seen  # rejections and full acceptances both happened
+
+
+def test_ssd_split_prefill_equals_the_batch_padded_to_the_loop_width(params, draft_params):
+    """Both caches widened after a narrow prefill (`PromptBatch.text_width`): the tokens and the
+    acceptance statistics of the batch padded to the loop's width (sampled: the same keys)."""
+    from lm_reference import assert_same_decode
+
+    rows = random_rows(4, seed=9)
+    keys = row_keys(4, range(4))
+    s = SamplingConfig(temperature=1.0, top_k=8)
+    want = run_ssd(SSD(3, 0.4), params, draft_params, batch_of(rows, 24), keys, s)
+    narrow = batch_of(rows, 9).replace(text_width=24)
+    got = run_ssd(SSD(3, 0.4), params, draft_params, narrow, keys, s)
+    assert_same_decode(got, want, stats=True)
+    assert int(np.max(want.length)) > 5

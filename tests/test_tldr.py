@@ -299,13 +299,19 @@ def test_padding_carries_no_loss():
     assert float(m0["weight"]) == float(np.sum(speech_len - prompt_len + 1))
 
 
-def _decode(model, params, args, max_new=24, greedy=True, seed=0, row_ids=None, pw=8):
+def _decode(
+    model, params, args, max_new=24, greedy=True, seed=0, row_ids=None, pw=8, text_width=None
+):
     text, text_len, speech, speech_len, prompt_len = args
     prompt = np.zeros((len(text), pw), np.int32)
     for r in range(len(text)):
         prompt[r, : prompt_len[r]] = speech[r, : prompt_len[r]]
     batch = PromptBatch(
-        jnp.asarray(text), jnp.asarray(text_len), jnp.asarray(prompt), jnp.asarray(prompt_len)
+        jnp.asarray(text),
+        jnp.asarray(text_len),
+        jnp.asarray(prompt),
+        jnp.asarray(prompt_len),
+        text_width=text_width,
     )
     out = decode(
         TLDR(),
@@ -838,3 +844,24 @@ def test_segments_equal_one_call():
     )
     assert n_seg >= 3
     assert_same_decode(got, want)
+
+
+@pytest.mark.parametrize(
+    "text_patch,ext_text,text_layers", [(1, 0, ()), (3, 16, ()), (1, 16, (1,))]
+)
+def test_split_prefill_equals_the_batch_padded_to_the_loop_width(text_patch, ext_text, text_layers):
+    """The backbone's cache (compressed text slots; layers without text slots) and the
+    extractor's text memory widened after a narrow prefill (`PromptBatch.text_width`): greedy
+    tokens and steps of the batch padded to the loop's width."""
+    cfg = make_cfg(ext_prev=3, text_patch=text_patch, ext_text=ext_text, text_layers=text_layers)
+    model, params = init_model(cfg)
+    text, *rest = rows()
+    wide = np.zeros((3, 24), np.int32)
+    wide[:, :7] = text
+    narrow = np.zeros((3, 9), np.int32)
+    narrow[:, :7] = text
+    want = _decode(model, params, (wide, *rest))
+    got = _decode(model, params, (narrow, *rest), text_width=24)
+    for name in ("tokens", "length", "steps"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    assert int(np.max(want.length)) > 8

@@ -27,6 +27,13 @@ since empty slots are masked to exact zeros. Each window is one more compiled lo
     out = decode(registry.get("car:3"), {"target": model}, {"target": params}, batch, keys,
                  max_new_tokens=600, sampling=SamplingConfig(greedy=True))
 
+Split prefill: a batch whose `text_width` is wider than its text (`PromptBatch`) is prefilled
+at its own width in one program and decoded in another, compiled per `text_width`, after the
+strategy's caches are widened (`Strategy.widen_text`: empty, masked text slots inserted). A
+prefill is one forward over all its positions, so padding the text to 64 symbols where 8 would
+do computes up to 56 positions for nothing; compiling the loop per 8 symbols would cost a
+loop compile per width. `jaxtts.synthesize` pads to 8 for the prefill and to 64 for the loop.
+
 Resumable decoding (`start` / `advance` / `output`): the same loop in segments of a bounded
 number of steps, the `DecodeState` (KV caches included) handed back between them and donated to
 the next segment, so a caller can stream tokens as they come or add work between segments
@@ -73,6 +80,9 @@ class PromptBatch:
     # int32 [B]: how many of `text`'s first ids are the prompt's transcript (families that
     # estimate the output length from the prompt's speaking rate read it; None = unknown)
     prompt_text_len: jax.Array | None = None
+    # the text width the decoding loop is compiled for (>= X; None = X). Wider than X: `decode`
+    # prefills at width X and widens the caches to this one for the loop (`split prefill`)
+    text_width: int | None = flax.struct.field(pytree_node=False, default=None)
 
     @property
     def batch_size(self) -> int:
@@ -167,6 +177,17 @@ class Strategy(abc.ABC):
         """Strategy statistics for `DecodeOutput.stats`."""
         return {}
 
+    def widen_text(self, models: Models, carry: Any, text_width: int) -> Any:
+        """The `init` carry of a prefill at a narrower text width, laid out for `text_width`
+        (see `decode`'s split prefill). Default: every node of the carry with a
+        `widen_text(width)` method (`jaxtts.methods.lm.KVCache`, TLDR's text memory) widened;
+        a strategy whose carry holds other text-width-dependent arrays must override it."""
+        return jax.tree.map(
+            lambda c: c.widen_text(text_width) if hasattr(c, "widen_text") else c,
+            carry,
+            is_leaf=lambda c: hasattr(c, "widen_text"),
+        )
+
 
 def commit(state: DecodeState, prop: Proposal, max_new_tokens: int, eos: int) -> DecodeState:
     """Append each active row's first `count` proposed tokens, cut at the first EOS among them
@@ -232,6 +253,21 @@ def _output(strategy, models, state: DecodeState, max_new_tokens) -> DecodeOutpu
     )
 
 
+def _run_windows(strategy, models, params, keys, sampling, max_new_tokens, state, windows):
+    """The decoding loop from `state`: one `while_loop` per cache window."""
+    max_steps = strategy.max_steps(max_new_tokens)
+    body = _body(strategy, models, params, keys, sampling, max_new_tokens)
+    for i, window in enumerate(windows):
+        if i:
+            state = state.replace(carry=strategy.resize(models, state.carry, window))
+
+        def cond(s: DecodeState, window=window):
+            return ~jnp.all(s.done) & (s.step < max_steps) & strategy.window_fits(s, window)
+
+        state = jax.lax.while_loop(cond, body, state)
+    return state
+
+
 @functools.partial(jax.jit, static_argnames=("strategy", "models", "max_new_tokens"))
 def _decode(
     params,
@@ -245,16 +281,36 @@ def _decode(
 ) -> DecodeOutput:
     models = dict(models)
     state = _initial_state(strategy, models, params, batch, max_new_tokens)
-    max_steps = strategy.max_steps(max_new_tokens)
-    body = _body(strategy, models, params, keys, sampling, max_new_tokens)
-    for i, window in enumerate(strategy.windows(models, batch, max_new_tokens)):
-        if i:
-            state = state.replace(carry=strategy.resize(models, state.carry, window))
+    windows = strategy.windows(models, batch, max_new_tokens)
+    state = _run_windows(strategy, models, params, keys, sampling, max_new_tokens, state, windows)
+    return _output(strategy, models, state, max_new_tokens)
 
-        def cond(s: DecodeState, window=window):
-            return ~jnp.all(s.done) & (s.step < max_steps) & strategy.window_fits(s, window)
 
-        state = jax.lax.while_loop(cond, body, state)
+@functools.partial(jax.jit, static_argnames=("strategy", "models", "max_new_tokens", "text_width"))
+def _prefill(params, batch: PromptBatch, *, strategy, models, max_new_tokens, text_width):
+    """Split prefill, part 1: the strategy's `init` at the batch's own text width, its carry
+    widened to `text_width` (one compiled program per narrow width; a forward, cheap)."""
+    models = dict(models)
+    carry = strategy.init(models, params, batch, max_new_tokens)
+    carry = strategy.widen_text(models, carry, text_width)
+    return _initial_state(strategy, models, params, batch, max_new_tokens, carry)
+
+
+@functools.partial(jax.jit, static_argnames=("strategy", "models", "max_new_tokens", "windows"))
+def _loop(
+    state: DecodeState,
+    params,
+    keys: jax.Array,
+    *,
+    strategy,
+    models,
+    max_new_tokens,
+    windows,
+    sampling: Sampling,
+) -> DecodeOutput:
+    """Split prefill, part 2: the decoding loop, compiled once per `text_width`."""
+    models = dict(models)
+    state = _run_windows(strategy, models, params, keys, sampling, max_new_tokens, state, windows)
     return _output(strategy, models, state, max_new_tokens)
 
 
@@ -271,17 +327,49 @@ def decode(
     """Run `strategy` on a batch (jitted per strategy, models, lengths and sampling).
 
     keys: [B] per-row PRNG keys (`jaxtts.decode.sampling.row_keys`).
+
+    Split prefill: with `batch.text_width` wider than the batch's text (e.g. text padded to a
+    multiple of 8 and `text_width` to a multiple of 64), the prefill runs as its own program
+    at the narrow width, so it computes no more padded positions than that, and its caches
+    are widened (empty, masked slots inserted after the text) for a loop compiled once per
+    `text_width`: many narrow widths share one compiled loop. The tokens equal those of the
+    batch padded to `text_width` up to the prefill's float rounding (sums over a different
+    number of masked keys; `tests/test_lm.py::test_split_prefill_*`).
     """
     strategy = strategy.bind(models)
     strategy.check(models)
     # temperature and top_p are traced values: changing them reuses the compiled loop
     sampling = sampling.traced()
+    models_t = tuple(sorted(models.items()))
+    x, width = batch.text.shape[1], batch.text_width
+    if width is not None and width < x:
+        raise ValueError(f"PromptBatch.text_width={width}: expected >= the text width {x}")
+    if width is not None and width > x:
+        state = _prefill(
+            dict(params),
+            batch,
+            strategy=strategy,
+            models=models_t,
+            max_new_tokens=int(max_new_tokens),
+            text_width=int(width),
+        )
+        windows = tuple(strategy.windows(models, batch, int(max_new_tokens)))
+        return _loop(
+            state,
+            dict(params),
+            keys,
+            strategy=strategy,
+            models=models_t,
+            max_new_tokens=int(max_new_tokens),
+            windows=windows,
+            sampling=sampling,
+        )
     return _decode(
         dict(params),
-        batch,
+        batch.replace(text_width=None),
         keys,
         strategy=strategy,
-        models=tuple(sorted(models.items())),
+        models=models_t,
         max_new_tokens=int(max_new_tokens),
         sampling=sampling,
     )
@@ -309,6 +397,8 @@ class Resumable:
 def _start(params, batch: PromptBatch, *, strategy, models, max_new_tokens) -> DecodeState:
     models = dict(models)
     carry = strategy.init(models, params, batch, max_new_tokens)
+    if batch.text_width is not None and batch.text_width > batch.text.shape[1]:
+        carry = strategy.widen_text(models, carry, batch.text_width)  # as in `decode`
     windows = strategy.windows(models, batch, max_new_tokens)
     if len(windows) > 1:  # segments run at the full budget: one shape for every segment
         carry = strategy.resize(models, carry, windows[-1])

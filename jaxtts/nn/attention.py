@@ -69,11 +69,25 @@ class LayerCache:
             k=write_rows(self.k, k, start, axis=2), v=write_rows(self.v, v, start, axis=2)
         )
 
+    def insert_slots(self, at: int, extra: int) -> LayerCache:
+        """`extra` zero slots inserted before slot `at` (slots at.. move up by `extra`)."""
+        return self.replace(
+            k=_insert_zeros(self.k, at, extra, 3 if self.keys_t else 2),
+            v=_insert_zeros(self.v, at, extra, 2),
+        )
+
     def grow(self, extra: int) -> LayerCache:
         """`extra` more slots (zeros) at the end."""
         pad_v = ((0, 0), (0, 0), (0, extra), (0, 0))
         pad_k = ((0, 0), (0, 0), (0, 0), (0, extra)) if self.keys_t else pad_v
         return self.replace(k=jnp.pad(self.k, pad_k), v=jnp.pad(self.v, pad_v))
+
+
+def _insert_zeros(x: jax.Array, at: int, extra: int, axis: int) -> jax.Array:
+    shape = list(x.shape)
+    shape[axis] = extra
+    head, tail = jnp.split(x, [at], axis=axis)
+    return jnp.concatenate([head, jnp.zeros(shape, x.dtype), tail], axis=axis)
 
 
 def write_rows(buf: jax.Array, new: jax.Array, start: jax.Array, axis: int = 1) -> jax.Array:

@@ -210,6 +210,26 @@ class KVCache:
             return self
         return self.replace(layers=tuple(c.grow(extra) for c in self.layers))
 
+    def widen_text(self, text_width: int) -> KVCache:
+        """The same cache laid out for `text_width` text symbols (ceil(text_width /
+        text_stride) text slots): zero slots inserted after the text segment. They are
+        invalid (a text slot is valid while its position is < text_len), so decoding from
+        this cache attends to the same keys as from the prefill's; the driver's split prefill
+        (`jaxtts.decode.driver.decode`)."""
+        slots = -(-text_width // self.text_stride)
+        extra = slots - self.text_slots
+        if extra < 0:
+            raise ValueError(
+                f"KVCache.widen_text({text_width}): holds {self.text_slots} text slots already"
+            )
+        if extra == 0:
+            return self
+        layers = tuple(
+            c if j in self.no_text else c.insert_slots(self.text_slots, extra)
+            for j, c in enumerate(self.layers)
+        )
+        return self.replace(layers=layers, text_slots=slots)
+
     def key_segments(self, speech_len: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """(is_speech, index in segment, valid) of every cache slot [B, S], with `speech_len`
         [B] valid speech slots: the key side of `prefix_lm_mask` for prefill and extend."""

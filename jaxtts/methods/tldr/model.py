@@ -391,6 +391,17 @@ class TextMemory:
     v: jax.Array
     valid: jax.Array
 
+    def widen_text(self, text_width: int) -> TextMemory:
+        """The memory padded to `text_width` symbols (invalid ones; the driver's split
+        prefill)."""
+        extra = text_width - self.valid.shape[1]
+        if extra < 0:
+            raise ValueError(f"TextMemory.widen_text({text_width}): holds {self.valid.shape[1]}")
+        pad = ((0, 0), (0, 0), (0, extra), (0, 0))
+        return TextMemory(
+            jnp.pad(self.k, pad), jnp.pad(self.v, pad), jnp.pad(self.valid, ((0, 0), (0, extra)))
+        )
+
 
 class ExtractorLayer(nn.Module):
     cfg: TLDRConfig
