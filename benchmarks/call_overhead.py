@@ -3,9 +3,9 @@
     python benchmarks/call_overhead.py --workdir pretrained/car_small --strategies far,car:3
     python benchmarks/call_overhead.py --workdir pretrained/car_deep --precision bfloat16
 
-For N test sentences at batch 1 with their zero-shot prompts (the evaluation's; shapes
-bucketed as `Synthesizer` does), each strategy is timed three ways (median of `--repeats`,
-every shape compiled first):
+For N test sentences at batch 1 with their zero-shot prompts (the evaluation's; batches
+built as `Synthesizer` builds them, with the split prefill unless `--prefill_bucket 64`),
+each strategy is timed three ways (median of `--repeats`, every shape compiled first):
 - `generate`: the whole LM call (`engine.generate`: dispatch, prefill, loop, device_get);
 - `prefill`: the strategy's `init` alone (cache set-up + the prefill forward), jitted;
 - `one step`: `generate` capped at one new token (everything but the loop's other steps).
@@ -35,10 +35,9 @@ def _median_ms(fn, repeats: int) -> float:
     return statistics.median(ts) * 1e3
 
 
-def _measure(engine, spec: str, batches, keys, repeats: int, precision: str = "float32"):
-    """(fixed ms, per-step ms, prefill ms, one-step call ms) of `spec` over `batches`."""
+def _setup(engine, spec: str, precision: str):
+    """(options, one-step options, params, jitted prefill) of `spec`."""
     import jax
-    import numpy as np
 
     from jaxtts.decode import registry
 
@@ -56,7 +55,15 @@ def _measure(engine, spec: str, batches, keys, repeats: int, precision: str = "f
             carry = strategy.widen_text(models, carry, b.text_width)
         return carry
 
-    init = jax.jit(init)
+    return opts, one, params, jax.jit(init)
+
+
+def _measure(engine, spec: str, batches, keys, repeats: int, precision: str = "float32"):
+    """(fixed ms, per-step ms, prefill ms, one-step call ms) of `spec` over `batches`."""
+    import jax
+    import numpy as np
+
+    opts, one, params, init = _setup(engine, spec, precision)
     gen_ms, steps, pre_ms, one_ms = [], [], [], []
     for b in batches:
         steps.append(int(engine.generate(b, keys, opts).steps[0]))
@@ -65,6 +72,33 @@ def _measure(engine, spec: str, batches, keys, repeats: int, precision: str = "f
         one_ms.append(_median_ms(lambda b=b: engine.generate(b, keys, one), repeats))
     per_step, fixed = np.polyfit(np.asarray(steps, float), np.asarray(gen_ms), 1)
     return fixed, per_step, float(np.median(pre_ms)), float(np.median(one_ms))
+
+
+def _prefill_ab(engine, spec: str, pairs, keys, repeats: int, precision: str):
+    """Mean over sentences of the median prefill and one-step call ms, the text padded to the
+    loop's width (plain) against the split prefill, timed in turn within every repeat."""
+    import jax
+    import numpy as np
+
+    _, one, params, init = _setup(engine, spec, precision)
+    ms = {k: [] for k in ("pre_plain", "pre_split", "one_plain", "one_split")}
+    for pair in pairs:
+        for b in pair:  # compile
+            jax.block_until_ready(init(params, b))
+            engine.generate(b, keys, one)
+        ts = {k: [] for k in ms}
+        for _ in range(repeats):
+            for name, b in zip(("plain", "split"), pair, strict=True):
+                t0 = time.perf_counter()
+                jax.block_until_ready(init(params, b))
+                t1 = time.perf_counter()
+                engine.generate(b, keys, one)
+                t2 = time.perf_counter()
+                ts[f"pre_{name}"].append(t1 - t0)
+                ts[f"one_{name}"].append(t2 - t1)
+        for k, v in ts.items():
+            ms[k].append(1e3 * statistics.median(v))
+    return {k: float(np.mean(v)) for k, v in ms.items()}
 
 
 def main(argv=None) -> int:
@@ -76,40 +110,75 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--precision", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument(
-        "--bucket", type=int, default=64, help="text / prompt width step (Synthesizer: 64)"
+        "--bucket", type=int, default=None, help="the loop's text width step (default 64)"
     )
     ap.add_argument(
         "--prefill_bucket",
         type=int,
         default=None,
-        help="the prefill's text width step (the split prefill; default: the engine's, "
-        "Synthesizer's: 8 for the token-LM families); = --bucket: no split",
+        help="the prefill's text width step (the split prefill; default: the engine's, 8 "
+        "for the token-LM families); = --bucket: no split",
+    )
+    ap.add_argument(
+        "--ab",
+        action="store_true",
+        help="time the prefill and a one-step call with the text padded to the loop's width "
+        "against the split prefill, in turn (the split prefill's saving)",
     )
     args = ap.parse_args(argv)
 
     import jax
+    import numpy as np
 
     from jaxtts.data.manifest import read_split
     from jaxtts.decode.sampling import row_keys
     from jaxtts.evaluate import split_specs
-    from jaxtts.methods.lm.engine import sentence_batch
     from jaxtts.synthesize import Synthesizer, prompts_from_utterances
 
-    engine = Synthesizer.from_workdir(args.workdir).engine
+    synth = Synthesizer.from_workdir(args.workdir)
+    engine = synth.engine
+    engine.text_bucket = args.bucket or engine.text_bucket
+    engine.prefill_bucket = args.prefill_bucket or engine.prefill_bucket
+    pb = min(engine.prefill_bucket, engine.text_bucket)
     pool = read_split(args.corpus, "test")
     utts = pool[: args.num]
     prompts = prompts_from_utterances(pool, utts)
-    pb = args.prefill_bucket or engine.prefill_bucket
-    batches = [
-        sentence_batch(engine, u.text, p, args.bucket, pb)
-        for u, p in zip(utts, prompts, strict=True)
-    ]
+    batches = []  # each sentence's first piece as `Synthesizer` builds its batch of one
+    for i, (u, p) in enumerate(zip(utts, prompts, strict=True)):
+        row = synth._text_rows(i, u.text, *engine.encode_prompt(p))[0]
+        batches.append(synth._prompt_batch([row], 1, 0)[0])
     keys = row_keys(0, [0])
     print(
         f"{args.workdir}: {len(utts)} test sentences, batch 1, {args.precision}, "
-        f"widths bucketed to {args.bucket}, the prefill's text to {min(pb, args.bucket)}, "
+        f"text widths bucketed to {engine.text_bucket}, the prefill's to {pb}, "
         f"{jax.devices()[0].device_kind}"
     )
+    if args.ab:
+        plain = []  # the same rows, the prefill at the loop's width
+        for b in batches:
+            x = b.text_width or b.text.shape[1]
+            text = np.zeros((1, x), np.int32)
+            text[:, : b.text.shape[1]] = b.text
+            plain.append(b.replace(text=text, text_width=None))
+        print("\n| strategy | prefill ms, text at the loop width / split | saved | "
+              "one-step call ms, loop width / split |")  # fmt: skip
+        print("|---|--:|--:|--:|")
+        for spec in split_specs(args.strategies):
+            m = _prefill_ab(
+                engine,
+                spec,
+                list(zip(plain, batches, strict=True)),
+                keys,
+                args.repeats,
+                args.precision,
+            )
+            print(
+                f"| {spec} | {m['pre_plain']:.1f} / {m['pre_split']:.1f} | "
+                f"{m['pre_plain'] - m['pre_split']:.1f} | "
+                f"{m['one_plain']:.1f} / {m['one_split']:.1f} |",
+                flush=True,
+            )
+        return 0
     print("\n| strategy | fixed (fit) ms | per step ms | prefill ms | one-step call ms | rest ms |")
     print("|---|--:|--:|--:|--:|--:|")
     for spec in split_specs(args.strategies):
