@@ -378,8 +378,10 @@ class Synthesizer:
             prompt[k, : len(unit)], prompt_len[k] = unit, len(unit)
         # a row's key depends only on (seed, line index, piece index): not on its batch
         keys = piece_keys(seed, rows, pad=b - n, first_line=first_line)
+        # the split prefill whenever the engine runs it (also at xp == x: one loop per x)
+        split = self.engine.prefill_bucket < self.engine.text_bucket and not self.reuse_wider
         batch = PromptBatch(
-            text, text_len, prompt, prompt_len, prompt_text_len, text_width=x if xp < x else None
+            text, text_len, prompt, prompt_len, prompt_text_len, text_width=x if split else None
         )
         return batch, keys
 

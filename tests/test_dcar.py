@@ -752,10 +752,15 @@ def test_dcar_split_prefill_equals_the_batch_padded_to_the_loop_width(params):
     the loop's width, with rows that choose different sizes."""
     from lm_reference import assert_same_decode
 
+    from jaxtts.decode import driver
+
     rows = random_rows(4, seed=5)
     pp = policy_params(2, scale=3.0)
     keys = row_keys(3, range(4))
     want = run_dcar("dcar", params, pp, batch_of(rows, 24, 8), keys, GREEDY)
-    narrow = batch_of(rows, 9, 8).replace(text_width=24)
-    assert_same_decode(run_dcar("dcar", params, pp, narrow, keys, GREEDY), want, stats=True)
+    loops = driver._loop._cache_size()
+    for x in (9, 16):
+        narrow = batch_of(rows, x, 8).replace(text_width=24)
+        assert_same_decode(run_dcar("dcar", params, pp, narrow, keys, GREEDY), want, stats=True)
+    assert driver._loop._cache_size() - loops == 1  # one loop for both prefill widths
     assert np.count_nonzero(np.asarray(want.stats["chunk_hist"]).sum(0)) >= 2

@@ -27,7 +27,7 @@ since empty slots are masked to exact zeros. Each window is one more compiled lo
     out = decode(registry.get("car:3"), {"target": model}, {"target": params}, batch, keys,
                  max_new_tokens=600, sampling=SamplingConfig(greedy=True))
 
-Split prefill: a batch whose `text_width` is wider than its text (`PromptBatch`) is prefilled
+Split prefill: a batch with a `text_width` (`PromptBatch`; >= its text's width) is prefilled
 at its own width in one program and decoded in another, compiled per `text_width`, after the
 strategy's caches are widened (`Strategy.widen_text`: empty, masked text slots inserted). A
 prefill is one forward over all its positions, so padding the text to 64 symbols where 8 would
@@ -80,8 +80,9 @@ class PromptBatch:
     # int32 [B]: how many of `text`'s first ids are the prompt's transcript (families that
     # estimate the output length from the prompt's speaking rate read it; None = unknown)
     prompt_text_len: jax.Array | None = None
-    # the text width the decoding loop is compiled for (>= X; None = X). Wider than X: `decode`
-    # prefills at width X and widens the caches to this one for the loop (`split prefill`)
+    # the text width the decoding loop is compiled for (>= X), or None: one program for the
+    # prefill and the loop at width X. Set: `decode` prefills at width X in one program and
+    # widens the caches to this width for a loop compiled per `text_width` (split prefill)
     text_width: int | None = flax.struct.field(pytree_node=False, default=None)
 
     @property
@@ -328,8 +329,8 @@ def decode(
 
     keys: [B] per-row PRNG keys (`jaxtts.decode.sampling.row_keys`).
 
-    Split prefill: with `batch.text_width` wider than the batch's text (e.g. text padded to a
-    multiple of 8 and `text_width` to a multiple of 64), the prefill runs as its own program
+    Split prefill: with `batch.text_width` set (>= the batch's text width; e.g. text padded to
+    a multiple of 8 and `text_width` to a multiple of 64), the prefill runs as its own program
     at the narrow width, so it computes no more padded positions than that, and its caches
     are widened (empty, masked slots inserted after the text) for a loop compiled once per
     `text_width`: many narrow widths share one compiled loop. The tokens equal those of the
@@ -344,7 +345,7 @@ def decode(
     x, width = batch.text.shape[1], batch.text_width
     if width is not None and width < x:
         raise ValueError(f"PromptBatch.text_width={width}: expected >= the text width {x}")
-    if width is not None and width > x:
+    if width is not None:  # the split prefill (also at width == x: the loop is shared)
         state = _prefill(
             dict(params),
             batch,
@@ -366,7 +367,7 @@ def decode(
         )
     return _decode(
         dict(params),
-        batch.replace(text_width=None),
+        batch,
         keys,
         strategy=strategy,
         models=models_t,
@@ -397,7 +398,7 @@ class Resumable:
 def _start(params, batch: PromptBatch, *, strategy, models, max_new_tokens) -> DecodeState:
     models = dict(models)
     carry = strategy.init(models, params, batch, max_new_tokens)
-    if batch.text_width is not None and batch.text_width > batch.text.shape[1]:
+    if batch.text_width is not None:
         carry = strategy.widen_text(models, carry, batch.text_width)  # as in `decode`
     windows = strategy.windows(models, batch, max_new_tokens)
     if len(windows) > 1:  # segments run at the full budget: one shape for every segment

@@ -198,7 +198,7 @@ def sentence_batch(
         np.array([ids.size], np.int32),
         padded(units),
         np.array([units.size], np.int32),
-        text_width=loop if loop > text.shape[1] else None,
+        text_width=loop if prefill_bucket and prefill_bucket < bucket else None,
     )
 
 
