@@ -51,6 +51,12 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--segment_steps", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument(
+        "--prefill_bucket",
+        type=int,
+        default=64,
+        help="the slots' prefill width step (`Slots`; the text width: no split prefill)",
+    )
     args = ap.parse_args()
     cli.limit_host_blas()
     synth = Synthesizer.from_workdir(args.workdir)
@@ -73,6 +79,7 @@ def main() -> None:
         prompt_example=p_units,
         max_new_tokens=engine.max_new_units(options),
         sampling=options.sampling,
+        prefill_bucket=args.prefill_bucket,
     )
     _, _, ids, units, n_ptext = rows[0]
     key = piece_keys(0, rows[:1])

@@ -596,3 +596,37 @@ def test_widened_cache_holds_the_prefill_keys_and_empty_text_slots(params):
                 np.testing.assert_allclose(a[..., 24:], b[..., 24:], atol=1e-5)  # speech
     with pytest.raises(ValueError, match="holds 24 text slots"):
         wide.widen_text(16)
+
+
+def test_slots_prefill_a_request_at_its_own_width(params):
+    """`Slots` (continuous batching): a request prefilled at the narrowest of its
+    `prefill_widths` (the split prefill into the slots' width) decodes the tokens of one
+    prefilled at the slots' full text width."""
+    from jaxtts.decode.slots import Slots
+
+    rows = random_rows(3, seed=3)
+    keys = row_keys(2, range(3))
+    sampling = SamplingConfig(temperature=1.0, top_k=8)
+    out = {}
+    for step in (8, 32):
+        pool = Slots(
+            registry.get("car:2"),
+            {"target": TTSLM(TINY)},
+            {"target": params},
+            num_slots=4,
+            text_width=32,
+            prompt_width=8,
+            prompt_example=np.zeros((8,), np.int32),
+            max_new_tokens=16,
+            sampling=sampling,
+            prefill_bucket=step,
+        )
+        assert pool.prefill_widths == ((8, 16, 24, 32) if step == 8 else (32,))
+        for i, (t, p) in enumerate(rows):
+            pool.insert(i, (t, p, 0), keys[i : i + 1])
+        for _ in range(20):
+            pool.advance(4)
+        out[step] = pool.read()
+    for a, b in zip(out[8][:3], out[32][:3], strict=True):  # length, tokens, done
+        np.testing.assert_array_equal(a, b)
+    assert out[8][2][:3].all() and len(set(out[8][0][:3].tolist())) > 1

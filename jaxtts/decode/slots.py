@@ -8,14 +8,20 @@ between segments, for a server that owns the device (`jaxtts.serve`).
     length, tokens, done = slots.read()
     slots.free(i)                      # the slot stops decoding; a later insert reuses it
 
-Shapes never change after the first call of each of the three programs (prefill of one row,
-insert, advance), whatever joins or leaves: nothing recompiles while serving.
+Shapes never change after the first call of each program (the prefill of one row at each of
+`prefill_widths`, all compiled at construction; insert; advance), whatever joins or leaves:
+nothing recompiles while serving.
 
 A row's tokens do not depend on the other slots or on when it joined: the strategies draw a
 row's step-t sample from fold_in(row key, the row's own step count `DecodeState.steps`), every
 per-row quantity (cache lengths, done, length) is the row's own, and attention reads only a
 row's own valid slots. So a request decoded here gives the tokens of the offline decode of
 the same row (tests/test_serve.py checks it against `Synthesizer.synthesize`).
+
+A request is prefilled at the narrowest text width of `prefill_widths` (steps of
+`prefill_bucket`, every one compiled at construction) that holds its text, and its caches are
+widened to the slots' `text_width` (the driver's split prefill): a short text does not pay a
+prefill over the longest one's width.
 
 What it costs: the slots' caches are allocated at the full budget (text_width + the speech
 budget) from the start, so every step attends over the whole budget of every slot, where the
@@ -86,6 +92,7 @@ class Slots:
         prompt_example: np.ndarray,
         max_new_tokens: int,
         sampling: SamplingConfig,
+        prefill_bucket: int = 64,
     ):
         self.strategy = strategy.bind(models)
         self.strategy.check(models)
@@ -101,20 +108,27 @@ class Slots:
         empty = self.batch([(np.ones((1,), np.int32), unit[:0], 0)] * num_slots)
         self.state = self._start(empty)
         self.state = self.state.replace(done=jnp.ones((num_slots,), bool))
+        # a request's prefill runs at the narrowest of these text widths that holds it (the
+        # driver's split prefill: its caches widened to `text_width`), each compiled here
+        step = max(1, int(prefill_bucket))
+        self.prefill_widths = (*range(step, text_width, step), text_width)
+        for w in self.prefill_widths:
+            self._start(self.batch([(np.ones((1,), np.int32), unit[:0], 0)], w))
         self.keys = jax.random.split(jax.random.key(0), num_slots)  # free slots' (overwritten)
         # committed to the device like every later state (jit outputs are): one signature,
         # so the first insert / advance compile what every later call runs
         self.state, self.keys = jax.device_put((self.state, self.keys), jax.devices()[0])
 
-    def batch(self, rows) -> PromptBatch:
+    def batch(self, rows, text_width: int | None = None) -> PromptBatch:
         """Rows (text ids, prompt units, prompt transcript length) -> a PromptBatch at the
-        slots' widths (ValueError for a row that does not fit them)."""
+        slots' widths (ValueError for a row that does not fit them); text_width: the text
+        padded to that width only, for the split prefill into the slots' width."""
         b = len(rows)
-        text = np.zeros((b, self.text_width), np.int32)
+        text = np.zeros((b, text_width or self.text_width), np.int32)
         prompt = np.zeros((b, self.prompt_width, *self._prompt_tail), self._prompt_dtype)
         text_len, prompt_len, ptext = (np.zeros((b,), np.int32) for _ in range(3))
         for k, (ids, unit, n_ptext) in enumerate(rows):
-            if ids.size > self.text_width or len(unit) > self.prompt_width:
+            if ids.size > text.shape[1] or len(unit) > self.prompt_width:
                 raise ValueError(
                     f"row of {ids.size} text ids / {len(unit)} prompt units: the slots hold "
                     f"{self.text_width} / {self.prompt_width}"
@@ -122,7 +136,7 @@ class Slots:
             text[k, : ids.size], text_len[k] = ids, ids.size
             prompt[k, : len(unit)], prompt_len[k] = unit, len(unit)
             ptext[k] = n_ptext
-        return PromptBatch(text, text_len, prompt, prompt_len, ptext)
+        return PromptBatch(text, text_len, prompt, prompt_len, ptext, text_width=self.text_width)
 
     def _start(self, batch: PromptBatch) -> DecodeState:
         return _start(
@@ -136,7 +150,9 @@ class Slots:
     def insert(self, slot: int, row: tuple, key: jax.Array) -> None:
         """Prefill `row` (text ids, prompt units, prompt transcript length) into `slot`, with
         its PRNG key [1] (`row_keys`)."""
-        one = self._start(self.batch([row]))
+        n = row[0].size
+        width = min([w for w in self.prefill_widths if w >= n], default=self.text_width)
+        one = self._start(self.batch([row], width))
         self.state, self.keys = _insert(self.state, self.keys, one, key, jnp.int32(slot))
 
     def free(self, slot: int) -> None:
