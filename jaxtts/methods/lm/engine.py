@@ -172,33 +172,20 @@ class LMEngine(Engine):
         return self.cfg.kv_bytes_per_token() * (text_len + 1 + prompt_len + length)
 
 
-def sentence_batch(
-    engine: LMEngine, text: str, prompt=None, bucket: int = 64, prefill_bucket: int | None = None
-) -> PromptBatch:
+def sentence_batch(engine: LMEngine, text: str, prompt=None, bucket: int = 64) -> PromptBatch:
     """One sentence (+ its optional prompt) as a batch of one, widths bucketed to `bucket` so
-    that sentences share compiled shapes (the per-sentence schedule helpers of DCAR and SSD).
-    prefill_bucket: the text padded to that step only, `text_width` to `bucket` (the driver's
-    split prefill, as `Synthesizer` with `engine.prefill_bucket`)."""
+    that sentences share compiled shapes (the per-sentence schedule helpers of DCAR and SSD)."""
     p_ids, p_units = engine.encode_prompt(prompt)
     ids = np.concatenate([p_ids, engine.frontend.encode(text)]).astype(np.int32)
     units = np.asarray(p_units, np.int32).reshape(-1)
 
-    def width(n, step):
-        return max(step, -(-n // step) * step)
-
     def padded(a, step=bucket):
-        out = np.zeros((1, width(a.size, step)), np.int32)
+        out = np.zeros((1, max(step, -(-a.size // step) * step)), np.int32)
         out[0, : a.size] = a
         return out
 
-    text = padded(ids, min(prefill_bucket or bucket, bucket))
-    loop = width(ids.size, bucket)
     return PromptBatch(
-        text,
-        np.array([ids.size], np.int32),
-        padded(units),
-        np.array([units.size], np.int32),
-        text_width=loop if prefill_bucket and prefill_bucket < bucket else None,
+        padded(ids), np.array([ids.size], np.int32), padded(units), np.array([units.size], np.int32)
     )
 
 
