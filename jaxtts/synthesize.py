@@ -347,8 +347,9 @@ class Synthesizer:
         """Rows (line, piece, prompt + target text ids, prompt units, prompt transcript
         length) -> (a PromptBatch of max(len(rows), batch_size) rows, widths bucketed; the last
         row repeated to fill it: one compiled shape), per-row keys). The text is padded to the
-        engine's `prefill_bucket`, and `text_width` (the loop's width) to its `text_bucket`
-        when that is wider (the driver's split prefill). With `reuse_wider` and the
+        engine's `prefill_bucket` and `text_width` (the loop's width) to its `text_bucket`,
+        whenever the prefill bucket is the narrower (the driver's split prefill, also where
+        both widths agree: one loop per `text_width`). With `reuse_wider` and the
         strategy's `compile_key`, the text width may be that of a wider compiled shape, and
         the prefill runs at that width too (one compiled program per width, and the tokens of
         the layout before the split prefill: `jaxtts.evaluate`'s WERs)."""
