@@ -68,6 +68,37 @@ def test_prefill_and_cached_steps_equal_full_forward(params):
     assert full_logits.shape == (b, t, TINY.num_mtp_heads, TINY.out_vocab)
 
 
+@pytest.mark.parametrize("text_layers", [(), (0,)])
+def test_prefill_at_chosen_rows_equals_those_rows_of_the_full_prefill(params, text_layers):
+    """`prefill(rows=...)` runs the last layer at the chosen rows only: the hidden states
+    of those rows and the whole cache are those of the full prefill (mixed rows, batch 3;
+    also with a layer that caches no text, `text_layers`)."""
+    import dataclasses
+
+    m = TTSLM(dataclasses.replace(TINY, text_layers=text_layers))
+    rng = np.random.default_rng(1)
+    b, x, t = 3, 8, 6
+    text = rng.integers(2, TINY.num_text_symbols, (b, x)).astype(np.int32)
+    text_len = np.array([8, 5, 3], np.int32)
+    speech = rng.integers(0, TINY.num_speech_tokens, (b, t)).astype(np.int32)
+    speech[:, 0] = TINY.bos
+    p_len = np.array([6, 2, 4], np.int32)
+    rows = np.array([[5, 0], [1, 1], [3, 2]], np.int32)  # [B, R]: the last slot, and another
+
+    def prefill(r):
+        cache = m.apply({"params": params}, b, x, t + 4, method="init_cache")
+        return m.apply(
+            {"params": params}, text, text_len, speech, p_len, cache, rows=r, method="prefill"
+        )
+
+    full_h, full_cache = prefill(None)
+    h, cache = prefill(rows)
+    assert h.shape == (b, 2, TINY.d_model)
+    np.testing.assert_allclose(h, np.take_along_axis(full_h, rows[:, :, None], 1), atol=1e-6)
+    for a, c in zip(jax.tree.leaves(full_cache), jax.tree.leaves(cache), strict=True):
+        np.testing.assert_array_equal(a, c)
+
+
 def test_cache_rollback_then_extend_equals_direct(params):
     m = TTSLM(TINY)
     text = np.array([[3, 4, 5, 6]], np.int32)

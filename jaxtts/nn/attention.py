@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxtts.nn import axes
-from jaxtts.nn.layers import Dense, apply_rope
+from jaxtts.nn.layers import Dense, RopeTable, apply_rope
 
 Dtype = Any
 NEG_INF = -1e30
@@ -124,6 +124,14 @@ def _write_one_slot(buf: jax.Array, new: jax.Array, start: jax.Array) -> jax.Arr
     return jax.lax.scatter(buf, jnp.stack([at, at]), upd, dims, mode=jax.lax.GatherScatterMode.CLIP)
 
 
+def take_rows(x, rows: jax.Array):
+    """x [B, T, ...] (an array or a `RopeTable`) at positions rows int32 [B, R] -> [B, R, ...]."""
+    if isinstance(x, RopeTable):
+        return RopeTable(take_rows(x.cos, rows), take_rows(x.sin, rows))
+    idx = rows.reshape(rows.shape + (1,) * (x.ndim - 2))
+    return jnp.take_along_axis(x, idx.astype(jnp.int32), axis=1)
+
+
 def attend(
     q: jax.Array,
     k: jax.Array,
@@ -198,6 +206,7 @@ class Attention(nn.Module):
         defer_write: bool = False,
         queries: int = 0,
         prefix: int = 0,
+        rows: jax.Array | None = None,
     ) -> tuple[jax.Array, LayerCache | None]:
         """x [B, T, D], positions [B, T] or their `RopeTable` (RoPE; ignored when
         rope_theta == 0), mask bool
@@ -218,6 +227,10 @@ class Attention(nn.Module):
         prefix > 0 (with a cache that was empty: a prefill): the cache does not store the first
         `prefix` positions of x; the block attends to its own keys (mask [B, T, T]) and writes
         positions prefix.. at write_start (a layer that caches no text, `TTSLM.text_layers`).
+        rows int32 [B, R]: only these positions of x query (mask [B, T, S] is read at them);
+        the keys/values of every position are computed, cached and attended as without it;
+        returns [B, R, D], equal to those rows of the full output up to float rounding (a
+        stack's last block in a prefill: the other rows' outputs are never read).
         """
         d = x.shape[-1]
         nh = (self.num_heads, self.head_dim)
@@ -225,7 +238,11 @@ class Attention(nn.Module):
         names = (axes.EMBED, axes.HEADS, axes.KV)
         if queries and (cache is not None or context is not None):
             raise ValueError("Attention(queries=...): self-attention without a cache only")
+        if rows is not None and (queries or bias is not None or capture):
+            raise ValueError("Attention(rows=...): not with queries, bias or capture")
         xq, pq = (x[:, -queries:], positions[:, -queries:]) if queries else (x, positions)
+        if rows is not None:
+            xq, pq, mask = take_rows(x, rows), take_rows(positions, rows), take_rows(mask, rows)
         q = Dense(nh, names, name="q", **kw)(xq)  # [B, T, N, H]
         kv_in = x if context is None else context
         k = Dense(nh, names, name="k", **kw)(kv_in)

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxtts.nn.attention import Attention, LayerCache
+from jaxtts.nn.attention import Attention, LayerCache, take_rows
 from jaxtts.nn.layers import MLP, RMSNorm, RopeTable
 
 
@@ -70,9 +70,11 @@ class Block(nn.Module):
         defer_write=False,
         queries=0,
         prefix=0,
+        rows=None,
     ):
         """queries > 0: only the last `queries` positions of x are computed (their attention
-        over all of x, their MLP): [B, queries, D], those rows of the full output."""
+        over all of x, their MLP): [B, queries, D], those rows of the full output. rows int32
+        [B, R]: only those positions are computed (`Attention`'s rows; keys of all)."""
         c = self.cfg
         lora = dict(lora_rank=c.lora_rank, lora_alpha=c.lora_alpha)
         dtype = jnp.dtype(c.dtype)
@@ -87,9 +89,12 @@ class Block(nn.Module):
             defer_write=defer_write,
             queries=queries,
             prefix=prefix,
+            rows=rows,
         )
         if queries:
             x = x[:, -queries:]
+        if rows is not None:
+            x = take_rows(x, rows)
         x = x + nn.Dropout(c.dropout, deterministic=not train)(h.astype(jnp.float32))
         h = MLP(c.d_ff, c.mlp, dtype, name="mlp", **lora)(RMSNorm(name="mlp_norm")(x))
         x = x + nn.Dropout(c.dropout, deterministic=not train)(h.astype(jnp.float32))
@@ -116,6 +121,7 @@ class TransformerStack(nn.Module):
         bias_layers: Sequence[int] = (),
         defer_write: bool = False,
         prefix: int | Sequence[int] = 0,
+        out_rows: jax.Array | None = None,
     ) -> tuple[jax.Array, tuple[LayerCache, ...] | None]:
         """x [B, T, D] float32 -> (hidden [B, T, D] after the final norm, updated caches).
 
@@ -129,6 +135,10 @@ class TransformerStack(nn.Module):
         alignment prior and loss of `jaxtts.train.align` (training only).
         defer_write: the caches are read, not written; the returned tuple holds each layer's
         new keys/values [B, N, T, H] instead (`jaxtts.nn.attention`).
+        out_rows int32 [B, R]: only these positions' hidden states are returned, [B, R, D]; the
+        last block then computes its queries, attention output and MLP at them alone (its
+        keys/values at every position: the cache is filled as without it). A prefill that
+        reads one hidden state per row saves most of a block (RESULTS deep-call).
         """
         run = self.cfg.check_layers(layers)
         self.cfg.check_layers(bias_layers or None)
@@ -158,6 +168,7 @@ class TransformerStack(nn.Module):
                 capture=i in bias_layers,
                 defer_write=defer_write,
                 prefix=prefixes[j],
+                rows=out_rows if j == len(run) - 1 else None,
             )
             new_caches.append(c)
         return RMSNorm(name="final_norm")(x), (None if caches is None else tuple(new_caches))

@@ -488,11 +488,14 @@ class TTSLM(nn.Module):
         speech_len: jax.Array,
         cache: KVCache,
         layers: Sequence[int] | None = None,
+        rows: jax.Array | None = None,
     ) -> tuple[jax.Array, KVCache]:
         """One forward over text [B, X] + speech [B, P] ([BOS, prompt]); X must equal
-        cache.text_slots. Returns (hidden [B, P, D], cache with text_len / speech_len set)."""
+        cache.text_slots. Returns (hidden [B, P, D], cache with text_len / speech_len set);
+        rows int32 [B, R] (speech positions): hidden [B, R, D] of those alone, the last
+        layer computed at them only (`TransformerStack`'s out_rows; the same cache)."""
         return self.prefill_embedded(
-            text, text_len, self.embed_speech(speech), speech_len, cache, layers
+            text, text_len, self.embed_speech(speech), speech_len, cache, layers, rows=rows
         )
 
     def prefill_embedded(
@@ -504,10 +507,11 @@ class TTSLM(nn.Module):
         cache: KVCache,
         layers: Sequence[int] | None = None,
         stride: int = 1,
+        rows: jax.Array | None = None,
     ) -> tuple[jax.Array, KVCache]:
         """`prefill` over input vectors speech_emb [B, P, D] in the speech segment (positions
         advancing `stride` per slot, as in `hidden_embedded`); text ids [B, X] or vectors
-        [B, X, D], one per `cache.text_stride` symbols."""
+        [B, X, D], one per `cache.text_stride` symbols. rows: as in `prefill`."""
         x_len, p_len, ts = text.shape[1], speech_emb.shape[1], cache.text_stride
         if x_len != cache.text_slots:
             raise ValueError(f"prefill: text width {x_len} != cache.text_slots {cache.text_slots}")
@@ -521,9 +525,12 @@ class TTSLM(nn.Module):
             mask, is_speech, k_segments[0], start, layers, cache, prefill=True
         )
         rope = self._rope(pos, ts * x_len + stride * p_len)
-        h, caches = self.stack(emb, rope, mask, cache.layers, start, layers=layers, prefix=prefix)
+        out_rows = None if rows is None else rows + x_len  # [B, R] in [text | speech]
+        h, caches = self.stack(
+            emb, rope, mask, cache.layers, start, layers=layers, prefix=prefix, out_rows=out_rows
+        )
         cache = cache.replace(layers=caches, speech_len=speech_len.astype(jnp.int32))
-        return h[:, x_len:], cache
+        return (h if rows is not None else h[:, x_len:]), cache
 
     def extend(
         self, tokens: jax.Array, cache: KVCache, layers: Sequence[int] | None = None

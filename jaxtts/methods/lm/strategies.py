@@ -78,10 +78,10 @@ def prefill(
         speech_len,
         cache,
         layers=layers,
+        rows=batch.prompt_len[:, None],  # the last prompt token's slot (BOS at 0)
         method="prefill",
     )
-    last = jnp.take_along_axis(h, batch.prompt_len[:, None, None], axis=1)[:, 0]  # [B, D]
-    return last, cache
+    return h[:, 0], cache  # [B, D]
 
 
 def last_kept(h: jax.Array, count: jax.Array) -> jax.Array:

@@ -761,9 +761,9 @@ class TLDRModel(nn.Module):
         emb = jnp.concatenate([self.bos_vector(b), z], axis=1)  # [B, 1 + Jp, D]
         text_in, memory = self.text_input(text, text_len, memory=True)
         h, cache = self.backbone.prefill_embedded(
-            text_in, text_len, emb, jp + 1, cache, stride=c.stride
+            text_in, text_len, emb, jp + 1, cache, stride=c.stride, rows=jp[:, None]
         )
-        g = jnp.take_along_axis(h, jp[:, None, None], axis=1)[:, 0]  # [B, D]
+        g = h[:, 0]  # [B, D] at the last prompt patch
         nw = c.window_patches
         pad_t = jnp.full((b, nw, c.patch), c.pad, jnp.int32)
         all_t = jnp.concatenate([pad_t, tokens], axis=1)  # [B, NW + Jp', P]
