@@ -1,5 +1,6 @@
 """TTS LM: cache equivalence, decoding vs a Python reference, batch invariance, MTP loss values."""
 
+import dataclasses
 import os
 import sys
 
@@ -73,8 +74,6 @@ def test_prefill_at_chosen_rows_equals_those_rows_of_the_full_prefill(params, te
     """`prefill(rows=...)` runs the last layer at the chosen rows only: the hidden states
     of those rows and the whole cache are those of the full prefill (mixed rows, batch 3;
     also with a layer that caches no text, `text_layers`)."""
-    import dataclasses
-
     m = TTSLM(dataclasses.replace(TINY, text_layers=text_layers))
     rng = np.random.default_rng(1)
     b, x, t = 3, 8, 6
