@@ -35,14 +35,21 @@ def params():
     return init_params(eos_bias=0.9)
 
 
-def test_prefill_and_cached_steps_equal_full_forward(params):
-    m = TTSLM(TINY)
-    rng = np.random.default_rng(0)
-    b, x, t = 3, 8, 12
+def _text_and_speech(seed: int, b: int, x: int, t: int):
+    """Random text ids [B, X] (lengths 8 / 5 / 3 ... clipped to X), their lengths [B], and
+    speech inputs [B, T] starting with BOS, for the TINY model."""
+    rng = np.random.default_rng(seed)
     text = rng.integers(2, TINY.num_text_symbols, (b, x)).astype(np.int32)
-    text_len = np.array([8, 5, 3], np.int32)
+    text_len = np.minimum(np.array([8, 5, 3] * b, np.int32)[:b], x)
     speech = rng.integers(0, TINY.num_speech_tokens, (b, t)).astype(np.int32)
     speech[:, 0] = TINY.bos
+    return text, text_len, speech
+
+
+def test_prefill_and_cached_steps_equal_full_forward(params):
+    m = TTSLM(TINY)
+    b, x, t = 3, 8, 12
+    text, text_len, speech = _text_and_speech(0, b, x, t)
     full_logits, full_h = m.apply(
         {"params": params}, text, text_len, speech, np.full((b,), t, np.int32)
     )
@@ -75,12 +82,8 @@ def test_prefill_at_chosen_rows_equals_those_rows_of_the_full_prefill(params, te
     of those rows and the whole cache are those of the full prefill (mixed rows, batch 3;
     also with a layer that caches no text, `text_layers`)."""
     m = TTSLM(dataclasses.replace(TINY, text_layers=text_layers))
-    rng = np.random.default_rng(1)
     b, x, t = 3, 8, 6
-    text = rng.integers(2, TINY.num_text_symbols, (b, x)).astype(np.int32)
-    text_len = np.array([8, 5, 3], np.int32)
-    speech = rng.integers(0, TINY.num_speech_tokens, (b, t)).astype(np.int32)
-    speech[:, 0] = TINY.bos
+    text, text_len, speech = _text_and_speech(1, b, x, t)
     p_len = np.array([6, 2, 4], np.int32)
     rows = np.array([[5, 0], [1, 1], [3, 2]], np.int32)  # [B, R]: the last slot, and another
 
