@@ -2,6 +2,7 @@
 
     python benchmarks/call_overhead.py --workdir pretrained/car_small --strategies far,car:3
     python benchmarks/call_overhead.py --workdir pretrained/car_deep --precision bfloat16
+    python benchmarks/call_overhead.py --workdir pretrained/car_deep --layout_ab --num 16
 
 For N test sentences at batch 1 with their zero-shot prompts (the evaluation's; batches
 built as `Synthesizer` builds them, with the split prefill unless `--prefill_bucket 64`),
@@ -11,6 +12,8 @@ each strategy is timed three ways (median of `--repeats`, every shape compiled f
 - `one step`: `generate` capped at one new token (everything but the loop's other steps).
 The least-squares fit of `generate` = fixed + per_step * steps over the sentences gives the
 fixed per-call cost; `prefill` and `one step - prefill - per_step` say what it is made of.
+`--ab` times the split prefill against the text padded to the loop's width; `--layout_ab`
+times whole calls with decoding's fused projections against the training layout.
 """
 
 from __future__ import annotations
@@ -101,6 +104,38 @@ def _prefill_ab(engine, spec: str, pairs, keys, repeats: int, precision: str):
     return {k: float(np.mean(v)) for k, v in ms.items()}
 
 
+def _layout_ab(engine, spec: str, batches, keys, repeats: int, precision: str):
+    """Mean over sentences of the median whole-call LM ms with decoding's fused projections
+    against the training layout (`at_precision(..., fused=False)`), timed in turn within every
+    repeat, and whether both give the same tokens."""
+    import numpy as np
+
+    from jaxtts.decode import registry
+    from jaxtts.decode.precision import at_precision
+
+    opts = engine.options(strategy=spec, precision=precision)
+    strategy = registry.get(spec)
+    plans = {}
+    for name, fused in (("fused", True), ("plain", False)):
+        models, params = at_precision(
+            engine.decode_models(), engine.decode_params(), precision, fused=fused
+        )
+        plans[name] = (strategy.bind(models), models, params)
+    ms, same = {k: [] for k in plans}, 0
+    for b in batches:
+        outs = {k: engine._generate(*plan, b, keys, opts) for k, plan in plans.items()}  # compile
+        same += int(np.array_equal(outs["fused"].units, outs["plain"].units))
+        ts = {k: [] for k in plans}
+        for _ in range(repeats):
+            for name, plan in plans.items():
+                t0 = time.perf_counter()
+                engine._generate(*plan, b, keys, opts)
+                ts[name].append(time.perf_counter() - t0)
+        for k, v in ts.items():
+            ms[k].append(1e3 * statistics.median(v))
+    return {k: float(np.mean(v)) for k, v in ms.items()}, same
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workdir", default="pretrained/car_small")
@@ -124,6 +159,12 @@ def main(argv=None) -> int:
         action="store_true",
         help="time the prefill and a one-step call with the text padded to the loop's width "
         "against the split prefill, in turn (the split prefill's saving)",
+    )
+    ap.add_argument(
+        "--layout_ab",
+        action="store_true",
+        help="time whole calls with decoding's fused q/k/v and gate/up kernels against the "
+        "training layout, in turn (`jaxtts.nn.layers.fuse_projections`)",
     )
     args = ap.parse_args(argv)
 
@@ -153,6 +194,17 @@ def main(argv=None) -> int:
         f"text widths bucketed to {engine.text_bucket}, the prefill's to {pb}, "
         f"{jax.devices()[0].device_kind}"
     )
+    if args.layout_ab:
+        print("\n| strategy | LM ms a call, fused / plain layout | speed-up | same tokens |")
+        print("|---|--:|--:|--:|")
+        for spec in split_specs(args.strategies):
+            m, same = _layout_ab(engine, spec, batches, keys, args.repeats, args.precision)
+            print(
+                f"| {spec} | {m['fused']:.1f} / {m['plain']:.1f} | "
+                f"{m['plain'] / m['fused']:.3f}x | {same}/{len(batches)} |",
+                flush=True,
+            )
+        return 0
     if args.ab:
         plain = []  # the same rows, the prefill at the loop's width
         for b in batches:

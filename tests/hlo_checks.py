@@ -43,3 +43,13 @@ def mentions(hlo: str, shape: str) -> int:
     """How many times a value of the regex `shape` appears in the program (a check that the
     pattern names a real buffer)."""
     return len(re.findall(rf"{shape}\{{", hlo))
+
+
+def loop_carries(hlo: str, shape: str) -> int:
+    """How many buffers of the regex `shape` the program's while loops carry (their state
+    tuples): what a loop holds, apart from the temporaries of the code around it."""
+    return sum(
+        len(re.findall(rf"{shape}\{{", line.split(" while(")[0]))
+        for line in hlo.splitlines()
+        if " while(" in line
+    )

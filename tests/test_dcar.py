@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from engine_checks import check_synthesizes  # noqa: E402
-from hlo_checks import loop_copies, mentions  # noqa: E402
+from hlo_checks import loop_carries, loop_copies, mentions  # noqa: E402
 from lm_reference import TINY, batch_of, init_params, random_rows, run  # noqa: E402
 
 from jaxtts.decode import registry  # noqa: E402
@@ -294,7 +294,9 @@ def test_decode_loop_writes_the_cache_in_place(params, spec, rows):
     cache = rf"f32\[{rows},{TINY.num_heads},\d\d+,{TINY.head_dim}\]"  # [B, N, S, H], S >= 10
     keys_t = rf"f32\[{rows},{TINY.num_heads},{TINY.head_dim},\d\d+\]"  # [B, N, H, S]
     assert mentions(hlo, cache) > 0  # the pattern names the cache buffers
-    assert (mentions(hlo, keys_t) > 0) == (spec != "far")  # multi-row steps: keys transposed
+    # multi-row steps carry their keys transposed (a prefill transposes its keys either way)
+    assert (loop_carries(hlo, keys_t) > 0) == (spec != "far")
+    assert loop_carries(hlo, cache) > 0
     assert not loop_copies(hlo, cache)
     assert not loop_copies(hlo, keys_t)
 

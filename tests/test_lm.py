@@ -195,6 +195,59 @@ def test_transposed_keys_cache_equals_the_plain_one(params):
     )
 
 
+def test_prefill_against_transposed_keys_equals_the_plain_contraction(params, monkeypatch):
+    """A prefill's 11 queries contract against k^T (`attention._KEYS_T_QUERIES`): the same
+    hidden states and cache as the plain [S, H] contraction, to float rounding."""
+    from jaxtts.nn import attention
+
+    h_t, cache_t, _ = _prefilled(params, seed=5, speech_slots=8)
+    monkeypatch.setattr(attention, "_KEYS_T_QUERIES", 10**9)
+    h, cache, _ = _prefilled(params, seed=5, speech_slots=8)
+    np.testing.assert_allclose(h_t, h, atol=2e-6)
+    for a, c in zip(jax.tree.leaves(cache_t), jax.tree.leaves(cache), strict=True):
+        np.testing.assert_allclose(a, c, atol=2e-6)
+
+
+def test_fused_projections_layout_is_the_same_function(params):
+    """Decoding's layout (`fuse_projections`: q/k/v as one [D, 3, N, H] kernel, gate/up as one
+    [D, 2, F]) is the tree the fused model inits, and computes what the plain model does: the
+    full forward to float rounding, and greedy decodes (prefill with its rows path, cached
+    steps of 1 and 3 rows) token for token, at float32 and bfloat16."""
+    from jaxtts.decode.driver import decode
+    from jaxtts.decode.precision import at_precision, cast_kernels
+    from jaxtts.nn.layers import fuse_projections
+
+    fused_cfg = dataclasses.replace(TINY, fused_projections=True)
+    fused = fuse_projections(params)
+    like = jax.eval_shape(lambda: init_params(fused_cfg))
+    assert jax.tree.structure(like) == jax.tree.structure(fused)
+    layer = fused["stack"]["layer_0"]
+    assert layer["attn"]["qkv"]["kernel"].shape == (TINY.d_model, 3, TINY.num_heads, TINY.head_dim)
+    assert layer["mlp"]["wi_fused"]["kernel"].shape == (TINY.d_model, 2, TINY.d_ff)
+    np.testing.assert_array_equal(
+        layer["attn"]["qkv"]["kernel"][:, 1], params["stack"]["layer_0"]["attn"]["k"]["kernel"]
+    )
+    text, text_len, speech = _text_and_speech(4, 3, 8, 10)
+    s_len = np.array([10, 7, 4], np.int32)
+    want = TTSLM(TINY).apply({"params": params}, text, text_len, speech, s_len)[0]
+    got = TTSLM(fused_cfg).apply({"params": fused}, text, text_len, speech, s_len)[0]
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    batch = batch_of(random_rows(4, seed=2))
+    keys = row_keys(0, range(4))
+    for precision in ("float32", "bfloat16"):
+        models, p = at_precision({"target": TTSLM(TINY)}, {"target": params}, precision)
+        assert models["target"].cfg.fused_projections
+        plain_models = {"target": TTSLM(dataclasses.replace(TINY, dtype=precision))}
+        plain = {"target": cast_kernels(params, precision)}
+        for spec in ("far", "car:3"):
+            strat = registry.get(spec)
+            kw = dict(max_new_tokens=24, sampling=GREEDY)
+            a = decode(strat, models, p, batch, keys, **kw)
+            b = decode(strat, plain_models, plain, batch, keys, **kw)
+            np.testing.assert_array_equal(a.tokens, b.tokens, err_msg=f"{spec} {precision}")
+            np.testing.assert_array_equal(a.length, b.length)
+
+
 @pytest.mark.parametrize("spec", ["far", "car:2", "car:4"])
 def test_while_loop_equals_python_reference(params, spec):
     strat = registry.get(spec)

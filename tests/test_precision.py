@@ -58,8 +58,11 @@ def test_at_precision_casts_the_matmul_kernels_only():
         want = jnp.bfloat16 if name == "kernel" else jnp.float32
         assert leaf.dtype == want, (jax.tree_util.keystr(path), leaf.dtype)
     assert any(p[-1].key == "bias" for p, _ in leaves)  # biases, norms, embeddings: float32
-    same_models, same = at_precision({"target": TTSLM(TINY)}, {"target": params}, "float32")
-    assert same["target"] is params
+    _, same = at_precision({"target": TTSLM(TINY)}, {"target": params}, "float32", fused=False)
+    assert same["target"] is params  # the training layout at float32: nothing to change
+    fused_models, fused = at_precision({"target": TTSLM(TINY)}, {"target": params}, "float32")
+    assert fused_models["target"].cfg.fused_projections and not TINY.fused_projections
+    assert fused["target"]["stack"]["layer_0"]["attn"]["qkv"]["kernel"].dtype == jnp.float32
     with pytest.raises(ConfigError, match="decode.precision='fp8'"):
         at_precision({"target": TTSLM(TINY)}, {"target": params}, "fp8")
 
@@ -139,7 +142,8 @@ def test_precision_option_errors():
 
 def test_engine_casts_once_per_precision():
     """`LMEngine.decode_plan` casts the parameters once and reuses them; float32 decodes the
-    loaded parameters themselves; a run of another family names what it runs."""
+    loaded parameters in the fused layout, also built once; a run of another family names
+    what it runs."""
     from pathlib import Path
 
     from jaxtts.engine import load_engine
@@ -154,5 +158,8 @@ def test_engine_casts_once_per_precision():
     assert engine.model.cfg.dtype == "float32"
     kernel = params["target"]["stack"]["layer_0"]["mlp"]["wo"]["kernel"]
     assert kernel.dtype == jnp.bfloat16
-    _, _, f32 = engine.decode_plan(None, engine.options(strategy="car:3"))
-    assert f32["target"] is engine.params
+    f32_opts = engine.options(strategy="car:3")
+    _, m32, f32 = engine.decode_plan(None, f32_opts)
+    assert m32["target"].cfg.fused_projections and not engine.model.cfg.fused_projections
+    assert f32["target"]["stack"]["layer_0"]["attn"]["qkv"]["kernel"].dtype == jnp.float32
+    assert engine.decode_plan(None, f32_opts)[2]["target"] is f32["target"]

@@ -1,6 +1,11 @@
-"""Decoding at a lower matmul precision: bfloat16 weights and matmul inputs, float32 sums.
+"""Decoding's parameter layout, at a lower matmul precision if asked: fused projections, and
+bfloat16 weights and matmul inputs with float32 sums.
 
     models, params = at_precision(engine.decode_models(), engine.decode_params(), "bfloat16")
+
+At every precision the token LM decodes with each block's q/k/v kernels stacked into one and
+its gate/up kernels into one (`jaxtts.nn.layers.fuse_projections`, built here once per engine):
+the same function with five dots fewer per layer and step (RESULTS fused-layout).
 
 Every model whose static config (`model.cfg`, a frozen dataclass) has a `dtype` field is cloned
 with `dtype` set, and the `kernel` leaves of its parameters are cast once, here, so that a
@@ -20,12 +25,14 @@ differ from float32 decoding by rounding: WER is measured per precision.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from jaxtts.decode.options import check_precision
+from jaxtts.nn.layers import fuse_projections
 
 _CAST_LEAVES = ("kernel", "lora_a", "lora_b")
 
@@ -41,17 +48,20 @@ def cast_kernels(params: Any, dtype: str) -> Any:
     return jax.tree_util.tree_map_with_path(leaf, params)
 
 
-def _with_dtype(cfg: Any, dtype: str) -> tuple[Any, tuple[str, ...] | None]:
-    """(cfg with its matmul dtype set, the parameter subtrees that then run in it: () = the
-    whole tree, None = nothing changed)."""
+def _with_field(cfg: Any, field: str, value: Any) -> tuple[Any, tuple[str, ...] | None]:
+    """(cfg with `field` set to `value`, the parameter subtrees that then change: () = the
+    whole tree, None = nothing changed). A config without the field is searched one level down
+    (TLDR's `backbone`); `fused_projections` is not set on a config with LoRA adapters."""
     if not dataclasses.is_dataclass(cfg):
         return cfg, None
     names = {f.name for f in dataclasses.fields(cfg)}
-    if "dtype" in names:
-        return dataclasses.replace(cfg, dtype=dtype), ()
+    if field in names:
+        if field == "fused_projections" and getattr(cfg, "lora_rank", 0):
+            return cfg, None
+        return dataclasses.replace(cfg, **{field: value}), ()
     changed, subtrees = {}, []
     for name in sorted(names):
-        sub, where = _with_dtype(getattr(cfg, name), dtype)
+        sub, where = _with_field(getattr(cfg, name), field, value)
         if where == ():
             changed[name] = sub
             subtrees.append(name)
@@ -60,22 +70,29 @@ def _with_dtype(cfg: Any, dtype: str) -> tuple[Any, tuple[str, ...] | None]:
     return dataclasses.replace(cfg, **changed), tuple(subtrees)
 
 
-def at_precision(models: dict, params: dict, precision: str) -> tuple[dict, dict]:
-    """(models, params) of a decode plan with their matmuls at `precision` (module
-    docstring). float32 returns them unchanged."""
-    if check_precision(precision) == "float32":
-        return models, params
+def _on_subtrees(params: Any, where: tuple[str, ...], fn: Callable[[Any], Any]) -> Any:
+    return fn(params) if where == () else {k: fn(v) if k in where else v for k, v in params.items()}
+
+
+def at_precision(
+    models: dict, params: dict, precision: str, fused: bool = True
+) -> tuple[dict, dict]:
+    """(models, params) of a decode plan in decoding's layout, with their matmuls at
+    `precision` (module docstring): every model whose config has `fused_projections` (the
+    token LM, also inside TLDR) runs with its q/k/v and gate/up kernels fused, at every
+    precision (fused=False: the training layout, for A/B timing); below float32 the kernels
+    are also cast."""
+    check_precision(precision)
     out_models, out_params = dict(models), dict(params)
     for name, model in models.items():
-        cfg, where = _with_dtype(getattr(model, "cfg", None), precision)
-        if where is None:
-            continue
-        out_models[name] = model.clone(cfg=cfg)
-        p = params[name]
-        if where == ():
-            out_params[name] = cast_kernels(p, precision)
-        else:
-            out_params[name] = {
-                k: cast_kernels(v, precision) if k in where else v for k, v in p.items()
-            }
+        cfg, p, changed = getattr(model, "cfg", None), params[name], False
+        if precision != "float32":
+            cfg, where = _with_field(cfg, "dtype", precision)
+            if where is not None:
+                p, changed = _on_subtrees(p, where, lambda t: cast_kernels(t, precision)), True
+        cfg, where = _with_field(cfg, "fused_projections", True) if fused else (cfg, None)
+        if where is not None:
+            p, changed = _on_subtrees(p, where, fuse_projections), True
+        if changed:
+            out_models[name], out_params[name] = model.clone(cfg=cfg), p
     return out_models, out_params

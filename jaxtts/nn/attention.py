@@ -23,7 +23,8 @@ transposed, `LayerCache(keys_t=True)`: k [B, N, H, S]. On XLA's CPU backend the 
 queries against [S, H] keys contract the minor axis of both operands, a slow path (83 us for 3
 queries over 512 slots); against [H, S] keys they are a row-major matmul (35 us). One-row
 steps keep [B, N, S, H]: their logits are fused without a matmul, and a one-slot write of a
-transposed key is a strided column (RESULTS keys-t).
+transposed key is a strided column (RESULTS keys-t). A prefill (8 or more queries) reads a
+head-major buffer through `k.swapaxes(2, 3)` for the same reason (RESULTS §deep-call).
 
 Axis letters: B batch, T query length, S key length, D width, N heads, H head dim.
 """
@@ -38,7 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxtts.nn import axes
-from jaxtts.nn.layers import Dense, RopeTable, apply_rope
+from jaxtts.nn.layers import Dense, Kernel, RopeTable, apply_rope, matmul
 
 Dtype = Any
 NEG_INF = -1e30
@@ -184,6 +185,10 @@ def attend(
     return out.reshape(b, n, t, h).transpose(0, 2, 1, 3), logits.reshape(b, n, t, s)
 
 
+# From this many query rows on, a cached attention contracts against transposed keys (above).
+_KEYS_T_QUERIES = 8
+
+
 class Attention(nn.Module):
     num_heads: int
     head_dim: int
@@ -191,6 +196,7 @@ class Attention(nn.Module):
     rope_theta: float = 10_000.0
     lora_rank: int = 0
     lora_alpha: float = 0.0
+    fused: bool = False  # q/k/v kernels stacked as one `qkv` [D, 3, N, H] (`fuse_projections`)
 
     @nn.compact
     def __call__(
@@ -243,10 +249,21 @@ class Attention(nn.Module):
         xq, pq = (x[:, -queries:], positions[:, -queries:]) if queries else (x, positions)
         if rows is not None:
             xq, pq, mask = take_rows(x, rows), take_rows(positions, rows), take_rows(mask, rows)
-        q = Dense(nh, names, name="q", **kw)(xq)  # [B, T, N, H]
         kv_in = x if context is None else context
-        k = Dense(nh, names, name="k", **kw)(kv_in)
-        v = Dense(nh, names, name="v", **kw)(kv_in)
+        if self.fused:
+            if context is not None or self.lora_rank:
+                raise ValueError("Attention(fused=True): self-attention without LoRA only")
+            w = Kernel((d, 3, *nh), (axes.EMBED, None, axes.HEADS, axes.KV), name="qkv")()
+            dt = jnp.dtype(self.dtype)
+            if xq is x:  # one [D, 3NH] matmul for all three
+                q, k, v = jnp.unstack(matmul("...d,dcnh->...cnh", x, w, dt), axis=-3)
+            else:  # queries at some rows only: q apart, k/v fused
+                q = matmul("...d,dnh->...nh", xq, w[:, 0], dt)
+                k, v = jnp.unstack(matmul("...d,dcnh->...cnh", x, w[:, 1:], dt), axis=-3)
+        else:
+            q = Dense(nh, names, name="q", **kw)(xq)  # [B, T, N, H]
+            k = Dense(nh, names, name="k", **kw)(kv_in)
+            v = Dense(nh, names, name="v", **kw)(kv_in)
         if self.rope_theta and context is None:  # 0 = no rotary embedding (e.g. the conformer ASR)
             q = apply_rope(q, pq, self.rope_theta)
             k = apply_rope(k, positions, self.rope_theta)
@@ -273,6 +290,11 @@ class Attention(nn.Module):
             k, v = cache.k.astype(q.dtype), cache.v.astype(q.dtype)  # [B, N, S, H] (or k^T)
         else:
             keys_t = False
+        if cache is not None and not keys_t and block is None and q.shape[1] >= _KEYS_T_QUERIES:
+            # A prefill's many queries against head-major keys: their logits are faster as a
+            # row-major matmul against k^T (one transpose of the keys, -4-5 % a 12-layer
+            # prefill on 2 CPU cores, the same values: RESULTS §deep-call).
+            k, keys_t = k.swapaxes(2, 3), True  # [B, N, H, S]
         out, logits = attend(q, k, v, mask, bias, block, keys_t)  # [B, T, N, H], [B, N, T, S]
         if capture:
             self.sow("intermediates", "attn_logits", logits)

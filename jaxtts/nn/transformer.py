@@ -40,6 +40,9 @@ class StackConfig:
     rope_theta: float = 10_000.0  # 0 = no rotary embedding
     lora_rank: int = 0
     lora_alpha: float = 0.0
+    # decoding's parameter layout: each block's q/k/v and gate/up kernels stacked into one
+    # (`jaxtts.nn.layers.fuse_projections`; set by `jaxtts.decode.precision.at_precision`)
+    fused: bool = False
 
     def check_layers(self, layers: Sequence[int] | None) -> tuple[int, ...]:
         """The layer indices to run (all when None); a bad index is a ValueError."""
@@ -78,7 +81,9 @@ class Block(nn.Module):
         c = self.cfg
         lora = dict(lora_rank=c.lora_rank, lora_alpha=c.lora_alpha)
         dtype = jnp.dtype(c.dtype)
-        h, cache = Attention(c.num_heads, c.head_dim, dtype, c.rope_theta, name="attn", **lora)(
+        h, cache = Attention(
+            c.num_heads, c.head_dim, dtype, c.rope_theta, fused=c.fused, name="attn", **lora
+        )(
             RMSNorm(name="attn_norm")(x),
             positions,
             mask,
@@ -96,7 +101,9 @@ class Block(nn.Module):
         if rows is not None:
             x = take_rows(x, rows)
         x = x + nn.Dropout(c.dropout, deterministic=not train)(h.astype(jnp.float32))
-        h = MLP(c.d_ff, c.mlp, dtype, name="mlp", **lora)(RMSNorm(name="mlp_norm")(x))
+        h = MLP(c.d_ff, c.mlp, dtype, fused=c.fused, name="mlp", **lora)(
+            RMSNorm(name="mlp_norm")(x)
+        )
         x = x + nn.Dropout(c.dropout, deterministic=not train)(h.astype(jnp.float32))
         return x, cache
 

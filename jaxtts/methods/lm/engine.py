@@ -127,9 +127,8 @@ class LMEngine(Engine):
 
     def at_precision(self, strategy, models: dict, params: dict, options: DecodeOptions):
         """(strategy, models, params) with the models' matmuls at `options.precision`
-        (`jaxtts.decode.precision`); the cast parameters are kept per precision."""
-        if options.precision == "float32":
-            return strategy, models, params
+        (`jaxtts.decode.precision`: also decoding's fused layout); the parameters are kept
+        per precision."""
         # the key holds the source trees themselves, so their ids cannot be reused meanwhile
         key = (options.precision, tuple(sorted(params.items(), key=lambda kv: kv[0])))
         old = self._cast_key

@@ -63,6 +63,10 @@ from jaxtts.nn.transformer import StackConfig, TransformerStack
 RETIRED_MODEL_KEYS = frozenset({"max_len", "param_dtype"})
 
 
+# LMConfig fields that choose a parameter layout for decoding, not a model: never config keys
+LAYOUT_FIELDS = ("fused_projections",)
+
+
 @dataclasses.dataclass(frozen=True)
 class LMConfig:
     """Static model hyper-parameters (from `config.model`; every key is a field)."""
@@ -87,6 +91,8 @@ class LMConfig:
     # speech attends to speech only, so their caches need no text slots (TLDR's
     # `tldr.text_layers`, not in any paper: a smaller global KV)
     text_layers: tuple[int, ...] = ()
+    # decoding's parameter layout (`StackConfig.fused`), set by `at_precision`: not a config key
+    fused_projections: bool = False
 
     @property
     def eos(self) -> int:
@@ -117,6 +123,7 @@ class LMConfig:
             rope_theta=self.rope_theta,
             lora_rank=self.lora_rank,
             lora_alpha=self.lora_alpha,
+            fused=self.fused_projections,
         )
 
     def padded(self, n: int) -> int:
@@ -132,7 +139,7 @@ class LMConfig:
     def from_config(cls, model_cfg, *, saved: bool = False) -> LMConfig:
         """From `config.model`. An unknown key is a ConfigError naming it; `saved=True` (a run
         folder's config.json) also accepts the retired keys older runs carry."""
-        fields = {f.name for f in dataclasses.fields(cls)}
+        fields = {f.name for f in dataclasses.fields(cls)} - set(LAYOUT_FIELDS)
         d = dict(model_cfg)
         unknown = sorted(set(d) - fields - (RETIRED_MODEL_KEYS if saved else set()))
         if unknown:
