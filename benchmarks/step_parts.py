@@ -62,9 +62,13 @@ def part(op_name: str) -> str:
         if module == "attn":
             if sub in ("q", "k", "v", "o"):
                 return f"attention {sub} projection"
+            if sub == "qkv":  # decoding's fused layout (`jaxtts.nn.layers.fuse_projections`)
+                return "attention q, k, v projection"
             return "attention " + ATTN_DOTS.get(sub, "softmax, mask, cache write")
         if module == "mlp" and sub in ("wi_gate", "wi_up", "wo", "wi"):
             return f"MLP {sub}"
+        if module == "mlp" and sub == "wi_fused":
+            return "MLP wi_gate + wi_up"
         return "norms, residuals, activations"
     if re.search(r"top_k|sort|cumsum|categorical|uniform|random|threefry", op_name):
         return "sampling"
@@ -204,7 +208,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="", help="also write the rows as JSON here")
     args = ap.parse_args(argv)
 
+    import jax
+
     from jaxtts.evaluate import split_specs
+
+    # the parts are read off the HLO's op_name metadata, which the persistent compilation
+    # cache's key leaves out by default: a cached program would bring an older code's names
+    jax.config.update("jax_compilation_cache_include_metadata_in_key", True)
 
     rows = []
     for spec in split_specs(args.rows):

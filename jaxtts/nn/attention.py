@@ -255,11 +255,12 @@ class Attention(nn.Module):
                 raise ValueError("Attention(fused=True): self-attention without LoRA only")
             w = Kernel((d, 3, *nh), (axes.EMBED, None, axes.HEADS, axes.KV), name="qkv")()
             dt = jnp.dtype(self.dtype)
-            if xq is x:  # one [D, 3NH] matmul for all three
-                q, k, v = jnp.unstack(matmul("...d,dcnh->...cnh", x, w, dt), axis=-3)
-            else:  # queries at some rows only: q apart, k/v fused
-                q = matmul("...d,dnh->...nh", xq, w[:, 0], dt)
-                k, v = jnp.unstack(matmul("...d,dcnh->...cnh", x, w[:, 1:], dt), axis=-3)
+            with jax.named_scope("qkv"):  # profiles name the fused dot as the kernel's
+                if xq is x:  # one [D, 3NH] matmul for all three
+                    q, k, v = jnp.unstack(matmul("...d,dcnh->...cnh", x, w, dt), axis=-3)
+                else:  # queries at some rows only: q apart, k/v fused
+                    q = matmul("...d,dnh->...nh", xq, w[:, 0], dt)
+                    k, v = jnp.unstack(matmul("...d,dcnh->...cnh", x, w[:, 1:], dt), axis=-3)
         else:
             q = Dense(nh, names, name="q", **kw)(xq)  # [B, T, N, H]
             k = Dense(nh, names, name="k", **kw)(kv_in)

@@ -311,7 +311,8 @@ class MLP(nn.Module):
             raise ValueError("MLP(fused=True): a SwiGLU MLP without LoRA only")
         if self.fused:
             w = Kernel((d, 2, self.d_ff), (axes.EMBED, None, axes.MLP), name="wi_fused")()
-            gu = matmul("...d,dcf->...cf", x, w, jnp.dtype(self.dtype))  # [B, T, 2, F]
+            with jax.named_scope("wi_fused"):  # profiles name the fused dot as the kernel's
+                gu = matmul("...d,dcf->...cf", x, w, jnp.dtype(self.dtype))  # [B, T, 2, F]
             gate, up = jnp.unstack(gu, axis=-2)
             h = jax.nn.silu(gate) * up  # [B, T, F]
         elif self.kind == "swiglu":
