@@ -48,26 +48,32 @@ def cast_kernels(params: Any, dtype: str) -> Any:
     return jax.tree_util.tree_map_with_path(leaf, params)
 
 
-def _with_field(cfg: Any, field: str, value: Any) -> tuple[Any, tuple[str, ...] | None]:
+def _with_field(
+    cfg: Any, field: str, value: Any, applies: Callable[[Any], bool] = lambda cfg: True
+) -> tuple[Any, tuple[str, ...] | None]:
     """(cfg with `field` set to `value`, the parameter subtrees that then change: () = the
     whole tree, None = nothing changed). A config without the field is searched one level down
-    (TLDR's `backbone`); `fused_projections` is not set on a config with LoRA adapters."""
+    (TLDR's `backbone`); one with it is changed only where `applies(cfg)`."""
     if not dataclasses.is_dataclass(cfg):
         return cfg, None
     names = {f.name for f in dataclasses.fields(cfg)}
     if field in names:
-        if field == "fused_projections" and getattr(cfg, "lora_rank", 0):
-            return cfg, None
-        return dataclasses.replace(cfg, **{field: value}), ()
+        return (dataclasses.replace(cfg, **{field: value}), ()) if applies(cfg) else (cfg, None)
     changed, subtrees = {}, []
     for name in sorted(names):
-        sub, where = _with_field(getattr(cfg, name), field, value)
+        sub, where = _with_field(getattr(cfg, name), field, value, applies)
         if where == ():
             changed[name] = sub
             subtrees.append(name)
     if not changed:
         return cfg, None
     return dataclasses.replace(cfg, **changed), tuple(subtrees)
+
+
+def _without_lora(cfg: Any) -> bool:
+    """A config whose layers hold no LoRA adapters (fusing would leave them unmerged: such a
+    model keeps the training layout)."""
+    return not getattr(cfg, "lora_rank", 0)
 
 
 def _on_subtrees(params: Any, where: tuple[str, ...], fn: Callable[[Any], Any]) -> Any:
@@ -90,7 +96,10 @@ def at_precision(
             cfg, where = _with_field(cfg, "dtype", precision)
             if where is not None:
                 p, changed = _on_subtrees(p, where, lambda t: cast_kernels(t, precision)), True
-        cfg, where = _with_field(cfg, "fused_projections", True) if fused else (cfg, None)
+        if fused:
+            cfg, where = _with_field(cfg, "fused_projections", True, _without_lora)
+        else:
+            where = None
         if where is not None:
             p, changed = _on_subtrees(p, where, fuse_projections), True
         if changed:
