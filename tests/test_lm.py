@@ -232,6 +232,17 @@ def test_fused_projections_layout_is_the_same_function(params):
     want = TTSLM(TINY).apply({"params": params}, text, text_len, speech, s_len)[0]
     got = TTSLM(fused_cfg).apply({"params": fused}, text, text_len, speech, s_len)[0]
     np.testing.assert_allclose(got, want, atol=1e-5)
+    gelu = dataclasses.replace(TINY, mlp="gelu")  # one MLP input kernel: only q/k/v fused
+    g_params = init_params(gelu)
+    g_fused = fuse_projections(g_params)
+    assert (
+        "wi" in g_fused["stack"]["layer_0"]["mlp"] and "qkv" in g_fused["stack"]["layer_0"]["attn"]
+    )
+    want = TTSLM(gelu).apply({"params": g_params}, text, text_len, speech, s_len)[0]
+    got = TTSLM(dataclasses.replace(gelu, fused_projections=True)).apply(
+        {"params": g_fused}, text, text_len, speech, s_len
+    )[0]
+    np.testing.assert_allclose(got, want, atol=1e-5)
     batch = batch_of(random_rows(4, seed=2))
     keys = row_keys(0, range(4))
     for precision in ("float32", "bfloat16"):

@@ -301,15 +301,17 @@ class MLP(nn.Module):
     dtype: Dtype = jnp.float32
     lora_rank: int = 0
     lora_alpha: float = 0.0
-    fused: bool = False  # SwiGLU gate/up stacked as one `wi_fused` [D, 2, F] (`fuse_projections`)
+    # SwiGLU's gate/up stacked as one `wi_fused` [D, 2, F] (`fuse_projections`); a GELU MLP has
+    # one input kernel and ignores it
+    fused: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:  # [B, T, D] -> [B, T, D]
         d = x.shape[-1]
         kw = dict(dtype=self.dtype, lora_rank=self.lora_rank, lora_alpha=self.lora_alpha)
-        if self.fused and (self.kind != "swiglu" or self.lora_rank):
-            raise ValueError("MLP(fused=True): a SwiGLU MLP without LoRA only")
-        if self.fused:
+        if self.fused and self.lora_rank:
+            raise ValueError("MLP(fused=True): an MLP without LoRA only (merge it first)")
+        if self.fused and self.kind == "swiglu":
             w = Kernel((d, 2, self.d_ff), (axes.EMBED, None, axes.MLP), name="wi_fused")()
             with jax.named_scope("wi_fused"):  # profiles name the fused dot as the kernel's
                 gu = matmul("...d,dcf->...cf", x, w, jnp.dtype(self.dtype))  # [B, T, 2, F]
