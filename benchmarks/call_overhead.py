@@ -13,7 +13,11 @@ each strategy is timed three ways (median of `--repeats`, every shape compiled f
 The least-squares fit of `generate` = fixed + per_step * steps over the sentences gives the
 fixed per-call cost; `prefill` and `one step - prefill - per_step` say what it is made of.
 `--ab` times the split prefill against the text padded to the loop's width; `--layout_ab`
-times whole calls with decoding's fused projections against the training layout.
+times whole calls with decoding's fused projections against the training layout; `--phases`
+times the split prefill's two programs apart (`jaxtts.decode.driver`: the prefill, then the
+loop) and fits the loop's time alone against steps. The fit of whole calls mixes the prefill's
+growth with the text (longer texts decode longer) into its per-step slope and can give a
+negative fixed cost; the loop's own fit reads what a step costs inside a running loop.
 """
 
 from __future__ import annotations
@@ -136,6 +140,44 @@ def _layout_ab(engine, spec: str, batches, keys, repeats: int, precision: str):
     return {k: float(np.mean(v)) for k, v in ms.items()}, same
 
 
+def _phases(engine, spec: str, batches, keys, repeats: int, precision: str):
+    """Mean over sentences of the median ms of the split prefill's program and of the loop's
+    (timed apart, in turn within every repeat), the mean steps, and the loop's least-squares
+    fit (fixed ms, ms a step) against steps."""
+    import jax
+    import numpy as np
+
+    from jaxtts.decode import driver
+
+    opts = engine.options(strategy=spec, precision=precision)
+    strategy, models, params = engine.decode_plan(batches[0], opts)
+    strategy, params = strategy.bind(models), dict(params)
+    kw = dict(strategy=strategy, models=tuple(sorted(models.items())))
+    n, sampling = engine.max_new_units(opts), opts.sampling.traced()
+
+    def run(b):
+        t0 = time.perf_counter()
+        state = driver._prefill(params, b, max_new_tokens=n, text_width=int(b.text_width), **kw)
+        jax.block_until_ready(state)
+        t1 = time.perf_counter()
+        windows = tuple(strategy.windows(models, b, n))
+        out = driver._loop(
+            state, params, keys, max_new_tokens=n, windows=windows, sampling=sampling, **kw
+        )
+        steps = int(jax.block_until_ready(out).steps[0])
+        return 1e3 * (t1 - t0), 1e3 * (time.perf_counter() - t1), steps
+
+    pre, loop, steps = [], [], []
+    for b in batches:
+        run(b)  # compile
+        ts = [run(b) for _ in range(repeats)]
+        pre.append(statistics.median(t[0] for t in ts))
+        loop.append(statistics.median(t[1] for t in ts))
+        steps.append(ts[0][2])
+    per_step, fixed = np.polyfit(np.asarray(steps, float), np.asarray(loop), 1)
+    return float(np.mean(pre)), float(np.mean(loop)), float(np.mean(steps)), fixed, per_step
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workdir", default="pretrained/car_small")
@@ -165,6 +207,12 @@ def main(argv=None) -> int:
         action="store_true",
         help="time whole calls with decoding's fused q/k/v and gate/up kernels against the "
         "training layout, in turn (`jaxtts.nn.layers.fuse_projections`)",
+    )
+    ap.add_argument(
+        "--phases",
+        action="store_true",
+        help="time the split prefill's program and the loop's apart; fit the loop alone "
+        "against steps (a step's cost inside a running loop)",
     )
     args = ap.parse_args(argv)
 
@@ -202,6 +250,23 @@ def main(argv=None) -> int:
             print(
                 f"| {spec} | {m['fused']:.1f} / {m['plain']:.1f} | "
                 f"{m['plain'] / m['fused']:.3f}x | {same}/{len(batches)} |",
+                flush=True,
+            )
+        return 0
+    if args.phases:
+        if any(b.text_width is None for b in batches):
+            print("error: --phases: needs the split prefill (--prefill_bucket < --bucket)")
+            return 2
+        print("\n| strategy | prefill ms | loop ms | steps | loop ms a step | loop fit: fixed ms "
+              "+ ms a step |")  # fmt: skip
+        print("|---|--:|--:|--:|--:|--:|")
+        for spec in split_specs(args.strategies):
+            pre, loop, steps, fixed, per = _phases(
+                engine, spec, batches, keys, args.repeats, args.precision
+            )
+            print(
+                f"| {spec} | {pre:.1f} | {loop:.1f} | {steps:.1f} | {loop / steps:.2f} | "
+                f"{fixed:.1f} + {per:.2f} |",
                 flush=True,
             )
         return 0
