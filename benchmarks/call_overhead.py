@@ -255,7 +255,10 @@ def main(argv=None) -> int:
         return 0
     if args.phases:
         if any(b.text_width is None for b in batches):
-            print("error: --phases: needs the split prefill (--prefill_bucket < --bucket)")
+            print(
+                "error: --phases: needs the split prefill (--prefill_bucket < --bucket)",
+                file=sys.stderr,
+            )
             return 2
         print("\n| strategy | prefill ms | loop ms | steps | loop ms a step | loop fit: fixed ms "
               "+ ms a step |")  # fmt: skip
