@@ -360,6 +360,62 @@ def test_draft_is_made_of_the_targets_layers(params):
     assert 0.3 < forward_cost(paper) / forward_cost(big) < 0.36  # ~8/24 plus the head
 
 
+def test_distill_loss_by_hand():
+    """KL(q || p) = sum_v q_v log(q_v / p_v), summed over valid positions only; the teacher's
+    entropy alike."""
+    from jaxtts.train.losses import distill_loss
+
+    q = np.array([0.5, 0.3, 0.2])
+    p = np.array([0.2, 0.5, 0.3])
+    # logits up to a constant: log-softmax removes it
+    teacher = np.log(np.stack([q, p, q]))[None] + 3.0  # [1, 3, V]
+    student = np.log(np.stack([p, p, q]))[None] - 1.0
+    valid = np.array([[True, True, False]])
+    kl, ent = distill_loss(jnp.asarray(student), jnp.asarray(teacher), jnp.asarray(valid))
+    want_kl = np.sum(q * np.log(q / p)) + 0.0  # row 1: q == p, row 2 masked
+    want_ent = -np.sum(q * np.log(q)) - np.sum(p * np.log(p))
+    np.testing.assert_allclose(float(kl), want_kl, rtol=1e-5)
+    assert abs(want_kl - 0.2238) < 1e-4  # 0.5 ln 2.5 + 0.3 ln 0.6 + 0.2 ln (2/3)
+    np.testing.assert_allclose(float(ent), want_ent, rtol=1e-5)
+
+
+def test_teacher_logits_are_the_targets_base_head(params):
+    """The distillation teacher scores the positions the draft is scored at: the target's
+    base head over [BOS, speech...] (its additional heads dropped)."""
+    from jaxtts.methods.ssd.draft import teacher_logits_fn
+
+    rng = np.random.default_rng(0)
+    batch = {
+        "text": rng.integers(1, TINY.num_text_symbols, (2, 5)).astype(np.int32),
+        "text_len": np.array([5, 3], np.int32),
+        "speech": rng.integers(0, TINY.num_speech_tokens, (2, 6)).astype(np.int32),
+        "speech_len": np.array([6, 4], np.int32),
+    }
+    got = teacher_logits_fn(TINY, params)(batch)  # [B, T+1, V]
+    x, x_len = with_bos(batch["speech"], batch["speech_len"], TINY)
+    logits, _ = TTSLM(TINY).apply({"params": params}, batch["text"], batch["text_len"], x, x_len)
+    assert got.shape == (2, 7, logits.shape[-1])
+    for b, n in enumerate((7, 5)):  # the valid input positions of each row
+        np.testing.assert_allclose(got[b, :n], np.asarray(logits[b, :n, 0]), atol=1e-5)
+
+
+def test_ssd_distill_of_the_whole_target_starts_at_zero_kl(tmp_path):
+    """A draft of every target layer is the target's base model: at step 1 its KL to the
+    teacher is 0 (the teacher scores the same positions as the draft) and the loss is
+    (1 - w) x CE."""
+    from configs import ssd as ssd_config
+    from jaxtts.methods.ssd.task import train
+
+    config = ssd_config.get_config("tiny")
+    config.ssd.update(first=4, last=0, distill=0.5)
+    config.train.steps = 1
+    res = train(config, str(tmp_path / "run"), progress=False)
+    m = res.history[0]
+    assert abs(m["train/distill/kl"]) < 1e-5
+    assert m["train/distill/teacher_entropy"] > 0.1
+    np.testing.assert_allclose(m["train/loss"], 0.5 * m["train/mtp_loss"], rtol=1e-4)
+
+
 @pytest.fixture(scope="module")
 def tiny_ssd_run(tmp_path_factory):
     from configs import ssd as ssd_config
@@ -573,3 +629,30 @@ def test_ssd_split_prefill_equals_the_batch_padded_to_the_loop_width(params, dra
     got = run_ssd(SSD(3, 0.4), params, draft_params, narrow, keys, s)
     assert_same_decode(got, want, stats=True)
     assert int(np.max(want.length)) > 5
+
+
+def test_shipped_draft_holds_only_its_trained_parts(tiny_ssd_run, tmp_path):
+    """`python -m jaxtts.methods.ssd.task ship`: the params file holds the trained first layer
+    and head only; the engine builds the rest from the target and loads the same draft as the
+    training run, value for value. A leaf of the wrong shape is a one-line error."""
+    from jaxtts.engine import load_engine
+    from jaxtts.errors import CheckpointError
+    from jaxtts.methods.ssd import task as ssd_task
+    from jaxtts.train.checkpoint import read_params_tree, write_params_file
+    from jaxtts.train.state import tree_to_flat
+
+    wd, _ = tiny_ssd_run
+    dest = tmp_path / "shipped"
+    assert ssd_task.main(["ship", wd, str(dest)]) == 0
+    saved = tree_to_flat(read_params_tree(dest / "params.msgpack"))
+    assert saved and all(k.startswith(("stack/layer_0/", "base_head/")) for k in saved)
+    want = jax.tree_util.tree_flatten_with_path(load_engine(wd).draft_params)[0]
+    got = jax.tree_util.tree_flatten_with_path(load_engine(dest).draft_params)[0]
+    for (pa, a), (pb, b) in zip(got, want, strict=True):
+        assert pa == pb
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert ssd_task.main(["ship", str(dest), str(tmp_path / "again")]) == 2  # not a training run
+    bad = {"base_head": {"kernel": np.zeros((3, 3), np.float32)}}
+    write_params_file(dest / "params.msgpack", bad)
+    with pytest.raises(CheckpointError, match=r"params.msgpack: 'base_head/kernel' of shape"):
+        load_engine(dest)

@@ -11,6 +11,9 @@ targets (not by its own count, which is smaller by k-1 per row). The loss is the
 tokens divided by a per-batch count, so gradient accumulation over microbatches with weight
 N_1 reproduces the full-batch gradient exactly (`jaxtts.train.loop`). Per-head means and
 top-1 accuracies (over each head's own valid targets) are reported as metrics.
+
+`distill_loss`: the forward KL from a teacher's next-token distribution to the base head's
+(SSD's draft distilled to its target, `ssd.distill`).
 """
 
 from __future__ import annotations
@@ -60,3 +63,23 @@ def mtp_loss(
         metrics[f"ce_{i + 1}"] = ce_k[i] / jnp.maximum(n_k[i], 1.0)
         metrics[f"acc_{i + 1}"] = correct[i] / jnp.maximum(n_k[i], 1.0)
     return loss, metrics
+
+
+def distill_loss(
+    logits: jax.Array, teacher_logits: jax.Array, valid: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Forward KL to a teacher's next-token distribution, summed over the valid positions.
+
+    logits, teacher_logits [B, T, V] (the student's and the teacher's base head at the same
+    positions), valid bool [B, T] -> (sum_{b,t valid} KL(q_bt || p_bt), the same sum of the
+    teacher's entropies). Divide by the same count as the CE (`mtp_loss`'s N_1) so that
+    microbatch accumulation stays exact. KL(q || p) = sum_v q_v (log q_v - log p_v) with
+    q = softmax(teacher), p = softmax(student), in float32.
+    """
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)  # [B, T, V]
+    logq = jax.nn.log_softmax(teacher_logits.astype(jnp.float32), -1)  # [B, T, V]
+    q = jnp.exp(logq)
+    v = valid.astype(jnp.float32)
+    kl = jnp.sum(q * (logq - logp), -1)  # [B, T]
+    ent = -jnp.sum(q * logq, -1)  # [B, T]
+    return jnp.sum(kl * v), jnp.sum(ent * v)

@@ -44,11 +44,18 @@ class LMTask:
     speech->text attention logits of `align.layers` x `align.heads` (weight annealed by the
     train step; evaluation runs without it) and the CTC alignment loss on those logits."""
 
-    def __init__(self, cfg: LMConfig, alpha: float = 1.0, align: AlignConfig | None = None):
+    def __init__(
+        self,
+        cfg: LMConfig,
+        alpha: float = 1.0,
+        align: AlignConfig | None = None,
+        distill: float = 0.0,
+    ):
         self.cfg = cfg
         self.model = TTSLM(cfg)
         self.alpha = float(alpha)
         self.align = align or AlignConfig()
+        self.distill = float(distill)
 
     def init(self, rng, batch):
         x, x_len = with_bos(batch["speech"], batch["speech_len"], self.cfg)
@@ -124,6 +131,17 @@ class LMTask:
         )
         valid = valid & (jnp.asarray(batch["text_len"]) > 0)[:, None, None]  # padding rows
         loss, metrics = losses.mtp_loss(logits, targets, valid, self.alpha)
+        if self.distill > 0 and "teacher_logits" in batch:
+            # (1 - w) CE + w KL(teacher || base head) over the base head's valid targets, both
+            # divided by N_1; evaluation batches carry no teacher and report the CE alone
+            kl, ent = losses.distill_loss(
+                logits[:, :, 0], jnp.asarray(batch["teacher_logits"]), valid[:, :, 0]
+            )
+            n1 = metrics["weight"]
+            metrics["mtp_loss"] = loss
+            metrics["distill/kl"] = kl / n1
+            metrics["distill/teacher_entropy"] = ent / n1
+            loss = (1.0 - self.distill) * loss + self.distill * kl / n1
         if align_metrics:
             # The CTC term is a mean over this batch's rows; the trainer weights a batch by its
             # target tokens, so with train.microbatches > 1 the accumulated CTC gradient is a
@@ -135,14 +153,37 @@ class LMTask:
 
 
 def lm_task_from_config(config, cfg: LMConfig) -> LMTask:
-    """The task of a (filled) LM config: `loss.alpha` and the `loss.align_*` keys; an unknown
-    `loss.*` key is a ConfigError naming it."""
+    """The task of a (filled) LM config: `loss.alpha`, `loss.distill` (the weight of the
+    teacher term in [0, 1]; needs a teacher, see `train`) and the `loss.align_*` keys; an
+    unknown `loss.*` key is a ConfigError naming it."""
     loss_cfg = dict(config.get("loss", {}) or {})
-    unknown = sorted(k for k in loss_cfg if k != "alpha" and not k.startswith("align_"))
+    unknown = sorted(
+        k for k in loss_cfg if k not in ("alpha", "distill") and not k.startswith("align_")
+    )
     if unknown:
-        raise ConfigError(f"loss.{unknown[0]}: unknown key, expected 'alpha' or 'align_*'")
+        raise ConfigError(
+            f"loss.{unknown[0]}: unknown key, expected 'alpha', 'distill' or 'align_*'"
+        )
+    distill = float(loss_cfg.get("distill", 0.0))
+    if not 0.0 <= distill <= 1.0:
+        raise ConfigError(f"loss.distill={distill}: expected a weight in [0, 1]")
     align = AlignConfig.from_loss_config(loss_cfg, cfg.num_layers, cfg.num_heads)
-    return LMTask(cfg, float(loss_cfg.get("alpha", 1.0)), align)
+    return LMTask(cfg, float(loss_cfg.get("alpha", 1.0)), align, distill)
+
+
+class TeacherSource:
+    """A training source whose batches also carry `teacher_logits` [B, T+1, V] float32: a
+    teacher's base-head logits at the positions the student is scored at (`loss.distill`).
+    `teacher(batch) -> logits` runs on the host batch before it goes to the mesh; it is a pure
+    function of the batch, so resumption stays deterministic."""
+
+    def __init__(self, source, teacher):
+        self.source, self.teacher = source, teacher
+
+    def get_batch(self, step: int):
+        batch = dict(self.source.get_batch(step))
+        batch["teacher_logits"] = np.asarray(self.teacher(batch), np.float32)
+        return batch
 
 
 # ----------------------------------------------------------------------------- train
@@ -170,10 +211,12 @@ def train(
     mesh=None,
     task_name: str = "lm",
     data_info: dict | None = None,
+    teacher=None,
 ):
     """Train the LM; returns the trainer's `TrainResult` (see `jaxtts.train.loop`).
     `task_name`: the family whose run this is ('ssd' trains a draft LM this way);
-    `data_info`: more entries for data.json (SSD: its target and the target's fingerprint)."""
+    `data_info`: more entries for data.json (SSD: its target and the target's fingerprint);
+    `teacher`: batch -> teacher logits [B, T+1, V] for `loss.distill` (`TeacherSource`)."""
     if config.get("task") != task_name:
         raise ConfigError(f"config.task={config.get('task')!r}: expected {task_name!r}")
     Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -182,6 +225,11 @@ def train(
     config = fill_model_sizes(config, data)
     cfg = LMConfig.from_config(config.model)
     task = lm_task_from_config(config, cfg)
+    if task.distill > 0 and teacher is None:
+        raise ConfigError(
+            f"loss.distill={task.distill}: distillation needs a teacher; only SSD's draft "
+            "trains with one (ssd.distill)"
+        )
     clash = sorted(
         set(data_info or {})
         & {"corpus_dir", "tokenizer", "frame_rate", "train_records", "dropped", "max_target_text"}
@@ -230,7 +278,7 @@ def train(
         config,
         workdir,
         task,
-        data.train,
+        TeacherSource(data.train, teacher) if teacher is not None else data.train,
         eval_batches if dev is not None else None,
         mesh=mesh,
         progress=progress,

@@ -17,10 +17,11 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxtts.errors import ConfigError
-from jaxtts.methods.lm import LMConfig
+from jaxtts.methods.lm import TTSLM, LMConfig, with_bos
 
 
 def draft_layers(num_layers: int, first: int, last: int) -> tuple[int, ...]:
@@ -46,6 +47,29 @@ def draft_params(target_params: dict, layers) -> dict:
     new_stack["final_norm"] = stack["final_norm"]
     tp["stack"] = new_stack
     return jax.tree.map(lambda x: np.array(x, np.float32), tp)
+
+
+def teacher_logits_fn(target: LMConfig, target_params: dict):
+    """The target as a distillation teacher (`ssd.distill`): an LM batch -> the target's
+    base-head logits [B, T+1, V] float32 at every input position of `[BOS, speech...]`, the
+    positions the draft's base head is scored at. The additional heads are dropped (one-head
+    model, `draft_config` with every layer); one jitted forward, no gradients."""
+    layers = tuple(range(target.num_layers))
+    cfg = draft_config(target, layers)
+    model = TTSLM(cfg)
+    params = jax.device_put(draft_params(target_params, layers))
+
+    @jax.jit
+    def fwd(params, text, text_len, speech, speech_len):
+        x, x_len = with_bos(speech, speech_len, cfg)
+        logits, _ = model.apply({"params": params}, text, text_len, x, x_len)
+        return logits[:, :, 0].astype(jnp.float32)  # [B, T+1, V]
+
+    def teacher(batch) -> np.ndarray:
+        out = fwd(params, batch["text"], batch["text_len"], batch["speech"], batch["speech_len"])
+        return np.asarray(out)
+
+    return teacher
 
 
 def forward_cost(cfg: LMConfig) -> int:

@@ -53,8 +53,10 @@ class SSDEngine(LMEngine):
                     f"draft {run.path} has {key}={mine!r} but its target "
                     f"{target_run.path} has {theirs!r}"
                 )
-        if untrained:  # the draft is the target's layers as they are (no parameter file)
+        if untrained:  # the draft starts as the target's layers (`ssd.from_target`) ...
             dparams = draft_params(base.params, list(config.ssd.layers))
+            if run.params_file.is_file():  # ... with its trained parts from this folder
+                dparams = _with_trained(dparams, run)
             return cls(base, TTSLM(dcfg), dparams, str(target_run.path))
         one = np.ones((1, 4), np.int32)
         like = abstract_params(TTSLM(dcfg).init, one, np.array([4]), one, np.array([4]))
@@ -79,6 +81,24 @@ class SSDEngine(LMEngine):
         return self.at_precision(
             registry.get("far"), {"target": self.draft}, {"target": self.draft_params}, options
         )
+
+
+def _with_trained(dparams: dict, run: RunFolder) -> dict:
+    """The draft's parameters with every leaf of `run`'s params file (the trained parts only,
+    `python -m jaxtts.methods.ssd.task ship`) put in; a leaf the draft lacks or of another
+    shape is a one-line CheckpointError naming the file."""
+    from jaxtts.train.checkpoint import read_params_tree
+    from jaxtts.train.state import tree_from_flat, tree_to_flat
+
+    flat, trained = tree_to_flat(dparams), tree_to_flat(read_params_tree(run.params_file))
+    for k, v in trained.items():
+        if k not in flat or tuple(flat[k].shape) != tuple(v.shape):
+            want = "no such leaf" if k not in flat else f"shape {tuple(flat[k].shape)}"
+            raise CheckpointError(
+                f"{run.params_file}: '{k}' of shape {tuple(v.shape)}; the draft has {want}"
+            )
+        flat[k] = np.asarray(v, np.float32)
+    return tree_from_flat(flat)
 
 
 def acceptance_schedule(

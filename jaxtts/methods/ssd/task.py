@@ -1,6 +1,8 @@
 """Training the SSD draft: the LM trainer on the target's data, tokenizer and symbol table,
 with the draft initialised from the target's layers and only its first `ssd.first` layers and
-its output head trained (`train.trainable`; everything else frozen).
+its output head trained (`train.trainable`; everything else frozen). With `ssd.distill` = w > 0
+(not in the paper) the loss is (1 - w) x next-token CE + w x KL(target || draft) on the base
+head, the target scoring every training batch (`teacher_logits_fn`, `lm.task.TeacherSource`).
 
     python train.py --config configs/ssd.py:small --workdir runs/ssd
 
@@ -9,6 +11,11 @@ folder with the config and the target's fingerprint but no parameter file; the e
 draft's layers from the target at load time (`pretrained/ssd_deep`, a few kB):
 
     python -m jaxtts.methods.ssd.task untrained --config configs/ssd.py:deep pretrained/ssd_deep
+
+A trained draft ships as its trained parts only (the first layers and the head, float32), the
+rest taken from the target at load as above:
+
+    python -m jaxtts.methods.ssd.task ship runs/ssd_deep13_kd pretrained/ssd_deep
 
 The run folder is an LM run of the draft (config.json: the target's config with the draft's
 model, `task = "ssd"` and the `ssd` section naming the target), so the draft alone also loads
@@ -27,17 +34,29 @@ from jaxtts import families
 from jaxtts.config_help import load_config
 from jaxtts.errors import ConfigError, JaxttsError
 from jaxtts.methods.lm import LMConfig, LMEngine, start_on_backbone
-from jaxtts.methods.ssd.draft import draft_config, draft_layers, draft_params, forward_cost
+from jaxtts.methods.ssd.draft import (
+    draft_config,
+    draft_layers,
+    draft_params,
+    forward_cost,
+    teacher_logits_fn,
+)
 from jaxtts.run_folder import RunFolder, params_fingerprint, record_fingerprint
 from jaxtts.train.checkpoint import write_params_file
 
 log = logging.getLogger("jaxtts.ssd")
 
 
+def _check_distill(s) -> None:
+    if not 0.0 <= float(s.distill) <= 1.0:
+        raise ConfigError(f"ssd.distill={s.distill}: expected a weight in [0, 1]")
+
+
 def draft_run_config(config, target: RunFolder) -> mlc.ConfigDict:
     """The LM config the draft trains with (see the module docstring)."""
     tcfg = target.read_config("lm").to_dict()
     s = config.ssd
+    _check_distill(s)
     tm = LMConfig.from_config(tcfg["model"], saved=True)
     layers = draft_layers(tm.num_layers, int(s.first), int(s.last))
     dm = draft_config(tm, layers)
@@ -48,7 +67,9 @@ def draft_run_config(config, target: RunFolder) -> mlc.ConfigDict:
         "num_mtp_heads": 1,
         "dropout": 0.0,
     }
-    out["loss"] = {**tcfg.get("loss", {}), "align_layers": []}  # the draft reads the text anew
+    # the draft reads the text anew; `ssd.distill` weighs the target's distribution as a
+    # soft target against the next-token CE (0: the paper's recipe)
+    out["loss"] = {**tcfg.get("loss", {}), "align_layers": [], "distill": float(s.distill)}
     out["data"] = dict(tcfg["data"], tokenizer_dir=str(target.tokenizer_dir.resolve()))
     if int(s.corpus_utterances) > 0:
         out["data"]["corpus_utterances"] = int(s.corpus_utterances)
@@ -87,12 +108,30 @@ def write_untrained(config, dest: str) -> RunFolder:
     return out
 
 
+def ship(workdir: str, dest: str, step: int | None = None) -> RunFolder:
+    """A trained draft as a shipped folder of its trained parts only (the first layers and the
+    head, float32 as trained): `ssd.from_target` set, so the engine builds the draft from the
+    target's layers at load and puts these in (`SSDEngine.from_run`)."""
+    run = RunFolder(workdir)
+    cfg = run.read_config("ssd")
+    if cfg.ssd.get("from_target", False):
+        raise ConfigError(f"{workdir}: ssd.from_target is set already; expected a training run")
+    out = run.export(dest, step, dtype=None, trained_only=True)
+    shipped = out.read_config().to_dict()
+    shipped["ssd"]["from_target"] = True
+    shipped["data"]["tokenizer_dir"] = ""  # the target's, at load
+    out.write_config(mlc.ConfigDict(shipped))
+    return out
+
+
 def train(config, workdir: str, *, progress: bool = True, mesh=None):
     if config.ssd.get("from_target", False):
         raise ConfigError(
-            "ssd.from_target=True: an untrained draft is not trained; write its folder with "
-            "`python -m jaxtts.methods.ssd.task untrained --config <config> <dest>`"
+            "ssd.from_target=True: this draft is built from its target at load (a shipped "
+            "folder), not trained; write one with `python -m jaxtts.methods.ssd.task "
+            "untrained --config <config> <dest>` or `... ship <run> <dest>`"
         )
+    _check_distill(config.ssd)  # before the run folder exists
     target, run, eng = start_on_backbone(config, "ssd", "target", workdir)
     dconf = draft_run_config(config, target)
     init_dir = run.path / "draft_init"  # the draft's initial parameters, from the target's
@@ -102,9 +141,11 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         write_params_file(
             init_dir / "params.msgpack", draft_params(eng.params, dconf.ssd.layers), None
         )
-    del eng  # the target's parameters are not needed while the draft trains
-    dconf.train.init_from = str(init_dir)
     tm = LMConfig.from_config(target.read_config("lm").model, saved=True)
+    # distillation keeps the target to score every batch; otherwise it is not needed
+    teacher = teacher_logits_fn(tm, eng.params) if float(config.ssd.distill) > 0 else None
+    del eng
+    dconf.train.init_from = str(init_dir)
     dm = LMConfig.from_config(dconf.model)
     log.info(
         "draft layers %s of %d: %.2f of a target forward (stack + base head)",
@@ -121,24 +162,34 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         mesh=mesh,
         task_name="ssd",
         data_info={"target": str(config.ssd.target), "target_fingerprint": fingerprint},
+        teacher=teacher,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m jaxtts.methods.ssd.task untrained --config configs/ssd.py:deep <dest>"""
+    """python -m jaxtts.methods.ssd.task untrained --config configs/ssd.py:deep <dest>
+    python -m jaxtts.methods.ssd.task ship <training run> <dest>"""
     ap = argparse.ArgumentParser(prog="python -m jaxtts.methods.ssd.task")
     sub = ap.add_subparsers(dest="cmd", required=True)
     u = sub.add_parser("untrained", help="write a draft folder of the target's own layers")
     u.add_argument("--config", required=True, help="e.g. configs/ssd.py:deep")
     u.add_argument("dest", help="e.g. pretrained/ssd_deep")
+    s = sub.add_parser("ship", help="export a trained draft's trained parts for pretrained/")
+    s.add_argument("workdir", help="the draft's training run, e.g. runs/ssd_deep13_kd")
+    s.add_argument("dest", help="e.g. pretrained/ssd_deep")
+    s.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
     args = ap.parse_args(argv)
     try:
-        out = write_untrained(load_config(args.config), args.dest)
+        if args.cmd == "untrained":
+            out = write_untrained(load_config(args.config), args.dest)
+        else:
+            out = ship(args.workdir, args.dest, args.step)
     except JaxttsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     cfg = out.read_config()
-    print(f"{out.path}: draft = layers {list(cfg.ssd.layers)} of {cfg.ssd.target}, untrained")
+    what = "untrained" if args.cmd == "untrained" else f"trained parts in {out.params_file}"
+    print(f"{out.path}: draft = layers {list(cfg.ssd.layers)} of {cfg.ssd.target}, {what}")
     return 0
 
 
