@@ -193,8 +193,11 @@ HELP = {
     "ssd.first": "the target's first layers kept in the draft (trained)",
     "ssd.last": "the target's last layers kept in the draft (frozen)",
     "ssd.corpus_utterances": "built-in corpus size (0 = the target's training corpus)",
-    "ssd.from_target": "the draft is the target's layers, untrained: no parameter file "
-    "(written by `python -m jaxtts.methods.ssd.task untrained`)",
+    "ssd.distill": "w > 0: loss (1 - w) CE + w KL(target || draft) on the base head, the "
+    "target scoring each batch (distillation; not in the paper; 0 = its next-token CE)",
+    "ssd.from_target": "the draft is built from the target's layers at load: no parameter "
+    "file (`python -m jaxtts.methods.ssd.task untrained`) or one of its trained parts only "
+    "(`... ship`)",
     # TLDR (configs/tldr.py)
     "tldr.backbone": "the frozen TTS LM run folder TLDR adapts (e.g. pretrained/car_small)",
     "tldr.speaker_encoder": "speaker encoder run folder (the prompt's speaker embedding)",
