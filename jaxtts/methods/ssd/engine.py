@@ -40,8 +40,8 @@ class SSDEngine(LMEngine):
         base = LMEngine.from_run(target_run)
         check_trained_on(run, "target", target_run.path, {}, base.params)
         dcfg = LMConfig.from_config(config.model, saved=True)
-        untrained = bool(config.ssd.get("from_target", False))
-        dtok = base.tokenizer if untrained else load_tokenizer(run.tokenizer_dir)
+        from_target = bool(config.ssd.get("from_target", False))
+        dtok = base.tokenizer if from_target else load_tokenizer(run.tokenizer_dir)
         for key, mine, theirs in (
             ("num_speech_tokens", dcfg.num_speech_tokens, base.cfg.num_speech_tokens),
             ("num_text_symbols", dcfg.num_text_symbols, base.cfg.num_text_symbols),
@@ -53,7 +53,7 @@ class SSDEngine(LMEngine):
                     f"draft {run.path} has {key}={mine!r} but its target "
                     f"{target_run.path} has {theirs!r}"
                 )
-        if untrained:  # the draft starts as the target's layers (`ssd.from_target`) ...
+        if from_target:  # the draft starts as the target's layers (`ssd.from_target`) ...
             dparams = draft_params(base.params, list(config.ssd.layers))
             if run.params_file.is_file():  # ... with its trained parts from this folder
                 dparams = _with_trained(dparams, run)
