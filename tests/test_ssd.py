@@ -652,6 +652,20 @@ def test_shipped_draft_holds_only_its_trained_parts(tiny_ssd_run, tmp_path):
         assert pa == pb
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert ssd_task.main(["ship", str(dest), str(tmp_path / "again")]) == 2  # not a training run
+    # --dtype float16: the trained parts stored as float16, loaded back as float32 at the
+    # float16 rounding of the trained values; the target's layers as before
+    half = tmp_path / "half"
+    assert ssd_task.main(["ship", wd, str(half), "--dtype", "float16"]) == 0
+    saved16 = tree_to_flat(read_params_tree(half / "params.msgpack"))
+    assert saved16.keys() == saved.keys()
+    assert {np.asarray(v).dtype for v in saved16.values()} == {np.dtype(np.float16)}
+    got16 = jax.tree_util.tree_flatten_with_path(load_engine(half).draft_params)[0]
+    for (pa, a), (pb, b) in zip(got16, want, strict=True):
+        key = "/".join(str(getattr(k, "key", k)) for k in pa)
+        assert pa == pb and np.asarray(a).dtype == np.float32, key
+        if key.startswith(("stack/layer_0/", "base_head/")):
+            b = np.asarray(b).astype(np.float16).astype(np.float32)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=key)
     bad = {"base_head": {"kernel": np.zeros((3, 3), np.float32)}}
     write_params_file(dest / "params.msgpack", bad)
     with pytest.raises(CheckpointError, match=r"params.msgpack: 'base_head/kernel' of shape"):

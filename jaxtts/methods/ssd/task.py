@@ -108,15 +108,16 @@ def write_untrained(config, dest: str) -> RunFolder:
     return out
 
 
-def ship(workdir: str, dest: str, step: int | None = None) -> RunFolder:
+def ship(workdir: str, dest: str, step: int | None = None, dtype: str | None = None) -> RunFolder:
     """A trained draft as a shipped folder of its trained parts only (the first layers and the
-    head, float32 as trained): `ssd.from_target` set, so the engine builds the draft from the
-    target's layers at load and puts these in (`SSDEngine.from_run`)."""
+    head; stored as `dtype`, None = float32 as trained, "float16" half the size and loaded back
+    as float32): `ssd.from_target` set, so the engine builds the draft from the target's layers
+    at load and puts these in (`SSDEngine.from_run`)."""
     run = RunFolder(workdir)
     cfg = run.read_config("ssd")
     if cfg.ssd.get("from_target", False):
         raise ConfigError(f"{workdir}: ssd.from_target is set already; expected a training run")
-    out = run.export(dest, step, dtype=None, trained_only=True)
+    out = run.export(dest, step, dtype=dtype, trained_only=True)
     shipped = out.read_config().to_dict()
     shipped["ssd"]["from_target"] = True
     shipped["data"]["tokenizer_dir"] = ""  # the target's, at load
@@ -178,12 +179,20 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("workdir", help="the draft's training run, e.g. runs/ssd_deep13_kd")
     s.add_argument("dest", help="e.g. pretrained/ssd_deep")
     s.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
+    s.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "float16"],
+        help="storage type of the trained parts (loaded back as float32)",
+    )
     args = ap.parse_args(argv)
     try:
         if args.cmd == "untrained":
             out = write_untrained(load_config(args.config), args.dest)
         else:
-            out = ship(args.workdir, args.dest, args.step)
+            out = ship(
+                args.workdir, args.dest, args.step, None if args.dtype == "float32" else args.dtype
+            )
     except JaxttsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
