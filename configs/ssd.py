@@ -7,8 +7,8 @@ Variants (`--config configs/ssd.py:<variant>`):
   deep   the draft of pretrained/car_deep (12 layers): 4 of 12 layers, the paper's ratio (8 of
          24). first=1, last=3 is the paper's first 2 / last 6 scaled down; it is the 4-layer
          car_small itself at step 0 (the block expansion put car_small's layers 1-3 last). The
-         other split: --config.ssd.first=2 --config.ssd.last=2; distilled to the target:
-         --config.ssd.distill=1.0
+         other split: --config.ssd.first=2 --config.ssd.last=2; distilled to the target
+         (pretrained/ssd_deep): --config.ssd.distill=1.0 --config.train.learning_rate=3e-4
 
   python train.py --config configs/ssd.py:small --workdir runs/ssd
   python -m jaxtts.evaluate --workdir runs/ssd --strategies far,ssd:L=3,beta=0.4
@@ -42,8 +42,9 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             first=1,  # the target's first layers (trained in the draft)
             last=1,  # the target's last layers (frozen in the draft)
             corpus_utterances=0,  # 0 = the target's training corpus
-            # True: the draft IS the target's layers, untrained (no parameter file; written by
-            # `python -m jaxtts.methods.ssd.task untrained`, e.g. pretrained/ssd_deep)
+            # True: the draft is built from the target's layers at load (a shipped folder: no
+            # parameter file, `python -m jaxtts.methods.ssd.task untrained`, or its trained
+            # parts only, `... ship`, e.g. pretrained/ssd_deep)
             from_target=False,
             # > 0: distil to the target's distribution, loss (1 - w) CE + w KL(target || draft)
             # on the base head (not in the paper; 0 = its next-token CE)

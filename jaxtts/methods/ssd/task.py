@@ -8,14 +8,15 @@ head, the target scoring every training batch (`teacher_logits_fn`, `lm.task.Tea
 
 The untrained draft (the paper's split applied to the target as it is, `ssd.from_target`): a run
 folder with the config and the target's fingerprint but no parameter file; the engine takes the
-draft's layers from the target at load time (`pretrained/ssd_deep`, a few kB):
+draft's layers from the target at load time (a few kB; `pretrained/ssd_deep` until 2026-12-03):
 
-    python -m jaxtts.methods.ssd.task untrained --config configs/ssd.py:deep pretrained/ssd_deep
+    python -m jaxtts.methods.ssd.task untrained --config configs/ssd.py:deep <dest>
 
-A trained draft ships as its trained parts only (the first layers and the head, float32), the
-rest taken from the target at load as above:
+A trained draft ships as its trained parts only (the first layers and the head; float32 as
+trained, or `--dtype float16`), the rest taken from the target at load as above; the shipped
+`pretrained/ssd_deep` is the distilled draft, written by
 
-    python -m jaxtts.methods.ssd.task ship runs/ssd_deep13_kd pretrained/ssd_deep
+    python -m jaxtts.methods.ssd.task ship runs/ssd_deep13_kd pretrained/ssd_deep --dtype float16
 
 The run folder is an LM run of the draft (config.json: the target's config with the draft's
 model, `task = "ssd"` and the `ssd` section naming the target), so the draft alone also loads
