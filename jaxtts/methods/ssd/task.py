@@ -109,10 +109,10 @@ def write_untrained(config, dest: str) -> RunFolder:
     return out
 
 
-def ship(workdir: str, dest: str, step: int | None = None, dtype: str | None = None) -> RunFolder:
+def ship(workdir: str, dest: str, step: int | None = None, dtype: str = "float32") -> RunFolder:
     """A trained draft as a shipped folder of its trained parts only (the first layers and the
-    head; stored as `dtype`, None = float32 as trained, "float16" half the size and loaded back
-    as float32): `ssd.from_target` set, so the engine builds the draft from the target's layers
+    head; stored as `dtype`: "float32" as trained, "float16" half the size, loaded back as
+    float32): `ssd.from_target` set, so the engine builds the draft from the target's layers
     at load and puts these in (`SSDEngine.from_run`)."""
     run = RunFolder(workdir)
     cfg = run.read_config("ssd")
@@ -191,9 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "untrained":
             out = write_untrained(load_config(args.config), args.dest)
         else:
-            out = ship(
-                args.workdir, args.dest, args.step, None if args.dtype == "float32" else args.dtype
-            )
+            out = ship(args.workdir, args.dest, args.step, args.dtype)
     except JaxttsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
