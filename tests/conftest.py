@@ -37,3 +37,49 @@ def _free_compiled_programs():
 
     jax.clear_caches()
     gc.collect()
+
+
+if os.environ.get("JAXTTS_TEST_COMPILE_LOG"):  # where the suite's time goes (RESULTS #test-time)
+
+    @pytest.fixture(autouse=True)
+    def _log_compile_time(request):
+        """JAXTTS_TEST_COMPILE_LOG=<file>: append one JSON line per test with the seconds it spent
+        tracing, lowering and compiling (jax.monitoring durations) and its persistent-cache hits
+        and misses. A diagnostic, off by default."""
+        import json
+        import time
+
+        import jax.monitoring as monitoring
+
+        spent: dict[str, float] = {}
+
+        def on_duration(event, seconds, **_):
+            spent[event] = spent.get(event, 0.0) + seconds
+
+        def on_event(event, **_):
+            spent[event] = spent.get(event, 0.0) + 1
+
+        monitoring.register_event_duration_secs_listener(on_duration)
+        monitoring.register_event_listener(on_event)
+        t0 = time.perf_counter()
+        yield
+        wall = time.perf_counter() - t0
+        monitoring.unregister_event_duration_listener(on_duration)
+        monitoring.unregister_event_listener(on_event)
+        short = {
+            k.rsplit("/", 1)[-1]: round(v, 2)
+            for k, v in spent.items()
+            if "compil" in k or "trace" in k
+        }
+        with open(os.environ["JAXTTS_TEST_COMPILE_LOG"], "a") as f:
+            f.write(
+                json.dumps(
+                    {
+                        "test": request.node.nodeid,
+                        "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
+                        "wall": round(wall, 2),
+                        **short,
+                    }
+                )
+                + "\n"
+            )
