@@ -1,6 +1,8 @@
 """SSD acceptance: acceptance rate (accepted / proposed draft tokens) and mean tokens per
 target forward for a grid of draft lengths L and tolerances beta, on the first N test
-sentences with their zero-shot prompts (the run's sampling settings).
+sentences with their zero-shot prompts (the run's sampling settings); and the share of the
+accepted drafts that the target's filtered distribution gives probability 0 (outside its top-p
+nucleus: only the tolerance let them in; 0 at beta = 0).
 
     python benchmarks/ssd_acceptance.py --workdir pretrained/ssd_deep --num 40 \
         --L 1,2,3,4,5 --beta 0,0.1,0.2,0.4,0.6
@@ -37,20 +39,21 @@ def main(argv=None) -> int:
     eng = synth.engine
     rows = []
     print(
-        "| L | beta | acceptance % | tokens / target forward | LM-RTF (batch "
-        f"{args.batch}) |\n|--:|--:|--:|--:|--:|",
+        "| L | beta | acceptance % | accepted outside the target's nucleus % | "
+        f"tokens / target forward | LM-RTF (batch {args.batch}) |\n|--:|--:|--:|--:|--:|--:|",
         flush=True,
     )
     orig = eng.generate
     for L in [int(x) for x in args.L.split(",")]:
         for beta in [float(x) for x in args.beta.split(",")]:
-            stats = {"acc": 0, "prop": 0}
+            stats = {"acc": 0, "prop": 0, "out": 0}
 
             def gen(batch, keys, options, stats=stats):
                 out = orig(batch, keys, options)
                 n = int(batch.text.shape[0])
                 stats["acc"] += int(out.stats["accepted_drafts"][:n].sum())
                 stats["prop"] += int(out.stats["proposed_drafts"][:n].sum())
+                stats["out"] += int(out.stats["accepted_outside"][:n].sum())
                 return out
 
             eng.generate = gen
@@ -62,7 +65,7 @@ def main(argv=None) -> int:
                 batch_size=args.batch,
                 progress=False,
             )  # compile
-            stats.update(acc=0, prop=0)
+            stats.update(acc=0, prop=0, out=0)
             res = synth.synthesize(
                 texts, prompts, strategy=spec, batch_size=args.batch, progress=False
             )
@@ -74,12 +77,14 @@ def main(argv=None) -> int:
                 "L": L,
                 "beta": beta,
                 "acceptance": stats["acc"] / max(stats["prop"], 1),
+                "outside_nucleus": stats["out"] / max(stats["acc"], 1),
                 "tokens_per_forward": toks / max(steps, 1),
                 "lm_rtf": sum(r.info["lm_s"] for r in res) / audio,
             }
             rows.append(row)
             print(
                 f"| {L} | {beta:g} | {100 * row['acceptance']:.1f} | "
+                f"{100 * row['outside_nucleus']:.1f} | "
                 f"{row['tokens_per_forward']:.2f} | {row['lm_rtf']:.4f} |",
                 flush=True,
             )

@@ -217,6 +217,26 @@ def test_ssd_batch_n_equals_batch_1(params, draft_params, sampling):
         assert hist[i, :s].sum() == int(big.stats["accepted_drafts"][i])
 
 
+def test_accepted_outside_counts_only_what_the_tolerance_let_in(params, draft_params):
+    """`accepted_outside`: accepted drafts whose target probability is 0 after the top-k filter.
+    Beta 0 accepts a draft only with probability q/p, so never one with q = 0; at beta 0.6 the
+    random draft's picks outside the target's top 8 (of 40) get in with probability 0.6, and at
+    beta 1 always (r < 1): some are counted, never more than were accepted. Greedy verification
+    accepts the target's argmax only, whatever beta."""
+    rows, keys = random_rows(4, seed=3), row_keys(5, range(4))
+    top8 = SamplingConfig(temperature=1.0, top_k=8)
+    got = {}
+    for beta in (0.0, 0.6, 1.0):
+        out = run_ssd(SSD(3, beta), params, draft_params, batch_of(rows), keys, top8, max_new=24)
+        got[beta] = {k: np.asarray(out.stats[k]) for k in ("accepted_drafts", "accepted_outside")}
+    assert (got[0.0]["accepted_outside"] == 0).all(), got[0.0]
+    for beta in (0.6, 1.0):
+        acc, out = got[beta]["accepted_drafts"], got[beta]["accepted_outside"]
+        assert out.sum() > 0 and (out <= acc).all(), (beta, got[beta])
+    greedy = run_ssd(SSD(3, 1.0), params, draft_params, batch_of(rows), keys, GREEDY, max_new=24)
+    assert (np.asarray(greedy.stats["accepted_outside"]) == 0).all()  # greedy: argmax only
+
+
 def _exact_first_two(params, text, prompt, sampling):
     """The target's own sampling distribution of tokens 1 and 2 (filtered, EOS suppressed),
     computed exactly: q(t1) and sum_t1 q(t1) q(t2 | t1) from 16 cached extensions."""

@@ -47,6 +47,9 @@ class SSDCarry:
     accepted: jax.Array  # int32 [B] accepted draft tokens so far
     proposed: jax.Array  # int32 [B] proposed draft tokens so far
     history: jax.Array  # int32 [B, S] accepted drafts at each step (S = 1 unless recording)
+    # int32 [B] accepted drafts the target gives probability 0 after its top-p / top-k filter:
+    # only the tolerance beta let them in (always 0 at beta = 0)
+    outside: jax.Array
 
 
 def probs_of(logits: jax.Array, sampling) -> jax.Array:
@@ -160,7 +163,9 @@ class SSD(Strategy):
         ones = jnp.ones((b,), jnp.int32)
         zeros = jnp.zeros((b,), jnp.int32)
         history = jnp.full((b, max_new_tokens if self.record else 1), -1, jnp.int32)
-        return SSDCarry(caches["target"], caches["draft"], pending, ones, zeros, zeros, history)
+        return SSDCarry(
+            caches["target"], caches["draft"], pending, ones, zeros, zeros, history, zeros
+        )
 
     def step(self, models, params, state, keys, sampling):
         tm, dm = models["target"], models["draft"]
@@ -206,6 +211,8 @@ class SSD(Strategy):
         n, z = jax.vmap(
             lambda x_, p_, q_, u_, k_: verify(x_, p_, q_, u_, self.beta, k_, sampling.greedy)
         )(x, p, q, u, fold(k, 2000))
+        qx = jnp.take_along_axis(q[:, :L], x[..., None], -1)[..., 0]  # [B, L]
+        outside = jnp.sum((qx == 0) & (jnp.arange(L)[None] < n[:, None]), 1)  # [B]
         j = jnp.arange(L + 1)[None]
         xpad = jnp.concatenate([x, x[:, -1:]], 1)
         tokens = jnp.where(j < n[:, None], xpad, z[:, None]).astype(jnp.int32)  # [B, L + 1]
@@ -229,11 +236,16 @@ class SSD(Strategy):
             c.accepted + jnp.where(active, n, 0),
             c.proposed + jnp.where(active, L, 0),
             c.history.at[:, state.step].set(jnp.where(active, n, -1)) if self.record else c.history,
+            c.outside + jnp.where(active, outside, 0),
         )
         return Proposal(tokens=tokens, count=(n + 1).astype(jnp.int32), carry=carry)
 
     def finish(self, models, state):
-        out = {"accepted_drafts": state.carry.accepted, "proposed_drafts": state.carry.proposed}
+        out = {
+            "accepted_drafts": state.carry.accepted,
+            "proposed_drafts": state.carry.proposed,
+            "accepted_outside": state.carry.outside,
+        }
         if self.record:
             out["accepted_per_step"] = state.carry.history  # [B, S], -1 after the row ended
         return out
