@@ -50,6 +50,9 @@ def main(argv=None) -> int:
 
     betas = [float(b) for b in args.beta.split(",")]
     engines = {d: load_engine(d) for d in args.drafts.split(",")}
+    targets = {os.path.realpath(e.target_path) for e in engines.values()}
+    if len(targets) > 1:
+        ap.error(f"--drafts: expected drafts of one target, got {sorted(targets)}")
     first = next(iter(engines.values()))
     target, cfg = first, first.cfg  # an SSD engine: its params are the target's
     sampling = dataclasses.replace(first.options().sampling, greedy=False)
