@@ -33,6 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--num", type=int, default=40)
     ap.add_argument("--beta", default="0,0.2,0.4")
     ap.add_argument("--batch", type=int, default=20)
+    ap.add_argument("--top_p", type=float, default=None, help="instead of the run's top_p")
     args = ap.parse_args(argv)
 
     import dataclasses
@@ -56,6 +57,8 @@ def main(argv=None) -> int:
     first = next(iter(engines.values()))
     target, cfg = first, first.cfg  # an SSD engine: its params are the target's
     sampling = dataclasses.replace(first.options().sampling, greedy=False)
+    if args.top_p is not None:
+        sampling = dataclasses.replace(sampling, top_p=args.top_p)
     teacher = teacher_logits_fn(cfg, target.params)
 
     def entropy(d):  # [..., V] -> [...]
