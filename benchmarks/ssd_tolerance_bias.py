@@ -42,11 +42,11 @@ def main(argv=None) -> int:
     import jax.numpy as jnp
 
     from jaxtts.data.manifest import read_split
-    from jaxtts.decode.sampling import filter_logits
     from jaxtts.engine import load_engine
     from jaxtts.methods.lm.diagnostics import teacher_forcing_loader
     from jaxtts.methods.lm.model import with_bos
     from jaxtts.methods.ssd.draft import teacher_logits_fn
+    from jaxtts.methods.ssd.strategy import probs_of, residual
     from jaxtts.train import losses
 
     betas = [float(b) for b in args.beta.split(",")]
@@ -74,14 +74,12 @@ def main(argv=None) -> int:
             logits, _ = draft_model.apply({"params": params}, b["text"], b["text_len"], x, x_len)
             _, valid = losses.mtp_targets(b["speech"], b["speech_len"], b["prompt_len"], cfg.eos, 1)
             w = (valid[..., 0] & (b["text_len"] > 0)[:, None]).astype(jnp.float32)  # [B, T]
-            p = jax.nn.softmax(filter_logits(logits[:, :, 0].astype(jnp.float32), sampling), -1)
-            q = jax.nn.softmax(filter_logits(q_logits.astype(jnp.float32), sampling), -1)
+            p = probs_of(logits[:, :, 0].astype(jnp.float32), sampling)  # [B, T, V]
+            q = probs_of(q_logits.astype(jnp.float32), sampling)
+            res = jnp.vectorize(residual, signature="(v),(v)->(v)")(q, p)  # the strategy's
             out = {"H(p)": entropy(p), "H(q)": entropy(q), "TV(p,q)": tv(p, q)}
             for beta in betas:
                 r = jnp.minimum(p, q + beta * p)  # [B, T, V] accepted mass per token
-                res = jnp.maximum(q - p, 0.0)
-                z = jnp.sum(res, -1, keepdims=True)
-                res = jnp.where(z > 0, res / jnp.where(z > 0, z, 1.0), q)
                 o = r + (1.0 - jnp.sum(r, -1, keepdims=True)) * res
                 out[f"H(o) b{beta:g}"] = entropy(o)
                 out[f"TV(o,q) b{beta:g}"] = tv(o, q)
