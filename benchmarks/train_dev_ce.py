@@ -4,10 +4,11 @@ overfitting (the train -> dev gap beyond the backbone's).
 
     python benchmarks/train_dev_ce.py --corpus data/builtin-n20000-s0 \\
         --backbone pretrained/car_deep --tldr pretrained/tldr_deep_p4 --num 120
+    python benchmarks/train_dev_ce.py --backbone pretrained/car_small,pretrained/car_deep --tldr ""
 
 Train utterances: `--num` drawn with a fixed seed from the corpus's train split; dev: its
 first `--num`. Prompts: other utterances of the same speaker, as in training
-(`jaxtts.methods.lm.diagnostics.teacher_forcing_loader`). Prints nats per target token.
+(`jaxtts.methods.lm.diagnostics.teacher_forcing_loader`). Prints nats per target token: a backbone's FAR head, and its K heads in brackets.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", default="data/builtin-n20000-s0")
-    ap.add_argument("--backbone", default="pretrained/car_deep")
+    ap.add_argument("--backbone", default="pretrained/car_deep", help="comma-separated folders")
     ap.add_argument("--tldr", default="pretrained/tldr_deep_p4", help="comma-separated folders")
     ap.add_argument("--num", type=int, default=120)
     args = ap.parse_args(argv)
@@ -40,10 +41,12 @@ def main(argv=None) -> int:
         rng = np.random.default_rng(0)
         pick = sorted(rng.choice(len(train), min(args.num, len(train)), replace=False))
         splits = {"train": [train[i] for i in pick], "dev": dev[: args.num]}
-        bb = load_engine(args.backbone)
-        for name, utts in splits.items():
-            ce = text_information(bb, utts, utterance_tokens(bb, utts)).ce_right[0]
-            print(f"{args.backbone} (FAR head) {name}: CE {ce:.3f}", flush=True)
+        for folder in [f for f in args.backbone.split(",") if f]:
+            bb = load_engine(folder)
+            for name, utts in splits.items():
+                ce = text_information(bb, utts, utterance_tokens(bb, utts)).ce_right  # [K]
+                heads = " / ".join(f"{c:.4f}" for c in ce)
+                print(f"{folder} (FAR head) {name}: CE {ce[0]:.3f} (heads {heads})", flush=True)
         for folder in [f for f in args.tldr.split(",") if f]:
             engine = load_engine(folder)
             for name, utts in splits.items():
