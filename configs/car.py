@@ -10,6 +10,9 @@ Variants (`--config configs/car.py:<variant>`):
   deep   `small` at 12 layers (the papers' depth ratio): a block expansion of
          `pretrained/car_small` (`python -m jaxtts.methods.lm.expand`), fine-tuned; the
          shipped `pretrained/car_deep` and the backbone of DCAR, SSD and TLDR
+  deep_ft  `deep` continued from `pretrained/car_deep` on the 32 h corpus (40,000 utterances,
+         half of its sentences new to the model) at peak 1e-4: dev CE below car_small's on
+         every head (benchmarks/RESULTS.md, deep-train); 750 steps, ~50 min on 2 CPU cores
   paper  12 layers, D=1024, FFN 4096, 8 heads, K=7 heads (DCAR paper), for accelerators
 
   python train.py --config configs/car.py:small --workdir runs/car
@@ -23,12 +26,14 @@ from configs import common
 
 STEPS_SMALL = 3000  # ~2 h on 2 CPU cores
 STEPS_DEEP = 450  # fine-tune of the expanded car_small's new layers (~7 s a step, 2 CPU cores)
+STEPS_DEEP_FT = 750  # its continuation on the 32 h corpus (~4 s a step on Zen 4 cores)
 
 MODELS = dict(
     tiny=dict(d_model=32, num_layers=2, num_heads=2, head_dim=16, d_ff=64, num_mtp_heads=4),
     demo=dict(d_model=128, num_layers=2, num_heads=2, head_dim=64, d_ff=512, num_mtp_heads=4),
     small=dict(d_model=256, num_layers=4, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4),
     deep=dict(d_model=256, num_layers=12, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4),
+    deep_ft=dict(d_model=256, num_layers=12, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4),
     paper=dict(d_model=1024, num_layers=12, num_heads=8, head_dim=128, d_ff=4096, num_mtp_heads=7),
 )
 
@@ -145,7 +150,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             align_prior_start=STEPS_SMALL // 5,
             align_prior_end=STEPS_SMALL // 2,
         )
-    elif v == "deep":
+    elif v in ("deep", "deep_ft"):
         # the `small` data; a fine-tune of the expanded `car_small` that trains only the new
         # layers (LLaMA-Pro style: the old layers, embeddings, norm and heads stay frozen, so the
         # fine-tune cannot damage what the 4-layer model knew; a full fine-tune at peak 5e-4
@@ -169,6 +174,20 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             align_prior_scaling=0.0,
             align_prior_normalize=False,
         )
+        if v == "deep_ft":
+            # the same new layers, from the shipped model, on twice the utterances (the old
+            # layers had seen the 16 h corpus for ~8 epochs: train CE 0.73 against dev 0.83), at
+            # a third of the peak (a fresh Adam at 3e-4-5e-4 first raises dev CE)
+            config.data.update(
+                corpus_utterances=40_000, tokenizer_dir="pretrained/car_deep/tokenizer"
+            )
+            config.train.update(
+                steps=STEPS_DEEP_FT,
+                learning_rate=1e-4,
+                warmup_steps=50,
+                eval_every=250,
+                init_from="pretrained/car_deep",
+            )
     else:  # paper
         config.data.update(batch_size=64)
         config.train.update(steps=200_000, learning_rate=3e-4, warmup_steps=4000)
