@@ -13,13 +13,14 @@ Variants (`--config configs/dcar.py:<variant>`):
          the policy (`policy.pick = sample`: its argmax is one size, its draws are dynamic)
   deep_pr  `deep` with the CER reward plus a per-decision process reward (the base head's
          check of each drafted token, lambda 2: `jaxtts/methods/dcar/dcpo.py`), no speed term
-  deep_conf  the shipped pretrained/dcar_deep: `deep_pr` with a policy that also reads the
+  deep_conf  the pretrained/dcar_deep of 2026-11-28: `deep_pr` with a policy that also reads the
          heads' confidence (`policy.features = confidence`), lambda 0.75, learning rate 1e-3;
          decodes with the policy's argmax (it trains on draws; its argmax takes c = 4 where
          the heads are sure)
   deep_rule  `deep_conf` with a linear policy (`policy.num_layers = 0`: no causal layer, two
          small matmuls a step) that starts at the confidence-threshold rule (theta 0.4,
-         `dcpo.prior_threshold`) instead of uniform; not the paper's policy
+         `dcpo.prior_threshold`) instead of uniform; not the paper's policy; the shipped
+         pretrained/dcar_deep (since 2026-11-28 23:45 UTC)
 
   python train.py --config configs/dcar.py:small --workdir runs/dcar
   python train.py --config configs/dcar.py:small --workdir runs/dcar_234 \
