@@ -8,7 +8,8 @@ overfitting (the train -> dev gap beyond the backbone's).
 
 Train utterances: `--num` drawn with a fixed seed from the corpus's train split; dev: its
 first `--num`. Prompts: other utterances of the same speaker, as in training
-(`jaxtts.methods.lm.diagnostics.teacher_forcing_loader`). Prints nats per target token: a backbone's FAR head, and its K heads in brackets.
+(`jaxtts.methods.lm.diagnostics.teacher_forcing_loader`). Prints nats per target token: a
+backbone's FAR head, and its K heads in brackets.
 """
 
 from __future__ import annotations
