@@ -235,6 +235,8 @@ HELP = {
     "tldr.lora_rank": "LoRA rank on the backbone's projections (0 = no LoRA)",
     "tldr.lora_alpha": "LoRA alpha (scale alpha / rank)",
     "tldr.warm_start": "a TLDR run on the same backbone to start from ('' = fresh modules)",
+    "tldr.warm_start_backbone": "the backbone run tldr.warm_start was trained on, when it is not "
+    "tldr.backbone (same architecture, e.g. car_deep -> car_deep_ft; '' = tldr.backbone)",
     # eval during training
     "eval.num_samples": "dev sentences synthesised (and scored by the ASR) at each evaluation",
     "eval.vocoder": "vocoder of the training samples: griffin_lim",

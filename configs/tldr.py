@@ -18,6 +18,9 @@ Variants (`--config configs/tldr.py:<variant>`):
                table starts at zero, the same function at step 0), half the learning rate,
                1000 steps; 1200 more at 2e-4 made the shipped pretrained/tldr_deep_p4 (WER
                9.6 % against 11.5 %; its MODEL_CARD.md has the four stages)
+  deep_ft      pretrained/tldr_deep_p4 moved onto pretrained/car_deep_ft (car_deep's new layers
+               fine-tuned further, same architecture): `tldr.warm_start_backbone` names
+               car_deep, the run it was trained on; deep_prev's settings, 400 steps at 3e-4
   deep_text    deep_prev + `text_patch=4` (not in the paper): the phoneme text prefix is
                compressed 4 symbols per backbone slot by a text compressor, so that the
                global KV cache at 12 s is 0.25x FAR's (0.53x with the text uncompressed);
@@ -84,6 +87,7 @@ VARIANTS = (
     "deep_p2",
     "deep_warm",
     "deep_prev",
+    "deep_ft",
     "deep_text",
     "deep_text_order",
     "deep_text3",
@@ -153,6 +157,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             lora_rank=32,
             lora_alpha=32.0,  # paper 64/64 at D 896; scaled to D 256
             warm_start="",  # a TLDR run on the same backbone to start from ('' = fresh)
+            warm_start_backbone="",  # the backbone warm_start was trained on, if another one
         )
     )
     config.train = common.train_config(
@@ -187,6 +192,14 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         t.ext_prev = 4
         t.warm_start = "pretrained/tldr_deep_p4"
         config.train.update(steps=1000, learning_rate=5e-4, warmup_steps=50)
+    elif v == "deep_ft":
+        t.update(
+            backbone="pretrained/car_deep_ft",
+            ext_prev=4,
+            warm_start="pretrained/tldr_deep_p4",
+            warm_start_backbone="pretrained/car_deep",
+        )
+        config.train.update(steps=400, learning_rate=3e-4, warmup_steps=40, eval_every=200)
     elif v in TEXT_STAGES:
         q, order, ext_text, warm, steps, lr, warmup = TEXT_STAGES[v]
         t.update(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 
 import flax.linen as nn
@@ -795,6 +796,22 @@ def test_warm_start_takes_the_trained_leaves(tiny_run):
     assert warm_start_params(section, init["backbone"], p) == {}
     section.warm_start = str(work)
     other = jax.tree.map(lambda x: np.asarray(x) + 1, init["backbone"])
+    with pytest.raises(CheckpointError, match="trained on backbone parameters"):
+        warm_start_params(section, other, p)
+    # `tldr.warm_start_backbone`: trained on that run (same shapes) -> accepted, same leaves
+    section.warm_start_backbone = str(section.backbone)
+    warm = tree_to_flat(warm_start_params(section, other, p))
+    assert warm.keys() == trained.keys()
+    for k, v in trained.items():
+        np.testing.assert_array_equal(np.asarray(warm[k]), np.asarray(v), err_msg=k)
+    # ... but not into another architecture: the leaf and both runs named
+    flat = tree_to_flat(other)
+    k0 = sorted(flat)[0]
+    flat[k0] = np.asarray(flat[k0])[..., :1]
+    with pytest.raises(ConfigError, match=f"tldr.warm_start_backbone=.*{re.escape(k0)}"):
+        warm_start_params(section, tree_from_flat(flat), p)
+    # ... and the warm start must have been trained on the run it names
+    section.warm_start_backbone = "pretrained/car_deep_ft"
     with pytest.raises(CheckpointError, match="trained on backbone parameters"):
         warm_start_params(section, other, p)
 

@@ -27,6 +27,7 @@ RUN_KEYS = (
     "fixed_shapes",
     "min_reference_seconds",
     "warm_start",
+    "warm_start_backbone",
     "text_layers",
 )
 MODEL_KEYS = (
@@ -149,13 +150,33 @@ def warm_start_params(section, backbone_params, patch: int, text_patch: int = 1)
     compressor's Q-row leaves for another `text_patch`: its position-in-slot table [Q, D] and
     its order map [Q D, D], by blocks of D rows). The warm start must have been trained on this
     backbone (its fingerprint); a module the source lacks (the text compressor, when only the
-    target has `text_patch` > 1) starts from its initialisation. {} when the key is empty."""
+    target has `text_patch` > 1) starts from its initialisation. {} when the key is empty.
+
+    `tldr.warm_start_backbone` (opt-in): the warm start was trained on that other backbone
+    run, e.g. the same architecture fine-tuned further (pretrained/car_deep ->
+    car_deep_ft); its fingerprint is checked against that run instead, and its shapes must
+    match this backbone's."""
     src = str(dict(section).get("warm_start", "") or "")
     if not src:
         return {}
     run = resolve_run(src, "tldr.warm_start")
     run.read_config("tldr")  # a TLDR run, or a one-line CheckpointError
-    check_trained_on(run, "backbone", str(section.backbone), {}, backbone_params)
+    other = str(dict(section).get("warm_start_backbone", "") or "")
+    if other:
+        other_run = resolve_run(other, "tldr.warm_start_backbone")
+        other_params = other_run.saved_params()
+        check_trained_on(run, "backbone", other, {}, other_params)
+        have = {k: np.shape(v) for k, v in tree_to_flat(backbone_params).items()}
+        was = {k: np.shape(v) for k, v in tree_to_flat(other_params).items()}
+        for k in sorted(set(have) | set(was)):
+            if have.get(k) != was.get(k):
+                raise ConfigError(
+                    f"tldr.warm_start_backbone={other}: {k} is {was.get(k)} there but "
+                    f"{have.get(k)} in tldr.backbone={section.backbone}; a warm start "
+                    "needs the same architecture"
+                )
+    else:
+        check_trained_on(run, "backbone", str(section.backbone), {}, backbone_params)
     if not run.read_data_info().get("backbone_fingerprint"):
         raise ConfigError(f"tldr.warm_start={src}: its data.json records no backbone fingerprint")
     keep = trainable_predicate(TRAINABLE)
