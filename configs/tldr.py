@@ -21,6 +21,9 @@ Variants (`--config configs/tldr.py:<variant>`):
   deep_ft      pretrained/tldr_deep_p4 moved onto pretrained/car_deep_ft (car_deep's new layers
                fine-tuned further, same architecture): `tldr.warm_start_backbone` names
                car_deep, the run it was trained on; deep_prev's settings, 400 steps at 3e-4
+  deep_ft_p2   pretrained/tldr_deep (P = 2) moved onto pretrained/car_deep_ft the same way, with
+               `ext_prev=2` added (at most P; its table starts at zero: the same function at step 0),
+               300 steps at 3e-4
   deep_text    deep_prev + `text_patch=4` (not in the paper): the phoneme text prefix is
                compressed 4 symbols per backbone slot by a text compressor, so that the
                global KV cache at 12 s is 0.25x FAR's (0.53x with the text uncompressed);
@@ -88,6 +91,7 @@ VARIANTS = (
     "deep_warm",
     "deep_prev",
     "deep_ft",
+    "deep_ft_p2",
     "deep_text",
     "deep_text_order",
     "deep_text3",
@@ -192,14 +196,16 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         t.ext_prev = 4
         t.warm_start = "pretrained/tldr_deep_p4"
         config.train.update(steps=1000, learning_rate=5e-4, warmup_steps=50)
-    elif v == "deep_ft":
+    elif v in ("deep_ft", "deep_ft_p2"):
         t.update(
             backbone="pretrained/car_deep_ft",
-            ext_prev=4,
-            warm_start="pretrained/tldr_deep_p4",
+            patch=2 if v == "deep_ft_p2" else 4,
+            ext_prev=2 if v == "deep_ft_p2" else 4,
+            warm_start="pretrained/tldr_deep" if v == "deep_ft_p2" else "pretrained/tldr_deep_p4",
             warm_start_backbone="pretrained/car_deep",
         )
-        config.train.update(steps=400, learning_rate=3e-4, warmup_steps=40, eval_every=200)
+        steps = 300 if v == "deep_ft_p2" else 400
+        config.train.update(steps=steps, learning_rate=3e-4, warmup_steps=40, eval_every=steps // 2)
     elif v in TEXT_STAGES:
         q, order, ext_text, warm, steps, lr, warmup = TEXT_STAGES[v]
         t.update(
