@@ -21,9 +21,11 @@ Variants (`--config configs/tldr.py:<variant>`):
   deep_ft      pretrained/tldr_deep_p4 moved onto pretrained/car_deep_ft (car_deep's new layers
                fine-tuned further, same architecture): `tldr.warm_start_backbone` names
                car_deep, the run it was trained on; deep_prev's settings, 400 steps at 3e-4
-  deep_ft_p2   pretrained/tldr_deep (P = 2) moved onto pretrained/car_deep_ft the same way, with
-               `ext_prev=2` added (at most P; its table starts at zero: the same function at step 0),
-               300 steps at 3e-4
+               (measured: WER 11.3 % against the shipped 9.6 %, not shipped;
+               benchmarks/RESULTS.md#deep-ft-methods)
+  deep_ft_p2   pretrained/tldr_deep (P = 2) moved onto pretrained/car_deep_ft the same way,
+               with `ext_prev=2` added (at most P; its table starts at zero: the same function
+               at step 0), 300 steps at 3e-4 (not yet run)
   deep_text    deep_prev + `text_patch=4` (not in the paper): the phoneme text prefix is
                compressed 4 symbols per backbone slot by a text compressor, so that the
                global KV cache at 12 s is 0.25x FAR's (0.53x with the text uncompressed);
