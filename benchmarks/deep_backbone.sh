@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The deep backbone, end to end on 2 CPU cores: expand pretrained/car_small to 12 layers, train
-# the new layers (configs/car.py:deep), export pretrained/car_deep, measure it (full test split
+# the new layers (configs/car.py:deep, 360 steps on the 16 h corpus, exported as
+# runs/car_deep_360), continue them on the 32 h corpus (configs/car.py:deep_ft, 750 steps),
+# export pretrained/car_deep, measure it (full test split
 # WER of FAR and CAR c=3, teacher-forced dev CE) and time every strategy against FAR on both
 # backbones; then the methods on it (SSD drafts of both splits with their acceptance grid, the
 # DCAR policy with guidance {2,3,4}) and their evaluation. Stages: expand train export eval
-# ssd ssd_grid dcar eval_methods speed; STAGE=<name> runs one stage.
-#   bash benchmarks/deep_backbone.sh              # ~4 h on 2 CPU cores
+# ssd ssd_grid dcar eval_methods speed (and train_ft between train and export, which
+# export360 feeds); STAGE=<name> runs one stage.
+#   bash benchmarks/deep_backbone.sh              # ~5 h on 2 CPU cores
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -20,8 +23,16 @@ if run train; then
     --config.train.init_from=runs/car_deep_init \
     --config.data.tokenizer_dir=runs/car_deep_init/tokenizer
 fi
+if run export360; then
+  # the first stage at the step it was stopped (the learning rate at 4 % of its peak)
+  python -m jaxtts.run_folder export runs/car_deep runs/car_deep_360 --step 360 --dtype float16z
+fi
+if run train_ft; then
+  python -m jaxtts.data.corpus --out data/builtin-n40000-s0 --num_utterances 40000
+  python train.py --config configs/car.py:deep_ft --workdir runs/car_deep_ft
+fi
 if run export; then
-  python -m jaxtts.run_folder export runs/car_deep pretrained/car_deep --dtype float16z
+  python -m jaxtts.run_folder export runs/car_deep_ft pretrained/car_deep --dtype float16z
   # the backbone's dev-picked decoding (car_small: top_p 0.6)
   python - <<'PY'
 import json, pathlib

@@ -8,11 +8,13 @@ Variants (`--config configs/car.py:<variant>`):
          (~16 h) built-in corpus, 25 Hz k-means tokens, alignment learning (prior + CTC loss)
          on heads 0-1 of layers 1-2; results in benchmarks/RESULTS.md
   deep   `small` at 12 layers (the papers' depth ratio): a block expansion of
-         `pretrained/car_small` (`python -m jaxtts.methods.lm.expand`), fine-tuned; the
-         shipped `pretrained/car_deep` and the backbone of DCAR, SSD and TLDR
-  deep_ft  `deep` continued from `pretrained/car_deep` on the 32 h corpus (40,000 utterances,
-         half of its sentences new to the model) at peak 1e-4: dev CE below car_small's on
-         every head (benchmarks/RESULTS.md, deep-train); 750 steps, ~50 min on 2 CPU cores
+         `pretrained/car_small` (`python -m jaxtts.methods.lm.expand`), its new layers
+         trained (stopped at step 360: the first stage of `pretrained/car_deep`)
+  deep_ft  `deep` continued from its step-360 export (`runs/car_deep_360`,
+         benchmarks/deep_backbone.sh) on the 32 h corpus (40,000 utterances, half of its
+         sentences new to the model) at peak 1e-4: the shipped `pretrained/car_deep` and the
+         backbone of DCAR, SSD and TLDR; dev CE below car_small's on every head
+         (benchmarks/RESULTS.md, deep-train); 750 steps, ~50 min on 2 CPU cores
   paper  12 layers, D=1024, FFN 4096, 8 heads, K=7 heads (DCAR paper), for accelerators
 
   python train.py --config configs/car.py:small --workdir runs/car
@@ -175,18 +177,18 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             align_prior_normalize=False,
         )
         if v == "deep_ft":
-            # the same new layers, from the shipped model, on twice the utterances (the old
-            # layers had seen the 16 h corpus for ~8 epochs: train CE 0.73 against dev 0.83), at
-            # a third of the peak (a fresh Adam at 3e-4-5e-4 first raises dev CE)
+            # the same new layers, from the first stage (360 steps), on twice the utterances
+            # (the old layers had seen the 16 h corpus for ~8 epochs: train CE 0.73 against dev
+            # 0.83), at a third of the peak (a fresh Adam at 3e-4-5e-4 first raises dev CE)
             config.data.update(
-                corpus_utterances=40_000, tokenizer_dir="pretrained/car_deep/tokenizer"
+                corpus_utterances=40_000, tokenizer_dir="runs/car_deep_360/tokenizer"
             )
             config.train.update(
                 steps=STEPS_DEEP_FT,
                 learning_rate=1e-4,
                 warmup_steps=50,
                 eval_every=250,
-                init_from="pretrained/car_deep",
+                init_from="runs/car_deep_360",
             )
     else:  # paper
         config.data.update(batch_size=64)

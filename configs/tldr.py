@@ -18,14 +18,19 @@ Variants (`--config configs/tldr.py:<variant>`):
                table starts at zero, the same function at step 0), half the learning rate,
                1000 steps; 1200 more at 2e-4 made the shipped pretrained/tldr_deep_p4 (WER
                9.6 % against 11.5 %; its MODEL_CARD.md has the four stages)
-  deep_ft      pretrained/tldr_deep_p4 moved onto pretrained/car_deep_ft (car_deep's new layers
-               fine-tuned further, same architecture): `tldr.warm_start_backbone` names
-               car_deep, the run it was trained on; deep_prev's settings, 400 steps at 3e-4
-               (measured: WER 11.3 % against the shipped 9.6 %, not shipped;
-               benchmarks/RESULTS.md#deep-ft-methods)
-  deep_ft_p2   pretrained/tldr_deep (P = 2) moved onto pretrained/car_deep_ft the same way,
-               with `ext_prev=2` added (at most P; its table starts at zero: the same function
-               at step 0), 300 steps at 3e-4 (not yet run)
+  deep_ft      how the shipped pretrained/tldr_deep_p4 was moved onto today's
+               pretrained/car_deep (2026-12-05), stage 1: the previous tldr_deep_p4 warm-started
+               on it; `tldr.warm_start_backbone` names the previous car_deep, the backbone that
+               model was trained on. Both are in git, not in the tree: first
+               `mkdir -p runs/prev && git archive 2671bc6 pretrained/car_deep
+               pretrained/tldr_deep_p4 pretrained/tldr_deep | tar -x -C runs/prev`.
+               deep_prev's settings, 400 steps at 3e-4 (WER 11.3 %)
+  deep_ft2     stage 2: from the deep_ft run (runs/tldr_ft), a fresh Adam, 1200 steps at 2e-4
+               as the previous model's own last stage: the shipped pretrained/tldr_deep_p4
+               (benchmarks/RESULTS.md#deep-ft-methods)
+  deep_ft_p2   the previous pretrained/tldr_deep (P = 2, runs/prev as above) moved the same
+               way, with `ext_prev=2` added (at most P; its table starts at zero: the same
+               function at step 0), 300 steps at 3e-4: the shipped pretrained/tldr_deep
   deep_text    deep_prev + `text_patch=4` (not in the paper): the phoneme text prefix is
                compressed 4 symbols per backbone slot by a text compressor, so that the
                global KV cache at 12 s is 0.25x FAR's (0.53x with the text uncompressed);
@@ -93,6 +98,7 @@ VARIANTS = (
     "deep_warm",
     "deep_prev",
     "deep_ft",
+    "deep_ft2",
     "deep_ft_p2",
     "deep_text",
     "deep_text_order",
@@ -199,15 +205,19 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         t.warm_start = "pretrained/tldr_deep_p4"
         config.train.update(steps=1000, learning_rate=5e-4, warmup_steps=50)
     elif v in ("deep_ft", "deep_ft_p2"):
+        prev = "runs/prev/pretrained/"  # the folders before the move (git archive 2671bc6)
         t.update(
-            backbone="pretrained/car_deep_ft",
+            backbone="pretrained/car_deep",
             patch=2 if v == "deep_ft_p2" else 4,
             ext_prev=2 if v == "deep_ft_p2" else 4,
-            warm_start="pretrained/tldr_deep" if v == "deep_ft_p2" else "pretrained/tldr_deep_p4",
-            warm_start_backbone="pretrained/car_deep",
+            warm_start=prev + ("tldr_deep" if v == "deep_ft_p2" else "tldr_deep_p4"),
+            warm_start_backbone=prev + "car_deep",
         )
         steps = 300 if v == "deep_ft_p2" else 400
         config.train.update(steps=steps, learning_rate=3e-4, warmup_steps=40, eval_every=steps // 2)
+    elif v == "deep_ft2":
+        t.update(backbone="pretrained/car_deep", ext_prev=4, warm_start="runs/tldr_ft")
+        config.train.update(steps=1200, learning_rate=2e-4, warmup_steps=20, eval_every=400)
     elif v in TEXT_STAGES:
         q, order, ext_text, warm, steps, lr, warmup = TEXT_STAGES[v]
         t.update(

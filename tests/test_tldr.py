@@ -811,7 +811,7 @@ def test_warm_start_takes_the_trained_leaves(tiny_run):
     with pytest.raises(ConfigError, match=f"tldr.warm_start_backbone=.*{re.escape(k0)}"):
         warm_start_params(section, tree_from_flat(flat), p)
     # ... and the warm start must have been trained on the run it names
-    section.warm_start_backbone = "pretrained/car_deep_ft"
+    section.warm_start_backbone = "pretrained/car_deep"
     with pytest.raises(CheckpointError, match="trained on backbone parameters"):
         warm_start_params(section, other, p)
 
