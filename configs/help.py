@@ -236,7 +236,7 @@ HELP = {
     "tldr.lora_alpha": "LoRA alpha (scale alpha / rank)",
     "tldr.warm_start": "a TLDR run on the same backbone to start from ('' = fresh modules)",
     "tldr.warm_start_backbone": "the backbone run tldr.warm_start was trained on, when it is not "
-    "tldr.backbone (same architecture, e.g. car_deep -> car_deep_ft; '' = tldr.backbone)",
+    "tldr.backbone (same architecture, e.g. the previous car_deep; '' = tldr.backbone)",
     # eval during training
     "eval.num_samples": "dev sentences synthesised (and scored by the ASR) at each evaluation",
     "eval.vocoder": "vocoder of the training samples: griffin_lim",

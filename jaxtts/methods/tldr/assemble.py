@@ -153,9 +153,9 @@ def warm_start_params(section, backbone_params, patch: int, text_patch: int = 1)
     target has `text_patch` > 1) starts from its initialisation. {} when the key is empty.
 
     `tldr.warm_start_backbone` (opt-in): the warm start was trained on that other backbone
-    run, e.g. the same architecture fine-tuned further (pretrained/car_deep ->
-    car_deep_ft); its fingerprint is checked against that run instead, and its shapes must
-    match this backbone's."""
+    run, e.g. the same architecture fine-tuned further (the previous car_deep, kept in git,
+    -> today's pretrained/car_deep: configs/tldr.py:deep_ft); its fingerprint is checked
+    against that run instead, and its shapes must match this backbone's."""
     src = str(dict(section).get("warm_start", "") or "")
     if not src:
         return {}
