@@ -28,6 +28,9 @@ Variants (`--config configs/tldr.py:<variant>`):
   deep_ft2     stage 2: from the deep_ft run (runs/tldr_ft), a fresh Adam, 1200 steps at 2e-4
                as the previous model's own last stage: the shipped pretrained/tldr_deep_p4
                (benchmarks/RESULTS.md#deep-ft-methods)
+  deep_ft3     stage 3: from the shipped pretrained/tldr_deep_p4 (stage 2), a fresh Adam and
+               a fresh data order (`data_seed=1`), 1200 steps at 1e-4
+               (benchmarks/RESULTS.md#deep-ft-methods)
   deep_ft_p2   the previous pretrained/tldr_deep (P = 2, runs/prev as above) moved the same
                way, with `ext_prev=2` added (at most P; its table starts at zero: the same
                function at step 0), 300 steps at 3e-4: the shipped pretrained/tldr_deep
@@ -99,6 +102,7 @@ VARIANTS = (
     "deep_prev",
     "deep_ft",
     "deep_ft2",
+    "deep_ft3",
     "deep_ft_p2",
     "deep_text",
     "deep_text_order",
@@ -145,6 +149,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             speaker_encoder="pretrained/speaker_encoder",  # speaker embedding of the prompt
             corpus_utterances=0,  # 0 = the backbone's training corpus
             batch_size=0,  # utterances per training batch (0 = the backbone's)
+            data_seed=-1,  # the loader's shuffle / prompt seed (-1 = the backbone's data.seed)
             fixed_shapes=False,  # one padded batch shape (one compile; for a GPU lease)
             patch=4,  # P speech tokens per patch
             compressor="attention",  # 'attention' (local layer + cross-attention) | 'mean'
@@ -218,6 +223,15 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     elif v == "deep_ft2":
         t.update(backbone="pretrained/car_deep", ext_prev=4, warm_start="runs/tldr_ft")
         config.train.update(steps=1200, learning_rate=2e-4, warmup_steps=20, eval_every=400)
+    elif v == "deep_ft3":
+        # a fresh data order: deep_ft2's 1200 batches were the first of the seed-0 epoch
+        t.update(
+            backbone="pretrained/car_deep",
+            ext_prev=4,
+            warm_start="pretrained/tldr_deep_p4",
+            data_seed=1,
+        )
+        config.train.update(steps=1200, learning_rate=1e-4, warmup_steps=20, eval_every=400)
     elif v in TEXT_STAGES:
         q, order, ext_text, warm, steps, lr, warmup = TEXT_STAGES[v]
         t.update(

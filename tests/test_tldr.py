@@ -696,6 +696,21 @@ def test_config_errors():
         tldr_cfg.get_config("large")
 
 
+def test_data_seed_sets_the_loader_seed_only_when_asked():
+    from configs import tldr as tldr_cfg
+    from jaxtts.methods.tldr.task import run_config
+    from jaxtts.run_folder import RunFolder
+
+    backbone = RunFolder("pretrained/car_deep")
+    want = backbone.read_config("lm").data.seed
+    config = tldr_cfg.get_config("deep_ft2")
+    assert config.tldr.data_seed == -1
+    assert run_config(config, backbone).data.seed == want
+    config = tldr_cfg.get_config("deep_ft3")
+    assert (config.tldr.data_seed, want) == (1, 0)
+    assert run_config(config, backbone).data.seed == 1
+
+
 # ------------------------------------------------------------------- the tiny recipe, end to end
 
 

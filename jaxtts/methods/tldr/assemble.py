@@ -24,6 +24,7 @@ RUN_KEYS = (
     "lora_alpha",
     "corpus_utterances",
     "batch_size",
+    "data_seed",
     "fixed_shapes",
     "min_reference_seconds",
     "warm_start",

@@ -117,6 +117,9 @@ def run_config(config, backbone: RunFolder) -> mlc.ConfigDict:
     b = int(config.tldr.get("batch_size", 0))
     if b > 0:  # e.g. 64 on a GPU, where a batch of 16 leaves the chip idle
         out["data"]["batch_size"] = b
+    seed = int(config.tldr.get("data_seed", -1))
+    if seed >= 0:  # a continued stage: another epoch order and other prompt crops
+        out["data"]["seed"] = seed
     if bool(config.tldr.get("fixed_shapes", False)):  # one bucket: one compiled training step
         d = out["data"]
         d.update(bucket_step=d["max_speech_len"], text_bucket_step=d["max_text_len"])
