@@ -203,6 +203,8 @@ HELP = {
     "tldr.speaker_encoder": "speaker encoder run folder (the prompt's speaker embedding)",
     "tldr.corpus_utterances": "built-in corpus size (0 = the backbone's training corpus)",
     "tldr.batch_size": "utterances per training batch (0 = the backbone's data.batch_size)",
+    "tldr.data_seed": "the training loader's shuffle and prompt-crop seed (-1 = the backbone's "
+    "data.seed; another one gives a continued stage another epoch order)",
     "tldr.fixed_shapes": "pad every batch to the longest buckets: one compiled training step",
     "tldr.patch": "P: speech tokens per patch (one backbone forward per patch)",
     "tldr.compressor": "token-to-patch compressor: attention | mean (the ablation)",
