@@ -26,11 +26,12 @@ Variants (`--config configs/tldr.py:<variant>`):
                pretrained/tldr_deep_p4 pretrained/tldr_deep | tar -x -C runs/prev`.
                deep_prev's settings, 400 steps at 3e-4 (WER 11.3 %)
   deep_ft2     stage 2: from the deep_ft run (runs/tldr_ft), a fresh Adam, 1200 steps at 2e-4
-               as the previous model's own last stage: the shipped pretrained/tldr_deep_p4
-               (benchmarks/RESULTS.md#deep-ft-methods)
-  deep_ft3     stage 3: from the shipped pretrained/tldr_deep_p4 (stage 2), a fresh Adam and
-               a fresh data order (`data_seed=1`), 1200 steps at 1e-4
-               (benchmarks/RESULTS.md#deep-ft-methods)
+               as the previous model's own last stage: WER 9.5 %, pretrained/tldr_deep_p4
+               until stage 3 (benchmarks/RESULTS.md#deep-ft-methods)
+  deep_ft3     stage 3: from pretrained/tldr_deep_p4 as stage 2 shipped it (git 655841d; the
+               folder now holds this stage's result), a fresh Adam and a fresh data order
+               (`data_seed=1`), 1200 steps at 1e-4: dev CE 0.989, WER 8.9 %, the shipped
+               pretrained/tldr_deep_p4 (benchmarks/RESULTS.md#deep-ft-methods)
   deep_ft_p2   the previous pretrained/tldr_deep (P = 2, runs/prev as above) moved the same
                way, with `ext_prev=2` added (at most P; its table starts at zero: the same
                function at step 0), 300 steps at 3e-4: the shipped pretrained/tldr_deep
