@@ -9,7 +9,9 @@ twice, then run once under `jax.profiler.trace`. Every operation XLA executed (a
 CPU backend) is attributed to the model part named by its HLO metadata (the `op_name` that JAX
 and Flax record: module path and primitive, `part`) and summed. Loop-body parts are reported
 per decoding step (ms), the rest (the prefill, cache set-up) per call. "thread-pool sync" is the
-time the calling thread waits for XLA's worker threads.
+time the calling thread waits for XLA's worker threads. An SSD step's draft (its L forwards,
+base head and draws: the `ssd_draft` scope of `jaxtts.methods.ssd.strategy`) is one part; its
+verify forward lands in the layer parts beside the other rows'.
 
 The parts' sum is the thunks' time, which is close to the wall time on 2 cores (each part's
 cost includes its share of the parallel split). Profiling adds a few percent. On a GPU the
@@ -40,6 +42,7 @@ ATTN_DOTS = {  # `jaxtts.nn.attention.attend`'s einsums (keys [S, H] or [H, S]; 
 }
 MODULES = (  # (pattern in the op_name, part), first match wins
     (r"Policy", "DCAR policy"),
+    (r"ssd_draft", "SSD draft (L forwards, base head, draws)"),  # `methods/ssd/strategy.py`
     (r"extract", "TLDR extractor"),
     (r"compress", "TLDR compressor"),
     (r"speaker", "speaker encoder"),

@@ -1,6 +1,7 @@
 """Where a TLDR decoding step's time goes: its parts left out, one at a time, in the real loop.
 
-    python benchmarks/tldr_step.py --workdir pretrained/tldr_deep_p4 --batch 1,8
+    python benchmarks/tldr_step.py --workdir pretrained/tldr_deep_p4 --batch 1,8 \\
+        --precision bfloat16
 
 A fixed-length decode (EOS suppressed: `--tokens` per row, random text and prompt of the
 benchmark's sizes, top_p 0.6) of the TLDR run with its step as shipped (`full`) and with
@@ -75,6 +76,7 @@ def main(argv=None) -> int:
     ap.add_argument("--text_len", type=int, default=48)
     ap.add_argument("--prompt_len", type=int, default=75)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--precision", default="float32", choices=["float32", "bfloat16"])
     args = ap.parse_args(argv)
 
     import numpy as np
@@ -86,10 +88,11 @@ def main(argv=None) -> int:
     eng = load_engine(args.workdir)
     if eng.family != "tldr":
         raise SystemExit(f"--workdir {args.workdir}: a TLDR run expected, got {eng.family}")
-    models, params = eng.decode_models(), eng.decode_params()
+    opts = eng.options(strategy="tldr", precision=args.precision)
+    _, models, params = eng.at_precision(None, eng.decode_models(), eng.decode_params(), opts)
     sampling = SamplingConfig(temperature=1.0, top_p=0.6, min_tokens=args.tokens)
     rows = {v: (ablated(v)().bind(models), models, params) for v in VARIANTS}
-    rows["far"] = (registry.get("far"), {"target": eng.model}, {"target": eng.params})
+    rows["far"] = (registry.get("far"), {"target": models["target"]}, {"target": params["target"]})
     for b in (int(x) for x in args.batch.split(",")):
         batch, keys = random_batch(
             np.random.default_rng(0), eng.cfg, b, args.text_len, args.prompt_len

@@ -123,6 +123,40 @@ def test_ssd_loop_writes_the_caches_in_place(params, draft_params, rows):
     assert not loop_copies(hlo, cache)
 
 
+def test_profiles_name_the_draft_apart_from_the_verify(params, draft_params):
+    """benchmarks/step_parts.py attributes the draft's ops (its forwards, head and draws) to one
+    part and the verify forward's to the layer parts: the SSD step's named scopes reach the
+    compiled program's metadata."""
+    import importlib.util
+
+    from jaxtts.decode.driver import _decode
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "step_parts.py")
+    spec = importlib.util.spec_from_file_location("step_parts", path)
+    parts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(parts)
+    models = {"target": TTSLM(TINY), "draft": TTSLM(DRAFT)}
+    hlo = (
+        _decode.lower(
+            {"target": params, "draft": draft_params},
+            batch_of(random_rows(1, seed=4)),
+            row_keys(0, range(1)),
+            strategy=registry.get("ssd:L=3,beta=0.4").bind(models),
+            models=tuple(sorted(models.items())),
+            max_new_tokens=12,
+            sampling=SamplingConfig(temperature=1.0, top_p=0.8).traced(),
+        )
+        .compile()
+        .as_text()
+    )
+    names = set(parts.op_names(hlo).values())
+    draft = {parts.part(n) for n in names if "/ssd_draft/" in n}
+    verify = {parts.part(n) for n in names if "/ssd_verify/" in n}
+    assert draft == {"SSD draft (L forwards, base head, draws)"}
+    assert "MLP wo" in verify and "attention q projection" in verify
+    assert not any(v.startswith("SSD draft") for v in verify)
+
+
 @pytest.mark.parametrize("L", [1, 3, 5])
 def test_greedy_ssd_equals_greedy_far(params, draft_params, L):
     rows = random_rows(5, seed=L)

@@ -176,33 +176,35 @@ class SSD(Strategy):
         fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
 
         # 1. draft: pending tokens (1 or 2 per row), then L - 1 more single-token forwards
-        d_start = c.draft.speech_len
-        h, dcache = dm.apply(dp, c.pending, c.draft, method="extend")  # [B, 2, D]
-        dcache = dcache.rollback(d_start + c.n_pending)
-        hd = jnp.take_along_axis(h, (c.n_pending - 1)[:, None, None], 1)[:, 0]  # [B, D]
-        xs, ps = [], []
-        for i in range(L):
-            if i:  # the previous proposal joins the draft cache (L - 1 single-token forwards)
-                h1, dcache = dm.apply(dp, xs[-1][:, None], dcache, method="extend")
-                hd = h1[:, 0]  # [B, D]
-            lg = dm.apply(dp, hd, method="base_logits")[:, None]  # [B, 1, V]
-            lg = suppress_early_eos(lg, state.length + i, sampling, eos)[:, 0]
-            p_i = probs_of(lg, sampling)  # [B, V]
-            if sampling.greedy:
-                x_i = jnp.argmax(p_i, axis=1)  # [B]
-            else:
-                x_i = jax.vmap(jax.random.categorical)(fold(k, i), log_of(p_i))
-            x_i = x_i.astype(jnp.int32)
-            xs.append(x_i)
-            ps.append(p_i)
+        with jax.named_scope("ssd_draft"):  # profiles (benchmarks/step_parts.py) name the draft
+            d_start = c.draft.speech_len
+            h, dcache = dm.apply(dp, c.pending, c.draft, method="extend")  # [B, 2, D]
+            dcache = dcache.rollback(d_start + c.n_pending)
+            hd = jnp.take_along_axis(h, (c.n_pending - 1)[:, None, None], 1)[:, 0]  # [B, D]
+            xs, ps = [], []
+            for i in range(L):
+                if i:  # the previous proposal joins the draft cache (L - 1 single-token forwards)
+                    h1, dcache = dm.apply(dp, xs[-1][:, None], dcache, method="extend")
+                    hd = h1[:, 0]  # [B, D]
+                lg = dm.apply(dp, hd, method="base_logits")[:, None]  # [B, 1, V]
+                lg = suppress_early_eos(lg, state.length + i, sampling, eos)[:, 0]
+                p_i = probs_of(lg, sampling)  # [B, V]
+                if sampling.greedy:
+                    x_i = jnp.argmax(p_i, axis=1)  # [B]
+                else:
+                    x_i = jax.vmap(jax.random.categorical)(fold(k, i), log_of(p_i))
+                x_i = x_i.astype(jnp.int32)
+                xs.append(x_i)
+                ps.append(p_i)
         x = jnp.stack(xs, 1)  # [B, L]
         p = jnp.stack(ps, 1)  # [B, L, V]
 
         # 2. target: [y, x_1..x_L] in one forward -> q_1..q_{L+1}
         t_start = c.target.speech_len
         y = jnp.take_along_axis(c.pending, (c.n_pending - 1)[:, None], 1)  # [B, 1]
-        ht, tcache = tm.apply(tp, jnp.concatenate([y, x], 1), c.target, method="extend")
-        lq = tm.apply(tp, ht, method="base_logits")  # [B, L + 1, V]
+        with jax.named_scope("ssd_verify"):
+            ht, tcache = tm.apply(tp, jnp.concatenate([y, x], 1), c.target, method="extend")
+            lq = tm.apply(tp, ht, method="base_logits")  # [B, L + 1, V]
         lq = suppress_early_eos(lq, state.length, sampling, eos)
         q = probs_of(lq, sampling)
 
