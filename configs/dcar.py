@@ -19,8 +19,13 @@ Variants (`--config configs/dcar.py:<variant>`):
          the heads are sure)
   deep_rule  `deep_conf` with a linear policy (`policy.num_layers = 0`: no causal layer, two
          small matmuls a step) that starts at the confidence-threshold rule (theta 0.4,
-         `dcpo.prior_threshold`) instead of uniform; not the paper's policy; the shipped
-         pretrained/dcar_deep (since 2026-11-28 23:45 UTC)
+         `dcpo.prior_threshold`) instead of uniform; not the paper's policy;
+         pretrained/dcar_deep from 2026-11-28 23:45 UTC to 2026-12-05
+  deep_nochase  `deep_rule` without chase-then-exceed (`dcpo.chase_then_exceed = False`: every
+         rollout drawn from the policy, no fixed-size guidance rollouts; the paper's first
+         ablation): the shipped pretrained/dcar_deep since 2026-12-06 (on this backbone it
+         reads no worse than `deep_rule` and takes c = 4 more often: benchmarks/RESULTS.md,
+         section deep-dcar-ablations)
 
   python train.py --config configs/dcar.py:small --workdir runs/dcar
   python train.py --config configs/dcar.py:small --workdir runs/dcar_234 \
@@ -32,7 +37,7 @@ import ml_collections as mlc
 
 from configs import common
 
-VARIANTS = ("tiny", "small", "deep", "deep_cs", "deep_pr", "deep_conf", "deep_rule")
+VARIANTS = ("tiny", "small", "deep", "deep_cs", "deep_pr", "deep_conf", "deep_rule", "deep_nochase")
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
@@ -93,24 +98,26 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         checkpoint_every=25,
     )
     config.mesh = common.mesh_config()
-    if v in ("deep", "deep_cs", "deep_pr", "deep_conf", "deep_rule"):
+    if v in ("deep", "deep_cs", "deep_pr", "deep_conf", "deep_rule", "deep_nochase"):
         config.dcpo.update(backbone="pretrained/car_deep", guidance=(2, 3, 4))
         config.train.update(steps=100)
     if v == "deep_cs":
         config.dcpo.update(reward_metric="cer", speed_weight=0.026)
         config.policy.pick = "sample"
         config.train.update(steps=60)
-    if v in ("deep_pr", "deep_conf", "deep_rule"):
+    if v in ("deep_pr", "deep_conf", "deep_rule", "deep_nochase"):
         config.dcpo.update(reward_metric="cer", process_weight=1.0)
         config.policy.pick = "sample"
         config.train.update(steps=80, checkpoint_every=20)
-    if v in ("deep_conf", "deep_rule"):
+    if v in ("deep_conf", "deep_rule", "deep_nochase"):
         config.policy.update(features="confidence", pick="argmax")
         config.dcpo.process_lambda = 0.75
         config.train.learning_rate = 1e-3
-    if v == "deep_rule":
+    if v in ("deep_rule", "deep_nochase"):
         config.policy.num_layers = 0
         config.dcpo.prior_threshold = 0.4
+    if v == "deep_nochase":
+        config.dcpo.chase_then_exceed = False
     if v == "tiny":
         config.policy.update(num_heads=2, head_dim=16, d_ff=64)
         config.data.corpus_utterances = 40  # built in seconds on a fresh clone
