@@ -98,26 +98,31 @@ def test_verify_bonus_after_all_accepted_by_hand():
 # ----------------------------------------------------------------------------- decoding
 
 
-@pytest.mark.parametrize("rows", [1, 2])
-def test_ssd_loop_writes_the_caches_in_place(params, draft_params, rows):
-    """No loop body of the compiled SSD decode copies a KV cache buffer (target or draft),
-    at batch 1 and 2."""
+def _compiled_ssd(params, draft_params, rows: int, max_new: int) -> str:
+    """The optimized HLO text of a sampled `ssd:L=3,beta=0.4` decode of `rows` random rows."""
     from jaxtts.decode.driver import _decode
 
     models = {"target": TTSLM(TINY), "draft": TTSLM(DRAFT)}
-    hlo = (
+    return (
         _decode.lower(
             {"target": params, "draft": draft_params},
             batch_of(random_rows(rows, seed=4)),
             row_keys(0, range(rows)),
             strategy=registry.get("ssd:L=3,beta=0.4").bind(models),
             models=tuple(sorted(models.items())),
-            max_new_tokens=40,
+            max_new_tokens=max_new,
             sampling=SamplingConfig(temperature=1.0, top_p=0.8).traced(),
         )
         .compile()
         .as_text()
     )
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_ssd_loop_writes_the_caches_in_place(params, draft_params, rows):
+    """No loop body of the compiled SSD decode copies a KV cache buffer (target or draft),
+    at batch 1 and 2."""
+    hlo = _compiled_ssd(params, draft_params, rows, max_new=40)
     cache = rf"f32\[{rows},{TINY.num_heads},\d\d+,{TINY.head_dim}\]"  # [B, N, S, H], S >= 10
     assert mentions(hlo, cache) > 0  # the pattern names the cache buffers
     assert not loop_copies(hlo, cache)
@@ -129,27 +134,11 @@ def test_profiles_name_the_draft_apart_from_the_verify(params, draft_params):
     compiled program's metadata."""
     import importlib.util
 
-    from jaxtts.decode.driver import _decode
-
     path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "step_parts.py")
     spec = importlib.util.spec_from_file_location("step_parts", path)
     parts = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(parts)
-    models = {"target": TTSLM(TINY), "draft": TTSLM(DRAFT)}
-    hlo = (
-        _decode.lower(
-            {"target": params, "draft": draft_params},
-            batch_of(random_rows(1, seed=4)),
-            row_keys(0, range(1)),
-            strategy=registry.get("ssd:L=3,beta=0.4").bind(models),
-            models=tuple(sorted(models.items())),
-            max_new_tokens=12,
-            sampling=SamplingConfig(temperature=1.0, top_p=0.8).traced(),
-        )
-        .compile()
-        .as_text()
-    )
-    names = set(parts.op_names(hlo).values())
+    names = set(parts.op_names(_compiled_ssd(params, draft_params, 1, max_new=12)).values())
     draft = {parts.part(n) for n in names if "/ssd_draft/" in n}
     verify = {parts.part(n) for n in names if "/ssd_verify/" in n}
     assert draft == {"SSD draft (L forwards, base head, draws)"}
