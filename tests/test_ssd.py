@@ -593,6 +593,34 @@ def test_ssd_segments_equal_one_call(params, draft_params, beta):
     assert_same_decode(got, want, stats=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class OneWindowSSD(SSD):
+    """SSD attending over the whole buffer of both caches at every step (no windows)."""
+
+    def windows(self, models, batch, max_new_tokens):
+        return (None,)
+
+
+@pytest.mark.parametrize("L, beta", [(3, 0.4), (5, 0.0)])
+def test_ssd_attention_windows_change_nothing(L, beta):
+    """Both caches grown window by window (64, 128, then the whole budget) give the tokens,
+    steps and acceptance statistics of full-size caches from the first step (sampled)."""
+    params = init_params(eos_bias=-3.0)  # long rows: they cross both window boundaries
+    dparams = init_params(DRAFT, seed=3, eos_bias=-3.0)
+    rows = random_rows(4, seed=5)
+    batch, keys = batch_of(rows), row_keys(0, range(4))
+    s = SamplingConfig(temperature=1.0, top_k=8)
+    strat = SSD(L, beta)
+    assert strat.windows(None, batch, 150) == (64, 128, 6 + 2 + 150 + L)  # prompt 6
+    out = run_ssd(strat, params, dparams, batch, keys, s, max_new=150)
+    ref = run_ssd(OneWindowSSD(L, beta), params, dparams, batch, keys, s, max_new=150)
+    assert int(np.max(out.length)) > 128  # really past the second window
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    np.testing.assert_array_equal(out.steps, ref.steps)
+    for k in ("accepted_drafts", "proposed_drafts"):
+        np.testing.assert_array_equal(out.stats[k], ref.stats[k])
+
+
 def test_untrained_draft_folder_loads_the_targets_layers(tmp_path):
     """`python -m jaxtts.methods.ssd.task untrained`: a folder with no parameter file whose
     engine takes the draft's layers from the target at load time, value for value; training

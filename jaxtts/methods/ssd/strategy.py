@@ -21,6 +21,12 @@ accept x_i iff it is the target's argmax, then the target's argmax: exactly gree
 The prefill leaves each row's last speech-prompt input (BOS or the last prompt token) out of
 both caches: it is the first pending token, so every step has the same shape.
 
+Cost (batch 1 on a CPU, RESULTS §ssd-windows): both caches grow window by window as FAR's do
+(`cache_windows`), so the draft's and the verify's attention follow the valid length rather
+than the 12 s budget; the target holds its keys transposed for the verify's L + 1 query rows
+(`multi_row_keys`); the prefill computes its last layer at one row (its hidden states are not
+read). Each leaves the tokens as they were (tested against full-size caches and greedy FAR).
+
 Axis letters: B batch, L draft length, V vocabulary.
 """
 
@@ -36,6 +42,7 @@ from jaxtts.decode.driver import Proposal, Strategy
 from jaxtts.decode.sampling import filter_logits, step_keys, suppress_early_eos
 from jaxtts.errors import ConfigError
 from jaxtts.methods.lm import KVCache, with_bos
+from jaxtts.methods.lm.strategies import cache_windows, multi_row_keys, window_fits
 
 
 @flax.struct.dataclass
@@ -145,17 +152,46 @@ class SSD(Strategy):
     def _slots(self, batch, max_new_tokens) -> int:
         return batch.prompt.shape[1] + 2 + max_new_tokens + self.draft_len
 
+    # Growing caches (`jaxtts.decode.driver`): both caches start at a window that holds the
+    # prompt and grow window by window, so attention follows the valid length. A step extends
+    # the target by L + 1 slots and the draft by at most 2 + (L - 1) = L + 1.
+    def windows(self, models, batch, max_new_tokens):
+        return cache_windows(
+            batch.prompt.shape[1] + 1, self._slots(batch, max_new_tokens), self.draft_len + 1
+        )
+
+    def resize(self, models, carry, window):
+        return carry.replace(target=carry.target.resize(window), draft=carry.draft.resize(window))
+
+    def window_fits(self, state, window):
+        c, n = state.carry, self.draft_len + 1
+        return window_fits(c.target, state.done, n) & window_fits(c.draft, state.done, n)
+
     def init(self, models, params, batch, max_new_tokens):
         speech, speech_len = with_bos(batch.prompt, batch.prompt_len, models["target"].cfg)
         b, x = batch.text.shape
-        slots = self._slots(batch, max_new_tokens)
+        first = self.windows(models, batch, max_new_tokens)[0]  # the caches grow from there
+        slots = self._slots(batch, max_new_tokens) if first is None else first
+        # the target's verify attends with L + 1 query rows: keys transposed where that is
+        # faster (`multi_row_keys`); the draft's forwards are of one row (two at most)
+        keys_t = {"target": multi_row_keys(self.draft_len + 1), "draft": False}
+        # the prefill's hidden states are not read (the last input is pending): the last
+        # layer is computed at one row only (`TTSLM.prefill`'s rows; the same cache)
+        rows = jnp.maximum(speech_len - 2, 0)[:, None]  # [B, 1]
         caches = {}
         for name in ("target", "draft"):
             m, p = models[name], {"params": params[name]}
-            cache = m.apply(p, b, x, slots, method="init_cache")
+            cache = m.apply(p, b, x, slots, keys_t=keys_t[name], method="init_cache")
             # everything but the last speech input: it is the first pending token
             _, cache = m.apply(
-                p, batch.text, batch.text_len, speech, speech_len - 1, cache, method="prefill"
+                p,
+                batch.text,
+                batch.text_len,
+                speech,
+                speech_len - 1,
+                cache,
+                rows=rows,
+                method="prefill",
             )
             caches[name] = cache
         last = jnp.take_along_axis(speech, (speech_len - 1)[:, None], 1)[:, 0]  # [B]
