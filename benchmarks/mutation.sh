@@ -34,7 +34,7 @@ mkdir -p "$OUT" .cache
 # name | module path | tests (pytest args) | per-mutant timeout s [| line ranges]
 TARGETS=(
   "grpo|jaxtts/train/rl/grpo.py|tests/test_rl.py|240"
-  "ssd_verify|jaxtts/methods/ssd/strategy.py|tests/test_ssd.py -k by_hand or lossless or greedy or log_of or made_of or own_positions or batch_n or rolls_both|400|59-102,165-235"
+  "ssd_verify|jaxtts/methods/ssd/strategy.py|tests/test_ssd.py -k by_hand or lossless or greedy or log_of or made_of or own_positions or batch_n or rolls_both|400|66-109,201-271"
   "sampling|jaxtts/decode/sampling.py|tests/test_sampling.py|300"
   "align|jaxtts/train/align.py|tests/test_align.py|300"
   "mdm_orders|jaxtts/methods/mdm/orders.py|tests/test_mdm_parts.py|300"
