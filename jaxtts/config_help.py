@@ -33,6 +33,46 @@ def load_config(spec: str):
         raise ConfigError(f"--config {spec}: {e.args[0]}") from None
 
 
+def apply_overrides(config, overrides: list[str]):
+    """`--config.<section>.<key>=<value>` arguments (as `train.py` takes them) applied to
+    `config` in place, each value parsed as a Python literal of the key's type (a string key
+    takes the text as it is). An unknown key, a malformed argument or a value of another type
+    is a one-line ConfigError naming the argument."""
+    for arg in overrides:
+        name, eq, text = arg.partition("=")
+        if not name.startswith("--config.") or not eq:
+            raise ConfigError(f"{arg}: expected --config.<section>.<key>=<value>")
+        *path, key = name[len("--config.") :].split(".")
+        node = config
+        for part in path:
+            if part not in node or not hasattr(node[part], "keys"):
+                raise ConfigError(f"{name}: unknown config key {'.'.join([*path, key])}")
+            node = node[part]
+        if key not in node:
+            raise ConfigError(f"{name}: unknown config key {'.'.join([*path, key])}")
+        old = node[key]
+        if isinstance(old, str):
+            value = text
+        else:
+            try:
+                value = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                raise ConfigError(
+                    f"{name}={text!r}: expected {type(old).__name__} (e.g. {old!r})"
+                ) from None
+        ok = isinstance(value, type(old)) or (
+            isinstance(old, float) and isinstance(value, int) and not isinstance(value, bool)
+        )
+        if (
+            old is not None
+            and not ok
+            and not (isinstance(old, (list, tuple)) and isinstance(value, (list, tuple)))
+        ):
+            raise ConfigError(f"{name}={text!r}: expected {type(old).__name__} (e.g. {old!r})")
+        node[key] = float(value) if isinstance(old, float) else value
+    return config
+
+
 def help_table(configs_dir: Path | None = None) -> dict[str, str]:
     """dotted key -> one-line description."""
     path = Path(configs_dir or CONFIGS_DIR) / "help.py"

@@ -649,6 +649,31 @@ def test_untrained_draft_folder_loads_the_targets_layers(tmp_path):
         ssd_task.train(config, str(tmp_path / "never"))
 
 
+def test_untrained_takes_config_overrides_as_train_py_does(tmp_path, capsys):
+    """`task untrained --config ... --config.ssd.first=2 <dest>`: the folder's draft is the
+    overridden split; an unknown key or a value of the wrong type is a one-line error naming
+    the argument, and nothing is written."""
+    from jaxtts.methods.ssd import task as ssd_task
+    from jaxtts.run_folder import RunFolder
+
+    dest = tmp_path / "ssd_first2"
+    argv = ["untrained", "--config", "configs/ssd.py:tiny", "--config.ssd.first=2", str(dest)]
+    assert ssd_task.main(argv) == 0
+    cfg = RunFolder(dest).read_config("ssd")
+    assert int(cfg.ssd.first) == 2
+    assert list(cfg.ssd.layers)[:2] == [0, 1]
+    for bad, says in (
+        ("--config.ssd.frist=2", "unknown config key ssd.frist"),
+        ("--config.ssd.first=two", "--config.ssd.first='two': expected int (e.g. 1)"),
+    ):
+        capsys.readouterr()
+        never = tmp_path / "never"
+        assert ssd_task.main(["untrained", "--config", "configs/ssd.py:tiny", bad, str(never)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and "\n" not in err, err
+        assert not never.exists()
+
+
 def test_each_step_rolls_both_caches_back_to_the_accepted_prefix(params, draft_params):
     """One loop step at a time (a random draft, so rejections happen): after a step in which a
     row accepted n of L drafts, the target cache grew by 1 + n (the last committed token y and

@@ -25,7 +25,8 @@ Cost (batch 1 on a CPU, RESULTS §ssd-windows): both caches grow window by windo
 (`cache_windows`), so the draft's and the verify's attention follow the valid length rather
 than the 12 s budget; the target holds its keys transposed for the verify's L + 1 query rows
 (`multi_row_keys`); the prefill computes its last layer at one row (its hidden states are not
-read). Each leaves the tokens as they were (tested against full-size caches and greedy FAR).
+read). The windows give the tokens of full-size caches exactly (tested); the transposed keys
+change only the logits' float rounding (greedy SSD still equals greedy FAR, tested).
 
 Axis letters: B batch, L draft length, V vocabulary.
 """

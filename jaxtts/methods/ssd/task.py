@@ -11,6 +11,8 @@ folder with the config and the target's fingerprint but no parameter file; the e
 draft's layers from the target at load time (a few kB; `pretrained/ssd_deep` until 2026-12-03):
 
     python -m jaxtts.methods.ssd.task untrained --config configs/ssd.py:deep <dest>
+    python -m jaxtts.methods.ssd.task untrained --config configs/ssd.py:deep \
+        --config.ssd.target=runs/my_backbone <dest>      # any key, as train.py takes it
 
 A trained draft ships as its trained parts only (the first layers and the head; float32 as
 trained, or `--dtype float16`), the rest taken from the target at load as above; the shipped
@@ -32,7 +34,7 @@ import sys
 import ml_collections as mlc
 
 from jaxtts import families
-from jaxtts.config_help import load_config
+from jaxtts.config_help import apply_overrides, load_config
 from jaxtts.errors import ConfigError, JaxttsError
 from jaxtts.methods.lm import LMConfig, LMEngine, start_on_backbone
 from jaxtts.methods.ssd.draft import (
@@ -169,11 +171,17 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m jaxtts.methods.ssd.task untrained --config configs/ssd.py:deep <dest>
+    """python -m jaxtts.methods.ssd.task untrained --config configs/ssd.py:deep
+        [--config.<section>.<key>=<value> ...] <dest>
     python -m jaxtts.methods.ssd.task ship <training run> <dest>"""
     ap = argparse.ArgumentParser(prog="python -m jaxtts.methods.ssd.task")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    u = sub.add_parser("untrained", help="write a draft folder of the target's own layers")
+    u = sub.add_parser(
+        "untrained",
+        help="write a draft folder of the target's own layers",
+        epilog="Any config key is set as train.py sets it: --config.<section>.<key>=<value> "
+        "(e.g. --config.ssd.target=runs/my_backbone --config.ssd.first=2).",
+    )
     u.add_argument("--config", required=True, help="e.g. configs/ssd.py:deep")
     u.add_argument("dest", help="e.g. pretrained/ssd_deep")
     s = sub.add_parser("ship", help="export a trained draft's trained parts for pretrained/")
@@ -186,10 +194,15 @@ def main(argv: list[str] | None = None) -> int:
         choices=["float32", "float16"],
         help="storage type of the trained parts (loaded back as float32)",
     )
-    args = ap.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    overrides = [a for a in argv if a.startswith("--config.")]
+    args = ap.parse_args([a for a in argv if not a.startswith("--config.")])
+    if overrides and args.cmd != "untrained":
+        ap.error(f"{overrides[0]}: config overrides are for 'untrained' only")
     try:
         if args.cmd == "untrained":
-            out = write_untrained(load_config(args.config), args.dest)
+            config = apply_overrides(load_config(args.config), overrides)
+            out = write_untrained(config, args.dest)
         else:
             out = ship(args.workdir, args.dest, args.step, args.dtype)
     except JaxttsError as e:
