@@ -339,6 +339,21 @@ def test_no_import_cycles():
     assert cycles == [], [" -> ".join(c) for c in cycles]
 
 
+@pytest.mark.parametrize("spec", ["far", "car:3", "vadusa:2", "dcar", "ssd:L=5,beta=0.4", "tldr"])
+def test_every_step_wise_strategy_grows_its_caches(spec):
+    """Every driver strategy with a KV cache starts it at the smallest window and grows it
+    (`cache_windows`): a strategy that attended over the whole budget from the first step
+    (SSD until 2026-12-06) paid for a 12 s cache at every step of a 2 s utterance."""
+    from jaxtts.methods.lm.strategies import MIN_WINDOW
+
+    strat = registry.get(spec)
+    if spec == "tldr":  # its patch comes from the model (`bind`): the shipped P = 4
+        strat = dataclasses.replace(strat, patch=4)
+    windows = strat.windows({"target": TTSLM(TINY)}, batch_of(random_rows(2, seed=1)), 600)
+    assert windows[0] == MIN_WINDOW and len(windows) >= 3, windows
+    assert list(windows) == sorted(windows)
+
+
 @dataclasses.dataclass(frozen=True)
 class OneWindow(ChunkedAR):
     """car:<chunk> attending over the whole buffer at every step (no windows)."""
