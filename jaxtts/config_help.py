@@ -35,41 +35,36 @@ def load_config(spec: str):
 
 def apply_overrides(config, overrides: list[str]):
     """`--config.<section>.<key>=<value>` arguments (as `train.py` takes them) applied to
-    `config` in place, each value parsed as a Python literal of the key's type (a string key
-    takes the text as it is). An unknown key, a malformed argument or a value of another type
-    is a one-line ConfigError naming the argument."""
+    `config` (an `ml_collections.ConfigDict`) in place: a value is read as a Python literal
+    (a string key takes the text as it is) and the ConfigDict's own type check takes it or not.
+    An unknown key, a malformed argument or a value of another type is a one-line ConfigError
+    naming the argument."""
     for arg in overrides:
         name, eq, text = arg.partition("=")
         if not name.startswith("--config.") or not eq:
             raise ConfigError(f"{arg}: expected --config.<section>.<key>=<value>")
         *path, key = name[len("--config.") :].split(".")
         node = config
-        for part in path:
-            if part not in node or not hasattr(node[part], "keys"):
+        for part in [*path, key]:
+            if not hasattr(node, "keys") or part not in node:
                 raise ConfigError(f"{name}: unknown config key {'.'.join([*path, key])}")
-            node = node[part]
-        if key not in node:
-            raise ConfigError(f"{name}: unknown config key {'.'.join([*path, key])}")
-        old = node[key]
-        if isinstance(old, str):
-            value = text
-        else:
+            parent, node = node, node[part]
+        if hasattr(node, "keys"):
+            raise ConfigError(
+                f"{name}: a section; expected one of its keys, e.g. {name}.{next(iter(node.keys()))}"
+            )
+        value = text
+        if not isinstance(node, str):
             try:
                 value = ast.literal_eval(text)
             except (ValueError, SyntaxError):
-                raise ConfigError(
-                    f"{name}={text!r}: expected {type(old).__name__} (e.g. {old!r})"
-                ) from None
-        ok = isinstance(value, type(old)) or (
-            isinstance(old, float) and isinstance(value, int) and not isinstance(value, bool)
-        )
-        if (
-            old is not None
-            and not ok
-            and not (isinstance(old, (list, tuple)) and isinstance(value, (list, tuple)))
-        ):
-            raise ConfigError(f"{name}={text!r}: expected {type(old).__name__} (e.g. {old!r})")
-        node[key] = float(value) if isinstance(old, float) else value
+                pass  # left as text: the type check below names what was expected
+        try:
+            parent[key] = value
+        except TypeError:
+            raise ConfigError(
+                f"{name}={text!r}: expected {type(node).__name__} (e.g. {node!r})"
+            ) from None
     return config
 
 
