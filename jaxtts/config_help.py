@@ -51,7 +51,7 @@ def apply_overrides(config, overrides: list[str]):
             parent, node = node, node[part]
         if hasattr(node, "keys"):
             raise ConfigError(
-                f"{name}: a section; expected one of its keys, e.g. {name}.{next(iter(node.keys()))}"
+                f"{name}: a section; expected one of its keys ({', '.join(node.keys())})"
             )
         value = text
         if not isinstance(node, str):
