@@ -70,6 +70,9 @@ Variants (`--config configs/tldr.py:<variant>`):
                modules while training; not in the paper) from the same step-2400 export, whose
                train CE had reached the backbone's (0.74) with dev CE 0.38 above it: 700 steps
                at 3e-4 (measured run: started at 900, cut to 700 on resume at step 26)
+  deep_ft_text_layers  deep_text_layers on today's backbone: from the shipped
+               pretrained/tldr_deep_p4 (WER 8.9 %, the 32 h corpus), a fresh data order
+               (`data_seed=2`), 1500 steps at 4e-4 (benchmarks/RESULTS.md#deep-tldr-text)
   gpu_text_layers / gpu_text3  for one GPU (benchmarks/gpu_train.sh): deep_text_layers /
                deep_text3 (Q = 3 with the slot order) started from pretrained/tldr_deep_p4,
                batch 64 (the CPU runs: 16) padded to one shape (`fixed_shapes`: the first
@@ -112,6 +115,7 @@ VARIANTS = (
     "deep_text_layers",
     "deep_text_layers_read",
     "deep_text_layers_drop",
+    "deep_ft_text_layers",
     "gpu_text_layers",
     "gpu_text3",
 )
@@ -255,6 +259,15 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             warm_start=warm,
         )
         config.train.update(steps=steps, learning_rate=lr, warmup_steps=50, eval_every=every)
+    elif v == "deep_ft_text_layers":
+        t.update(
+            backbone="pretrained/car_deep",
+            ext_prev=4,
+            text_layers="0,5,9,10",
+            warm_start="pretrained/tldr_deep_p4",
+            data_seed=2,
+        )
+        config.train.update(steps=1500, learning_rate=4e-4, warmup_steps=50, eval_every=500)
     elif v in ("gpu_text_layers", "gpu_text3"):
         t.update(
             backbone="pretrained/car_deep",
