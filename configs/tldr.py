@@ -73,6 +73,9 @@ Variants (`--config configs/tldr.py:<variant>`):
   deep_ft_text_layers  deep_text_layers on today's backbone: from the shipped
                pretrained/tldr_deep_p4 (WER 8.9 %, the 32 h corpus), a fresh data order
                (`data_seed=2`), 1500 steps at 4e-4 (benchmarks/RESULTS.md#deep-tldr-text)
+  deep_kd_text_layers  the text in 4 layers distilled from the shipped model with the text in
+               every layer (`tldr.teacher`, `tldr.distill` = 0.9: 0.1 CE + 0.9 KL; not in the
+               paper), 1000 steps at 3e-4, data_seed 3 (benchmarks/RESULTS.md#deep-tldr-text)
   gpu_text_layers / gpu_text3  for one GPU (benchmarks/gpu_train.sh): deep_text_layers /
                deep_text3 (Q = 3 with the slot order) started from pretrained/tldr_deep_p4,
                batch 64 (the CPU runs: 16) padded to one shape (`fixed_shapes`: the first
@@ -116,6 +119,7 @@ VARIANTS = (
     "deep_text_layers_read",
     "deep_text_layers_drop",
     "deep_ft_text_layers",
+    "deep_kd_text_layers",
     "gpu_text_layers",
     "gpu_text3",
 )
@@ -180,6 +184,8 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             lora_alpha=32.0,  # paper 64/64 at D 896; scaled to D 256
             warm_start="",  # a TLDR run on the same backbone to start from ('' = fresh)
             warm_start_backbone="",  # the backbone warm_start was trained on, if another one
+            teacher="",  # a TLDR run on the same backbone to distil from (not in the paper)
+            distill=0.0,  # w: the loss is (1 - w) CE + w KL(teacher || student)
         )
     )
     config.train = common.train_config(
@@ -268,6 +274,17 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             data_seed=2,
         )
         config.train.update(steps=1500, learning_rate=4e-4, warmup_steps=50, eval_every=500)
+    elif v == "deep_kd_text_layers":
+        t.update(
+            backbone="pretrained/car_deep",
+            ext_prev=4,
+            text_layers="0,5,9,10",
+            warm_start="pretrained/tldr_deep_p4",
+            teacher="pretrained/tldr_deep_p4",  # the same model with the text in every layer
+            distill=0.9,
+            data_seed=3,
+        )
+        config.train.update(steps=1000, learning_rate=3e-4, warmup_steps=30, eval_every=500)
     elif v in ("gpu_text_layers", "gpu_text3"):
         t.update(
             backbone="pretrained/car_deep",

@@ -671,6 +671,43 @@ def test_dropout_only_with_a_dropout_rng(extra):
     assert float(eval_loss) == float(want_loss) != float(train_loss)
 
 
+def test_distill_loss_is_the_kl_to_the_teacher():
+    """`tldr.distill` = w: the training loss is (1 - w) CE + w KL(teacher || student) over the
+    target cells, the KL by hand from the two models' logits; the dev loss stays the CE; a
+    teacher equal to the student gives KL 0; no gradient reaches the teacher's leaves."""
+    from jaxtts.methods.tldr.task import TLDRTask
+
+    student_cfg, teacher_cfg = make_cfg(text_layers=(1,)), make_cfg()
+    _, params = init_model(student_cfg)
+    _, t_params = init_model(teacher_cfg, seed=5)
+    leaves = {k: v for k, v in tree_to_flat(t_params).items() if not k.startswith("backbone/")}
+    leaves.update({k: v for k, v in tree_to_flat(t_params).items() if "lora_" in k})
+    batch = dict(
+        zip(("text", "text_len", "speech", "speech_len", "prompt_len"), rows(), strict=True)
+    )
+    args = tuple(jnp.asarray(batch[k]) for k in batch)
+    plain = TLDRTask(student_cfg, SPK)
+    task = TLDRTask(student_cfg, SPK, (teacher_cfg, leaves), 0.75)
+    ce, _ = plain.loss(params, batch, None, train=True)
+    loss, m = task.loss(params, batch, None, train=True)
+    dev_loss, _ = task.loss(params, batch, None, train=False)
+    # by hand: the teacher is the student's frozen leaves with the teacher's trained ones
+    t_full = tree_from_flat({**tree_to_flat(params), **leaves})
+    s_logits, _, mask = TLDRModel(student_cfg, SPK).apply({"params": params}, *args)
+    t_logits, _, _ = TLDRModel(teacher_cfg, SPK).apply({"params": t_full}, *args)
+    logp, logq = jax.nn.log_softmax(s_logits), jax.nn.log_softmax(t_logits)
+    kl = np.asarray(jnp.sum(jnp.exp(logq) * (logq - logp), -1))[np.asarray(mask)].mean()
+    np.testing.assert_allclose(float(m["distill_kl"]), kl, rtol=1e-5)
+    np.testing.assert_allclose(float(loss), 0.25 * float(ce) + 0.75 * kl, rtol=1e-5)
+    assert float(dev_loss) == float(ce) == float(m["ce"]) and kl > 1e-3
+    # the teacher is the student itself: KL 0, the loss (1 - w) CE
+    own = {k: v for k, v in tree_to_flat(params).items() if not k.startswith("backbone/")}
+    same = TLDRTask(student_cfg, SPK, (student_cfg, own), 0.75)
+    loss, m = same.loss(params, batch, None, train=True)
+    assert abs(float(m["distill_kl"])) < 1e-6
+    np.testing.assert_allclose(float(loss), 0.25 * float(ce), rtol=1e-5, atol=1e-6)
+
+
 def test_config_errors():
     with pytest.raises(ConfigError, match="tldr.patch=0"):
         make_cfg(patch=0)
@@ -694,6 +731,13 @@ def test_config_errors():
 
     with pytest.raises(KeyError, match="unknown variant"):
         tldr_cfg.get_config("large")
+    from jaxtts.methods.tldr.assemble import teacher_part
+
+    with pytest.raises(ConfigError, match=r"tldr.distill=1.5: expected a weight in \[0, 1\]"):
+        teacher_part({"distill": 1.5}, None, None, None, None)
+    with pytest.raises(ConfigError, match="tldr.distill=0.5: needs tldr.teacher"):
+        teacher_part({"distill": 0.5, "teacher": ""}, None, None, None, None)
+    assert teacher_part({"distill": 0.0, "teacher": "x"}, None, None, None, None) is None
 
 
 def test_data_seed_sets_the_loader_seed_only_when_asked():
@@ -829,6 +873,27 @@ def test_warm_start_takes_the_trained_leaves(tiny_run):
     section.warm_start_backbone = "pretrained/car_deep"
     with pytest.raises(CheckpointError, match="trained on backbone parameters"):
         warm_start_params(section, other, p)
+
+
+def test_tiny_distillation_from_a_run(tiny_run, tmp_path):
+    """`tldr.teacher` + `tldr.distill`: a student with the text in one layer trains against the
+    tiny run (the text in every layer) through the real loop; the train log has the KL and
+    the CE, the dev log's loss is the CE."""
+    from configs import tldr as tldr_cfg
+    from jaxtts.methods.tldr.task import train
+
+    work, _ = tiny_run
+    config = tldr_cfg.get_config("tiny")
+    config.tldr.update(teacher=str(work), distill=0.5, text_layers="0", warm_start=str(work))
+    config.train.eval_every = 1
+    train(config, str(tmp_path / "kd"), progress=False)
+    logs = [json.loads(x) for x in (tmp_path / "kd" / "metrics.jsonl").read_text().splitlines()]
+    tr = [{k[6:]: v for k, v in x.items() if k.startswith("train/")} for x in logs]
+    tr = [x for x in tr if "distill_kl" in x]
+    dev = [x for x in logs if "dev/distill_kl" in x]
+    assert tr and dev and all(0 <= x["distill_kl"] < np.inf for x in tr)
+    assert all(abs(x["loss"] - 0.5 * x["ce"] - 0.5 * x["distill_kl"]) < 1e-4 for x in tr)
+    assert all(x["dev/loss"] > x["dev/distill_kl"] for x in dev)  # the CE, not the mix
 
 
 def test_warm_start_rows_for_another_q():

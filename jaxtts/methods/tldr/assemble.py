@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import ml_collections as mlc
 import numpy as np
 
 from jaxtts.errors import ConfigError
@@ -30,6 +31,8 @@ RUN_KEYS = (
     "warm_start",
     "warm_start_backbone",
     "text_layers",
+    "teacher",
+    "distill",
 )
 MODEL_KEYS = (
     "patch",
@@ -141,6 +144,32 @@ def _first_rows(v: np.ndarray, n: int, block: int) -> np.ndarray:
     m = min(n * block, v.shape[0])
     out[:m] = v[:m]
     return out
+
+
+def teacher_part(section, backbone_params, backbone_cfg, tokenizer, speaker_model):
+    """`tldr.distill` = w > 0 (not in the paper): the TLDR run named by `tldr.teacher`,
+    trained on this backbone, as (its TLDRConfig, its trained leaves {path: array}); None
+    when w = 0. The student's loss becomes (1 - w) CE + w KL(teacher || student) over the
+    same target cells (`TLDRTask`), e.g. the text in 4 layers distilled from the same model
+    with the text in every layer. One-line ConfigErrors for a missing teacher or a weight
+    outside [0, 1]."""
+    s = dict(section)
+    w = float(s.get("distill", 0.0) or 0.0)
+    if not 0.0 <= w <= 1.0:
+        raise ConfigError(f"tldr.distill={w}: expected a weight in [0, 1]")
+    if w == 0.0:
+        return None
+    src = str(s.get("teacher", "") or "")
+    if not src:
+        raise ConfigError(f"tldr.distill={w}: needs tldr.teacher (a TLDR run on this backbone)")
+    run = resolve_run(src, "tldr.teacher")
+    tsec = dict(run.read_config("tldr").tldr)
+    tsec.update(backbone=s["backbone"], warm_start=src, teacher="", distill=0.0)
+    tsec.pop("warm_start_backbone", None)
+    tsec = mlc.ConfigDict(tsec)
+    tcfg = tldr_config(tsec, backbone_cfg, tokenizer, speaker_model)
+    leaves = tree_to_flat(warm_start_params(tsec, backbone_params, tcfg.patch, tcfg.text_patch))
+    return tcfg, leaves
 
 
 def warm_start_params(section, backbone_params, patch: int, text_patch: int = 1) -> dict:

@@ -15,6 +15,12 @@ else (the trainer prints both counts). The loss is the token cross-entropy of th
 over the target cells (target tokens and the EOS; prompt and padding cells excluded), averaged
 over them.
 
+`tldr.distill` = w > 0 with `tldr.teacher` (not in the paper): the loss is (1 - w) CE + w
+KL(teacher || student) over the same cells, the teacher a frozen TLDR run on the same backbone
+(e.g. the text in every layer, distilled into a student with the text in 4 layers:
+`configs/tldr.py:deep_kd_text_layers`). Dev metrics: `loss` is the CE alone (comparable with
+runs without a teacher), `distill_kl` the KL.
+
 Simplification (said in the README too): one learning rate for LoRA and the new modules (the
 paper uses two).
 """
@@ -27,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections as mlc
 import optax
+from flax import linen as nn
 
 from jaxtts.data.prepare import prepare_data
 from jaxtts.methods.lm import start_on_backbone
@@ -37,6 +44,7 @@ from jaxtts.methods.tldr.assemble import (
     frozen_params,
     load_speaker,
     mel_table,
+    teacher_part,
     tldr_config,
     warm_start_params,
 )
@@ -45,6 +53,7 @@ from jaxtts.methods.tldr.model import TLDRConfig, TLDRModel
 from jaxtts.run_folder import RunFolder, record_fingerprint
 from jaxtts.train import loop
 from jaxtts.train.checkpoint import write_params_file
+from jaxtts.train.losses import distill_loss
 from jaxtts.train.samples import sample_eval
 from jaxtts.train.state import tree_from_flat, tree_to_flat
 
@@ -52,11 +61,20 @@ log = logging.getLogger("jaxtts.tldr")
 
 
 class TLDRTask:
-    """`jaxtts.train.loop.Task`: the extractor's token cross-entropy on target cells."""
+    """`jaxtts.train.loop.Task`: the extractor's token cross-entropy on target cells (with
+    `teacher` = (TLDRConfig, trained leaves) and `distill` = w > 0: (1 - w) CE + w KL to the
+    teacher's distribution in training)."""
 
-    def __init__(self, cfg: TLDRConfig, speaker_model=None):
+    def __init__(self, cfg: TLDRConfig, speaker_model=None, teacher=None, distill: float = 0.0):
         self.cfg = cfg
         self.model = TLDRModel(cfg, speaker_model)
+        self.distill = float(distill) if teacher is not None else 0.0
+        self.teacher = None
+        if teacher is not None:
+            tcfg, leaves = teacher
+            # the frozen leaves (backbone, speaker encoder) are the student's own; the
+            # teacher's trained leaves are constants of the step
+            self.teacher = (TLDRModel(tcfg, speaker_model), leaves)
 
     def _args(self, batch):
         return tuple(
@@ -84,6 +102,22 @@ class TLDRTask:
         ce_i = (ce * w).sum(axis=(0, 1)) / jnp.maximum(w_i, 1.0)
         metrics = {"loss": loss, "accuracy": acc, "weight": n}
         metrics.update({f"ce_pos{i}": ce_i[i] for i in range(self.cfg.patch)})
+        if self.teacher is not None:
+            t_model, leaves = self.teacher
+            t_params = jax.lax.stop_gradient(
+                tree_from_flat({**tree_to_flat(nn.meta.unbox(params)), **leaves})
+            )
+            t_logits, _, _ = t_model.apply({"params": t_params}, *self._args(batch))
+            b, v = logits.shape[0], logits.shape[-1]
+            kl, _ = distill_loss(
+                logits.reshape(b, -1, v), t_logits.reshape(b, -1, v), mask.reshape(b, -1)
+            )
+            kl = kl / jnp.maximum(n, 1.0)
+            metrics["distill_kl"] = kl
+            if train:  # dev `loss` stays the CE
+                metrics["ce"] = loss
+                loss = (1.0 - self.distill) * loss + self.distill * kl
+                metrics["loss"] = loss
         return loss, metrics
 
 
@@ -168,7 +202,10 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
             "num_heads": base.cfg.num_heads,
         }
     )
-    task = TLDRTask(cfg, spk_model)
+    teacher = teacher_part(
+        config.tldr, jax.device_get(base.params), base.cfg, base.tokenizer, spk_model
+    )
+    task = TLDRTask(cfg, spk_model, teacher, float(config.tldr.get("distill", 0.0) or 0.0))
     dev = data.dev
 
     def eval_batches():
