@@ -239,6 +239,10 @@ HELP = {
     "tldr.warm_start": "a TLDR run on the same backbone to start from ('' = fresh modules)",
     "tldr.warm_start_backbone": "the backbone run tldr.warm_start was trained on, when it is not "
     "tldr.backbone (same architecture, e.g. the previous car_deep; '' = tldr.backbone)",
+    "tldr.teacher": "a TLDR run on the same backbone to distil from (tldr.distill > 0; not in "
+    "the paper)",
+    "tldr.distill": "w: the loss is (1 - w) CE + w KL(teacher || student) over the target "
+    "cells (0 = no teacher)",
     # eval during training
     "eval.num_samples": "dev sentences synthesised (and scored by the ASR) at each evaluation",
     "eval.vocoder": "vocoder of the training samples: griffin_lim",

@@ -77,7 +77,8 @@ Variants (`--config configs/tldr.py:<variant>`):
   deep_kd_text_layers  the text in 4 layers distilled from the shipped model with the text in
                every layer (`tldr.teacher`, `tldr.distill` = 0.9: 0.1 CE + 0.9 KL; not in the
                paper), 1000 steps at 3e-4, data_seed 3: dev CE 1.007, KL 0.044, WER 9.8 %
-               (600 more steps: 10.0 %), KV 0.28x; not shipped (benchmarks/RESULTS.md#deep-tldr-text)
+               (600 more steps: 10.0 %), KV 0.28x; not shipped
+               (benchmarks/RESULTS.md#deep-tldr-text)
   gpu_text_layers / gpu_text3  for one GPU (benchmarks/gpu_train.sh): deep_text_layers /
                deep_text3 (Q = 3 with the slot order) started from pretrained/tldr_deep_p4,
                batch 64 (the CPU runs: 16) padded to one shape (`fixed_shapes`: the first
