@@ -268,7 +268,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             warm_start=warm,
         )
         config.train.update(steps=steps, learning_rate=lr, warmup_steps=50, eval_every=every)
-    elif v == "deep_ft_text_layers":
+    elif v in ("deep_ft_text_layers", "deep_kd_text_layers"):
         t.update(
             backbone="pretrained/car_deep",
             ext_prev=4,
@@ -277,17 +277,9 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             data_seed=2,
         )
         config.train.update(steps=1500, learning_rate=4e-4, warmup_steps=50, eval_every=500)
-    elif v == "deep_kd_text_layers":
-        t.update(
-            backbone="pretrained/car_deep",
-            ext_prev=4,
-            text_layers="0,5,9,10",
-            warm_start="pretrained/tldr_deep_p4",
-            teacher="pretrained/tldr_deep_p4",  # the same model with the text in every layer
-            distill=0.9,
-            data_seed=3,
-        )
-        config.train.update(steps=1000, learning_rate=3e-4, warmup_steps=30, eval_every=500)
+        if v == "deep_kd_text_layers":  # taught by the same model with the text in every layer
+            t.update(teacher="pretrained/tldr_deep_p4", distill=0.9, data_seed=3)
+            config.train.update(steps=1000, learning_rate=3e-4, warmup_steps=30)
     elif v in ("gpu_text_layers", "gpu_text3"):
         t.update(
             backbone="pretrained/car_deep",
