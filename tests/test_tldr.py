@@ -674,7 +674,7 @@ def test_dropout_only_with_a_dropout_rng(extra):
 def test_distill_loss_is_the_kl_to_the_teacher():
     """`tldr.distill` = w: the training loss is (1 - w) CE + w KL(teacher || student) over the
     target cells, the KL by hand from the two models' logits; the dev loss stays the CE; a
-    teacher equal to the student gives KL 0; no gradient reaches the teacher's leaves."""
+    teacher equal to the student gives KL 0."""
     from jaxtts.methods.tldr.task import TLDRTask
 
     student_cfg, teacher_cfg = make_cfg(text_layers=(1,)), make_cfg()
