@@ -243,6 +243,8 @@ HELP = {
     "the paper)",
     "tldr.distill": "w: the loss is (1 - w) CE + w KL(teacher || student) over the target "
     "cells (0 = no teacher)",
+    "tldr.distill_kl": "forward: KL(teacher || student), mode-covering | reverse: KL(student || "
+    "teacher), mode-seeking (not in the paper)",
     # eval during training
     "eval.num_samples": "dev sentences synthesised (and scored by the ASR) at each evaluation",
     "eval.vocoder": "vocoder of the training samples: griffin_lim",

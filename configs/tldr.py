@@ -77,7 +77,8 @@ Variants (`--config configs/tldr.py:<variant>`):
   deep_kd_text_layers  the text in 4 layers distilled from the shipped model with the text in
                every layer (`tldr.teacher`, `tldr.distill` = 0.9: 0.1 CE + 0.9 KL; not in the
                paper), 1000 steps at 3e-4, data_seed 3: dev CE 1.007, KL 0.044, WER 9.8 %
-               (600 more steps: 10.0 %), KV 0.28x; not shipped
+               (600 more steps: 10.0 %; `--config.tldr.distill=1.0`, the KL alone: 9.8 %),
+               KV 0.28x; not shipped
                (benchmarks/RESULTS.md#deep-tldr-text)
   gpu_text_layers / gpu_text3  for one GPU (benchmarks/gpu_train.sh): deep_text_layers /
                deep_text3 (Q = 3 with the slot order) started from pretrained/tldr_deep_p4,
@@ -189,6 +190,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             warm_start_backbone="",  # the backbone warm_start was trained on, if another one
             teacher="",  # a TLDR run on the same backbone to distil from (not in the paper)
             distill=0.0,  # w: the loss is (1 - w) CE + w KL(teacher || student)
+            distill_kl="forward",  # or "reverse": KL(student || teacher) (not in the paper)
         )
     )
     config.train = common.train_config(

@@ -700,6 +700,14 @@ def test_distill_loss_is_the_kl_to_the_teacher():
     np.testing.assert_allclose(float(m["distill_kl"]), kl, rtol=1e-5)
     np.testing.assert_allclose(float(loss), 0.25 * float(ce) + 0.75 * kl, rtol=1e-5)
     assert float(dev_loss) == float(ce) == float(m["ce"]) and kl > 1e-3
+    # `tldr.distill_kl = reverse`: KL(student || teacher) in the loss, the forward one logged
+    rkl = np.asarray(jnp.sum(jnp.exp(logp) * (logp - logq), -1))[np.asarray(mask)].mean()
+    rev = TLDRTask(student_cfg, SPK, (teacher_cfg, leaves), 0.75, reverse=True)
+    loss, m = rev.loss(params, batch, None, train=True)
+    np.testing.assert_allclose(float(m["distill_kl"]), kl, rtol=1e-5)
+    np.testing.assert_allclose(float(m["distill_rkl"]), rkl, rtol=1e-5)
+    np.testing.assert_allclose(float(loss), 0.25 * float(ce) + 0.75 * rkl, rtol=1e-5)
+    assert abs(rkl - kl) > 1e-4  # the two directions differ here
     # the teacher is the student itself: KL 0, the loss (1 - w) CE
     own = {k: v for k, v in tree_to_flat(params).items() if not k.startswith("backbone/")}
     same = TLDRTask(student_cfg, SPK, (student_cfg, own), 0.75)
@@ -738,6 +746,8 @@ def test_config_errors():
     with pytest.raises(ConfigError, match="tldr.distill=0.5: needs tldr.teacher"):
         teacher_part({"distill": 0.5, "teacher": ""}, None, None, None, None)
     assert teacher_part({"distill": 0.0, "teacher": "x"}, None, None, None, None) is None
+    with pytest.raises(ConfigError, match="tldr.distill_kl='both': expected 'forward' or"):
+        teacher_part({"distill": 0.5, "distill_kl": "both"}, None, None, None, None)
 
 
 def test_data_seed_sets_the_loader_seed_only_when_asked():

@@ -66,7 +66,7 @@ def mtp_loss(
 
 
 def distill_loss(
-    logits: jax.Array, teacher_logits: jax.Array, valid: jax.Array
+    logits: jax.Array, teacher_logits: jax.Array, valid: jax.Array, reverse: bool = False
 ) -> tuple[jax.Array, jax.Array]:
     """Forward KL to a teacher's next-token distribution, summed over the valid positions.
 
@@ -74,12 +74,17 @@ def distill_loss(
     positions), valid bool [B, T] -> (sum_{b,t valid} KL(q_bt || p_bt), the same sum of the
     teacher's entropies). Divide by the same count as the CE (`mtp_loss`'s N_1) so that
     microbatch accumulation stays exact. KL(q || p) = sum_v q_v (log q_v - log p_v) with
-    q = softmax(teacher), p = softmax(student), in float32.
+    q = softmax(teacher), p = softmax(student), in float32. `reverse`: KL(p || q) instead (the
+    student's own distribution weighs the log-ratio: mode-seeking rather than mode-covering);
+    the second output stays the teacher's entropy.
     """
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)  # [B, T, V]
     logq = jax.nn.log_softmax(teacher_logits.astype(jnp.float32), -1)  # [B, T, V]
     q = jnp.exp(logq)
     v = valid.astype(jnp.float32)
-    kl = jnp.sum(q * (logq - logp), -1)  # [B, T]
+    if reverse:
+        kl = jnp.sum(jnp.exp(logp) * (logp - logq), -1)  # [B, T]
+    else:
+        kl = jnp.sum(q * (logq - logp), -1)  # [B, T]
     ent = -jnp.sum(q * logq, -1)  # [B, T]
     return jnp.sum(kl * v), jnp.sum(ent * v)

@@ -33,6 +33,7 @@ RUN_KEYS = (
     "text_layers",
     "teacher",
     "distill",
+    "distill_kl",
 )
 MODEL_KEYS = (
     "patch",
@@ -157,6 +158,9 @@ def teacher_part(section, backbone_params, backbone_cfg, tokenizer, speaker_mode
     w = float(s.get("distill", 0.0) or 0.0)
     if not 0.0 <= w <= 1.0:
         raise ConfigError(f"tldr.distill={w}: expected a weight in [0, 1]")
+    kind = s.get("distill_kl", "forward")
+    if kind not in ("forward", "reverse"):
+        raise ConfigError(f"tldr.distill_kl={kind!r}: expected 'forward' or 'reverse'")
     if w == 0.0:
         return None
     src = str(s.get("teacher", "") or "")
@@ -165,6 +169,7 @@ def teacher_part(section, backbone_params, backbone_cfg, tokenizer, speaker_mode
     run = resolve_run(src, "tldr.teacher")
     tsec = dict(run.read_config("tldr").tldr)
     tsec.update(backbone=s["backbone"], warm_start=src, teacher="", distill=0.0)
+    tsec.pop("distill_kl", None)
     tsec.pop("warm_start_backbone", None)
     tsec = mlc.ConfigDict(tsec)
     tcfg = tldr_config(tsec, backbone_cfg, tokenizer, speaker_model)

@@ -65,10 +65,18 @@ class TLDRTask:
     `teacher` = (TLDRConfig, trained leaves) and `distill` = w > 0: (1 - w) CE + w KL to the
     teacher's distribution in training)."""
 
-    def __init__(self, cfg: TLDRConfig, speaker_model=None, teacher=None, distill: float = 0.0):
+    def __init__(
+        self,
+        cfg: TLDRConfig,
+        speaker_model=None,
+        teacher=None,
+        distill: float = 0.0,
+        reverse: bool = False,
+    ):
         self.cfg = cfg
         self.model = TLDRModel(cfg, speaker_model)
         self.distill = float(distill) if teacher is not None else 0.0
+        self.reverse = bool(reverse)  # `tldr.distill_kl = reverse`: KL(student || teacher)
         self.teacher = None
         if teacher is not None:
             tcfg, leaves = teacher
@@ -109,11 +117,12 @@ class TLDRTask:
             )
             t_logits, _, _ = t_model.apply({"params": t_params}, *self._args(batch))
             b, v = logits.shape[0], logits.shape[-1]
-            kl, _ = distill_loss(
-                logits.reshape(b, -1, v), t_logits.reshape(b, -1, v), mask.reshape(b, -1)
-            )
-            kl = kl / jnp.maximum(n, 1.0)
-            metrics["distill_kl"] = kl
+            pair = (logits.reshape(b, -1, v), t_logits.reshape(b, -1, v), mask.reshape(b, -1))
+            kl = distill_loss(*pair)[0] / jnp.maximum(n, 1.0)
+            metrics["distill_kl"] = kl  # KL(teacher || student), logged in either direction
+            if self.reverse:
+                kl = distill_loss(*pair, reverse=True)[0] / jnp.maximum(n, 1.0)
+                metrics["distill_rkl"] = kl
             if train:  # dev `loss` stays the CE
                 metrics["ce"] = loss
                 loss = (1.0 - self.distill) * loss + self.distill * kl
@@ -205,7 +214,13 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     teacher = teacher_part(
         config.tldr, jax.device_get(base.params), base.cfg, base.tokenizer, spk_model
     )
-    task = TLDRTask(cfg, spk_model, teacher, float(config.tldr.get("distill", 0.0) or 0.0))
+    task = TLDRTask(
+        cfg,
+        spk_model,
+        teacher,
+        float(config.tldr.get("distill", 0.0) or 0.0),
+        reverse=config.tldr.get("distill_kl", "forward") == "reverse",
+    )
     dev = data.dev
 
     def eval_batches():
