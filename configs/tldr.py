@@ -78,7 +78,9 @@ Variants (`--config configs/tldr.py:<variant>`):
                every layer (`tldr.teacher`, `tldr.distill` = 0.9: 0.1 CE + 0.9 KL; not in the
                paper), 1000 steps at 3e-4, data_seed 3: dev CE 1.007, KL 0.044, WER 9.8 %
                (600 more steps: 10.0 %; `--config.tldr.distill=1.0`, the KL alone: 9.8 %),
-               KV 0.28x; not shipped
+               KV 0.28x; not shipped. Then 500 steps on the reverse KL
+               (`tldr.distill_kl=reverse`, the command in pretrained/tldr_deep_p4_tl's card):
+               9.24 %, shipped as pretrained/tldr_deep_p4_tl
                (benchmarks/RESULTS.md#deep-tldr-text)
   gpu_text_layers / gpu_text3  for one GPU (benchmarks/gpu_train.sh): deep_text_layers /
                deep_text3 (Q = 3 with the slot order) started from pretrained/tldr_deep_p4,

@@ -35,6 +35,7 @@ DOWNSTREAM = (
     ("ssd_deep", "target"),
     ("tldr_deep", "backbone"),
     ("tldr_deep_p4", "backbone"),
+    ("tldr_deep_p4_tl", "backbone"),
 )
 MDM_NLL_BOUND, MDM_GAP_BOUND = 3.0, 0.15  # shipped 2.42 nats/bin, gap 0.65; step 750: 3.27, 0.03
 
@@ -321,7 +322,7 @@ def test_ssd_deep_draft_is_distilled_to_its_target(tiny_corpus):
     assert kl["shipped"] < SSD_KL_BOUND < kl["step0"], kl
 
 
-@pytest.mark.parametrize("name", ["tldr_deep", "tldr_deep_p4"])
+@pytest.mark.parametrize("name", ["tldr_deep", "tldr_deep_p4", "tldr_deep_p4_tl"])
 def test_tldr_reads_its_text(tiny_corpus, name):
     """Teacher-forced CE of the shipped TLDR extractor on the tiny corpus (its backbone's
     tokenizer) with the right transcript vs another row's: below a bound its untrained state
