@@ -68,7 +68,8 @@ def mtp_loss(
 def distill_loss(
     logits: jax.Array, teacher_logits: jax.Array, valid: jax.Array, reverse: bool = False
 ) -> tuple[jax.Array, jax.Array]:
-    """Forward KL to a teacher's next-token distribution, summed over the valid positions.
+    """KL to a teacher's next-token distribution (forward by default), summed over the valid
+    positions.
 
     logits, teacher_logits [B, T, V] (the student's and the teacher's base head at the same
     positions), valid bool [B, T] -> (sum_{b,t valid} KL(q_bt || p_bt), the same sum of the
