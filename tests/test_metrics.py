@@ -4,6 +4,7 @@ import math
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,6 +40,48 @@ def test_wer_details_and_empty_reference():
     assert M.corpus_wer(d) == pytest.approx(2 / 3)  # 2 insertions / 3 reference words
     with pytest.raises(ValueError):
         M.wer(["a"], [])
+
+
+def test_paired_wer_exact_values():
+    # A: seeds [1, 0, 2] and [3, 0, 0] -> mean edits [2, 0, 1] over 10 words = 0.3; B: 0.2
+    ea, eb, w = [[1, 0, 2], [3, 0, 0]], [[0, 1, 1]], [4, 2, 4]
+    r = M.paired_wer(ea, eb, w, num_resamples=2000)
+    assert (r.wer_a, r.wer_b) == (pytest.approx(0.3), pytest.approx(0.2))
+    assert r.diff == pytest.approx(0.1) and r.lo <= r.diff <= r.hi
+    assert r == M.paired_wer(ea, eb, w, num_resamples=2000)  # deterministic (seed 0)
+    # each resample's difference lies between the per-utterance extremes: 2/4 and -1/2
+    assert -0.5 <= r.lo and r.hi <= 0.5
+    # the same system on both sides: a zero-width interval, never above a margin
+    same = M.paired_wer(ea, ea, w, num_resamples=500)
+    assert (same.diff, same.lo, same.hi, same.prob_diff_above) == (0.0, 0.0, 0.0, 0.0)
+    # one utterance: every resample is the whole set
+    one = M.paired_wer([[2]], [[1]], [4], margin=0.2, num_resamples=100)
+    assert one.lo == one.hi == one.diff == pytest.approx(0.25) and one.prob_diff_above == 1.0
+    with pytest.raises(ValueError, match="utterances"):
+        M.paired_wer([[1, 2]], [[1]], [3, 3])
+
+
+def test_wer_paired_cli(tmp_path, capsys):
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import wer_paired
+
+    def row(name, errs):
+        utts = [{"id": f"u{i}", "errors_domain": e, "words_domain": 4} for i, e in enumerate(errs)]
+        return {"name": name, "wer_domain": sum(errs) / (4 * len(errs)), "utterances": utts}
+
+    f = tmp_path / "results.json"
+    f.write_text(
+        json.dumps({"rows": [row("far", [1, 0]), row("tldr", [1, 1]), row("tldr seed=1", [2, 1])]})
+    )
+    assert wer_paired.main([str(f), "--a", "tldr", "--b", "far", "--resamples", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "seeds A 2 / B 1" in out and "A 31.25 %   B 12.50 %" in out and "A - B +18.75 pp" in out
+    with pytest.raises(SystemExit):
+        wer_paired.main([str(f), "--a", "ssd", "--b", "far"])
+    assert "--a 'ssd': no row's name contains it" in capsys.readouterr().err
 
 
 def test_sentence_cer_hand_made_pairs():

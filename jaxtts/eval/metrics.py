@@ -132,6 +132,69 @@ def wer(refs: list[str], hyps: list[str], normalize: bool = True) -> float:
     return corpus_wer(wer_details(refs, hyps, normalize=normalize))
 
 
+@dataclass(frozen=True)
+class PairedWer:
+    """Two systems' seed-averaged corpus WERs on the same utterances, their difference
+    `a - b` and a paired bootstrap interval of it (fractions)."""
+
+    wer_a: float
+    wer_b: float
+    diff: float
+    lo: float
+    hi: float
+    prob_diff_above: float  # share of bootstrap resamples with a - b > `margin`
+
+
+def paired_wer(
+    errors_a: np.ndarray,
+    errors_b: np.ndarray,
+    words: np.ndarray,
+    *,
+    margin: float = 0.0,
+    level: float = 0.95,
+    num_resamples: int = 10_000,
+    seed: int = 0,
+) -> PairedWer:
+    """Compare two systems' WER on the same test utterances, each decoded with several seeds.
+
+    `errors_a` [Sa, U] and `errors_b` [Sb, U]: word edits per seed and utterance (the seeds of
+    one system need not match the other's in number); `words` [U]: reference words. A system's
+    WER is the mean over its seeds of the corpus WER, i.e. `sum_u mean_s errors[s, u] /
+    sum_u words[u]`. The interval resamples utterances with replacement, the same draw for
+    both systems (paired: an utterance that is hard for one is hard for the other), so it
+    covers the sampling noise of decoding and the choice of test sentences together;
+    percentile interval at `level`. `prob_diff_above`: the share of resamples in which
+    WER_a - WER_b exceeds `margin` (e.g. 0.01 for "more than 1 pp worse").
+    """
+    ea = np.asarray(errors_a, np.float64)  # [Sa, U]
+    eb = np.asarray(errors_b, np.float64)  # [Sb, U]
+    w = np.asarray(words, np.float64)  # [U]
+    if ea.ndim != 2 or eb.ndim != 2 or w.ndim != 1:
+        raise ValueError("paired_wer: expected errors_a [Sa, U], errors_b [Sb, U], words [U]")
+    if not (ea.shape[1] == eb.shape[1] == w.shape[0]) or w.shape[0] == 0:
+        raise ValueError(
+            f"paired_wer: {ea.shape[1]} / {eb.shape[1]} utterances against {w.shape[0]} "
+            "reference lengths, expected the same non-zero number"
+        )
+    if w.sum() <= 0:
+        raise ValueError("paired_wer: the references hold no words")
+    ua, ub = ea.mean(0), eb.mean(0)  # [U] seed-averaged edits
+    wer_a, wer_b = ua.sum() / w.sum(), ub.sum() / w.sum()
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, w.shape[0], size=(num_resamples, w.shape[0]))  # [R, U]
+    tot = np.maximum(w[idx].sum(1), 1e-12)  # [R]
+    d = (ua[idx].sum(1) - ub[idx].sum(1)) / tot  # [R]
+    lo, hi = np.quantile(d, [(1 - level) / 2, (1 + level) / 2])
+    return PairedWer(
+        wer_a=float(wer_a),
+        wer_b=float(wer_b),
+        diff=float(wer_a - wer_b),
+        lo=float(lo),
+        hi=float(hi),
+        prob_diff_above=float((d > margin).mean()),
+    )
+
+
 # ------------------------------------------------------------------------------------------
 # Spectral metrics
 # ------------------------------------------------------------------------------------------
