@@ -80,8 +80,8 @@ Variants (`--config configs/tldr.py:<variant>`):
                (600 more steps: 10.0 %; `--config.tldr.distill=1.0`, the KL alone: 9.8 %),
                KV 0.28x; not shipped. Then 500 steps on the reverse KL
                (`tldr.distill_kl=reverse`, the command in pretrained/tldr_deep_p4_tl's card):
-               9.24 %, shipped as pretrained/tldr_deep_p4_tl
-               (benchmarks/RESULTS.md#deep-tldr-text)
+               9.24 % (six seeds: 9.07 %, FAR + 0.88 pp), shipped as
+               pretrained/tldr_deep_p4_tl (benchmarks/RESULTS.md#deep-tldr-text)
   gpu_text_layers / gpu_text3  for one GPU (benchmarks/gpu_train.sh): deep_text_layers /
                deep_text3 (Q = 3 with the slot order) started from pretrained/tldr_deep_p4,
                batch 64 (the CPU runs: 16) padded to one shape (`fixed_shapes`: the first
