@@ -168,7 +168,7 @@ PIDS=()
 
 ALL_ROWS="far@pretrained/car_deep car:2@pretrained/car_deep car:3@pretrained/car_deep"
 ALL_ROWS+=" vadusa:2@pretrained/car_deep dcar:sample@pretrained/dcar_deep"
-ALL_ROWS+=" ssd:L=3,beta=0.4@pretrained/ssd_deep tldr@pretrained/tldr_deep_p4"
+ALL_ROWS+=" ssd:L=3,beta=0.4@pretrained/ssd_deep tldr@pretrained/tldr_deep_p4 tldr@pretrained/tldr_deep_p4_tl"
 # the sampling fallback without lax.cond (JAXTTS_SAMPLING_FALLBACK=where), part `where`
 WHERE_ROWS=${WHERE_ROWS:-far@pretrained/car_deep car:3@pretrained/car_deep ssd:L=3,beta=0.4@pretrained/ssd_deep}
 TESTS="tests/test_lm.py tests/test_ssd.py"

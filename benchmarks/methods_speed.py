@@ -83,27 +83,30 @@ def backbone_of(folder: str) -> str:
 
 def wer_lookup(paths: list[str]) -> dict:
     """(strategy, run folder or None) -> (WER %, source) from evaluate results.json files
-    (source 'domain': the domain-LM WER of the full evaluation) or `quick_ctc_wer.py` files
-    (source 'ctc<N>': the CTC ASR on the first N test sentences); a row named '<strategy>
-    @<folder> ...' has its folder, a plain '<strategy>' row was decoded with that evaluation's
-    --workdir (None: matched by strategy alone). A domain-LM WER wins over a CTC one."""
-    out: dict = {}
+    (source 'domain': the domain-LM WER of the full evaluation, the mean over the rows of one
+    key, i.e. its seeds: 'domain, N seeds'; or 'ctc<N>': the CTC ASR on the first N test
+    sentences from `quick_ctc_wer.py` files); a row named '<strategy> @<folder> ...' has its
+    folder, a plain '<strategy>' row was decoded with that evaluation's --workdir (None:
+    matched by strategy alone). A domain-LM WER wins over a CTC one."""
+    domain: dict = {}
+    ctc: dict = {}
     for p in paths:
         res = json.loads(Path(p).read_text())
         for r in res["rows"]:
             if r.get("kind") != "model":
                 continue
-            if r.get("wer_domain") is not None:
-                val = (100.0 * r["wer_domain"], "domain")
-            elif r.get("wer_ctc") is not None:
-                val = (100.0 * r["wer_ctc"], f"ctc{r.get('num_utts', res.get('num_utts', ''))}")
-            else:
-                continue
             words = r["name"].split()
             folder = next((os.path.normpath(w[1:]) for w in words[1:] if w.startswith("@")), None)
             key = (words[0], folder)
-            if key not in out or out[key][1] != "domain":
-                out[key] = val
+            if r.get("wer_domain") is not None:
+                domain.setdefault(key, []).append(100.0 * r["wer_domain"])
+            elif r.get("wer_ctc") is not None and key not in ctc:
+                n = r.get("num_utts", res.get("num_utts", ""))
+                ctc[key] = (100.0 * r["wer_ctc"], f"ctc{n}")
+    out = dict(ctc)
+    for key, vals in domain.items():
+        src = "domain" if len(vals) == 1 else f"domain, {len(vals)} seeds"
+        out[key] = (statistics.mean(vals), src)
     return out
 
 

@@ -37,6 +37,6 @@ python3 infer.py --workdir "$MODEL" --speaker spk03 --strategy car:3 --out_dir o
   --text "The quick brown fox jumps over the lazy dog." --text "Where did you put the keys?"
 python3 -m jaxtts.evaluate --split test --num "$NUM" --workdir "$MODEL" \
   --rows "ground_truth,tokenizer:$MODEL/tokenizer" \
-  --strategies "far,car:3,dcar@pretrained/dcar_deep,ssd:L=3,beta=0@pretrained/ssd_deep,tldr@pretrained/tldr_deep_p4,palle@pretrained/palle,topk:8+greedy@pretrained/mdm" \
+  --strategies "far,car:3,dcar@pretrained/dcar_deep,ssd:L=3,beta=0@pretrained/ssd_deep,tldr@pretrained/tldr_deep_p4,tldr@pretrained/tldr_deep_p4_tl,palle@pretrained/palle,topk:8+greedy@pretrained/mdm" \
   --speaker_encoder jax --no_spectral --asr_workers 2 --asr_lms domain --out out/demo/eval
 echo "demo: wavs in out/demo/infer and out/demo/eval, table in out/demo/eval/results.md"

@@ -155,14 +155,16 @@ def test_methods_speed_combine_joins_one_rows_batch_sizes(tmp_path, capsys):
     assert car["b8"]["speed_vs_far"] == pytest.approx(4.0)
     assert "| car:3 | m | m | — | 0.0100 | 2.00x | 0.0010 | 4.00x |" in capsys.readouterr().out
     # --eval fills the WER of rows timed without one (an evaluation's '<strategy> @<folder>'
-    # row, or a plain '<strategy>' row of its --workdir)
+    # row, or a plain '<strategy>' row of its --workdir); a key's seeds are averaged
     res = {"rows": [{"kind": "model", "name": "far precision=bfloat16", "wer_domain": 0.09},
+                    {"kind": "model", "name": "far precision=bfloat16 seed=1", "wer_domain": 0.06},
                     {"kind": "model", "name": "car:3 @m", "wer_domain": 0.08}]}  # fmt: skip
     (tmp_path / "results.json").write_text(json.dumps(res))
     args = ["--combine", ",".join(map(str, paths)), "--out", str(out)]
     assert ms.main(args + ["--eval", str(tmp_path / "results.json")]) == 0
     far, car = json.loads(out.read_text())
-    assert (far["wer"], car["wer"], car["wer_source"]) == (9.0, 8.0, "domain")
+    assert (far["wer"], far["wer_source"]) == (pytest.approx(7.5), "domain, 2 seeds")
+    assert (car["wer"], car["wer_source"]) == (8.0, "domain")
     assert "| car:3 | m | m | 8.0 (domain) | 0.0100 | 2.00x" in capsys.readouterr().out
 
 
