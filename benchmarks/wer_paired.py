@@ -1,8 +1,11 @@
 """Is method A's WER within a margin of method B's? A paired bootstrap over the test
 utterances, from `jaxtts.evaluate` results (one or more results.json, any number of seeds).
 
-    python benchmarks/wer_paired.py out/eval_far6/results.json out/eval_tl6/results.json \
-        --a "tldr @tldr_deep_p4_tl" --b "far @car_deep" --margin 0.01
+    python benchmarks/wer_paired.py out/eval_far6/results.json out/eval_tl012/results.json \
+        out/eval_tl345/results.json --a "tldr @tldr_deep_p4_tl" --b "far " --margin 0.01
+
+(an evaluation's rows are named '<strategy> [@<run folder>] precision=... [seed=N]'; FAR rows
+decoded with the evaluation's --workdir have no '@').
 
 Rows are picked by a substring of their name (`--a`, `--b`; every matching row is one seed);
 all of them must cover the same utterances. Prints each row's WER, each system's seed mean,
