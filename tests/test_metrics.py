@@ -62,11 +62,13 @@ def test_paired_wer_exact_values():
 
 
 def test_wer_paired_cli(tmp_path, capsys):
+    import importlib.util
     import json
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import wer_paired
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "wer_paired.py"
+    spec = importlib.util.spec_from_file_location("wer_paired", path)
+    wer_paired = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wer_paired)
 
     def row(name, errs):
         utts = [{"id": f"u{i}", "errors_domain": e, "words_domain": 4} for i, e in enumerate(errs)]
