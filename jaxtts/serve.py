@@ -62,6 +62,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 
 from jaxtts import cli
 from jaxtts.data.prompt import Prompt
+from jaxtts.data.text import unspeakable
 from jaxtts.errors import ConfigError, JaxttsError
 
 log = logging.getLogger("jaxtts.serve")
@@ -259,6 +260,8 @@ class Server:
             raise RequestError(400, "input: expected a non-empty string of text")
         if len(text) > self.max_chars:
             raise RequestError(400, f"input: {len(text)} characters, the limit is {self.max_chars}")
+        if (why := unspeakable(text)) is not None:
+            raise RequestError(400, f"input: {why}")
         strategy = body.get("strategy") or self.strategies[0]
         if not isinstance(strategy, str):
             raise RequestError(400, "strategy: expected a string")

@@ -27,12 +27,10 @@ from pathlib import Path
 import ml_collections as mlc
 
 from jaxtts.data import tokenizers as tok_lib
-from jaxtts.data.audio import utterance_mels
 from jaxtts.data.corpus import build_corpus, resolve_corpus_dir
 from jaxtts.data.manifest import read_split
 from jaxtts.data.pipeline import LMLoader, make_lm_records
 from jaxtts.data.text import TextFrontend
-from jaxtts.data.token_decoder import ConvDecoderConfig
 from jaxtts.errors import ConfigError, DataError
 from jaxtts.run_folder import RunFolder
 
@@ -87,24 +85,16 @@ def tokenizer_for(data_cfg, corpus: Path, train_utts, progress: bool = True):
             )
         return tok
     t0 = time.perf_counter()
-    tok = tok_lib.KMeansTokenizer(k, frames=frames)
-    # k-means sees at most `max_fit_frames` token vectors: a corpus with more (the 16 h one)
-    # is fitted on every n-th training utterance, ~1.25x what it needs (mels cost minutes)
-    need_s = 1.25 * tok.max_fit_frames / tok.frame_rate
-    total_s = sum(float(u.duration or 0.0) for u in train_utts)
-    stride = max(1, int(total_s // need_s))
-    mels = utterance_mels(
-        list(train_utts)[::stride], tok.mel_cfg, progress=progress, desc="log-mel (fit)"
+    tok = tok_lib.fit_kmeans_tokenizer(
+        train_utts,
+        k,
+        frames,
+        context=int(data_cfg.get("tokenizer_context", 1)),
+        conv_steps=int(data_cfg.get("tokenizer_conv_steps", 0)),
+        progress=progress,
     )
-    tok.fit(mels, progress=progress)
-    tok.fit_context_decoder(
-        mels, window=int(data_cfg.get("tokenizer_context", 1)), progress=progress
-    )
-    conv_steps = int(data_cfg.get("tokenizer_conv_steps", 0))
-    if conv_steps > 0:
-        tok.fit_conv_decoder(mels, ConvDecoderConfig(steps=conv_steps), progress=progress)
     tok.save(folder)
-    log.info("fitted %s on %d utterances in %.1fs", tok.name, len(mels), time.perf_counter() - t0)
+    log.info("fitted %s in %.1fs", tok.name, time.perf_counter() - t0)
     return tok
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "phonemize",
     "require_espeak",
     "speech_warnings",
+    "unspeakable",
     "year_to_words",
 ]
 
@@ -638,3 +639,28 @@ def speech_warnings(text: str) -> list[str]:
     if re.fullmatch(r"[\d\s.,]*\d[\d\s.,]*", text.strip()):
         out.append(f"{text.strip()!r} is bare digits: read as one number")
     return out
+
+
+def unspeakable(text: str) -> str | None:
+    """None when `text` has something an English voice can say (a Latin letter or a digit
+    outside markup tags); else one line naming what it holds instead: another script's letters,
+    control characters, markup only. The server refuses such text with a 400; `infer.py` warns
+    (`speech_warnings`)."""
+    bare = _MARKUP.sub(" ", unicodedata.normalize("NFKC", text))
+    if any((c.isalpha() and unicodedata.name(c, "").startswith("LATIN")) or c.isdigit()
+           for c in bare):  # fmt: skip
+        return None
+    foreign = [c for c in bare if c.isalpha()]
+    control = [c for c in text if unicodedata.category(c) in ("Cc", "Cf") and c not in "\n\t "]
+    tags = _MARKUP.findall(text)
+    parts = []
+    if foreign:
+        names = sorted({unicodedata.name(c, "?").split()[0] for c in foreign})
+        parts.append(f"{len(foreign)} letters of another script ({'/'.join(names)}: "
+                     f"{''.join(foreign[:8])!r})")  # fmt: skip
+    if control:
+        parts.append(f"control characters {[f'U+{ord(c):04X}' for c in control[:4]]}")
+    if tags:
+        parts.append(f"markup {tags[:3]}")
+    what = "; ".join(parts) or f"only punctuation or symbols ({text.strip()[:20]!r})"
+    return f"nothing an English voice can say: {what}; expected English words or digits"

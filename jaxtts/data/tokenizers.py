@@ -66,6 +66,7 @@ __all__ = [
     "LinearMelQuantizer",
     "SpeechTokenizer",
     "extract_tokens",
+    "fit_kmeans_tokenizer",
     "kmeans_fit",
     "load_tokenizer",
     "load_tokens",
@@ -950,6 +951,66 @@ def load_tokens(
 # ----------------------------------------------------------------------------- CLI
 
 
+def fit_kmeans_tokenizer(
+    train_utts: Sequence,
+    k: int = 1024,
+    frames: int = 1,
+    context: int = 1,
+    conv_steps: int = 0,
+    progress: bool = True,
+    dev_utts: Sequence = (),
+) -> KMeansTokenizer:
+    """Fits k-means (+ the context decoder of window `context`, + `conv_steps` of the conv
+    decoder when > 0) on training `Utterance`s, as `train.py` does for `data.tokenizer='kmeans'`.
+
+    k-means sees at most `max_fit_frames` token vectors: a corpus with more (the 16 h one) is
+    fitted on every n-th training utterance, ~1.25x what it needs (mels cost minutes); the
+    decoders see the same utterances.
+    """
+    tok = KMeansTokenizer(k, frames=frames)
+    need_s = 1.25 * tok.max_fit_frames / tok.frame_rate
+    total_s = sum(float(u.duration or 0.0) for u in train_utts)
+    stride = max(1, int(total_s // need_s))
+    mels = utterance_mels(list(train_utts)[::stride], tok.mel_cfg, progress, "log-mel (fit)")
+    tok.fit(mels, progress=progress)
+    tok.fit_context_decoder(mels, window=context, progress=progress)
+    if conv_steps > 0:
+        dev = utterance_mels(list(dev_utts), tok.mel_cfg, progress, "log-mel (dev)")
+        cfg = token_decoder.ConvDecoderConfig(steps=conv_steps)
+        tok.fit_conv_decoder(mels, cfg, progress=progress, dev_mels=dev)
+    return tok
+
+
+def fit_cli(argv: Sequence[str] | None = None) -> None:
+    """`python -m jaxtts.data.tokenizers fit OUT --corpus C`: fits a k-means tokenizer (and its
+    context and conv decoders) on C's training split and saves it in OUT."""
+    ap = argparse.ArgumentParser(
+        prog="python -m jaxtts.data.tokenizers fit", description=fit_cli.__doc__.split("\n")[0]
+    )
+    ap.add_argument("out", help="tokenizer folder to write")
+    ap.add_argument("--corpus", required=True, help="corpus folder (its train and dev splits)")
+    ap.add_argument("--k", type=int, default=1024)
+    ap.add_argument("--frames", type=int, default=2, help="mel frames a token (2: 25 Hz)")
+    ap.add_argument("--context", type=int, default=1, help="context decoder window W")
+    ap.add_argument("--conv_steps", type=int, default=3000, help="0: no conv decoder")
+    ap.add_argument("--gv_scale", type=float, default=1.0, help="postfilter (1 = off)")
+    a = ap.parse_args(argv)
+    if Path(a.out, _META).is_file():
+        raise ConfigError(f"{a.out}: already holds a tokenizer; choose another folder")
+    t0 = time.perf_counter()
+    tok = fit_kmeans_tokenizer(
+        read_split(a.corpus, "train"),
+        a.k,
+        a.frames,
+        a.context,
+        a.conv_steps,
+        dev_utts=read_split(a.corpus, "dev")[:200],
+    )
+    tok.gv_scale = float(a.gv_scale)
+    tok.save(a.out)
+    print(f"{tok.name} fitted on {a.corpus} in {time.perf_counter() - t0:.0f} s; saved to {a.out}")
+
+
 def fit_context_cli(argv: Sequence[str] | None = None) -> None:
     """`python -m jaxtts.data.tokenizers fit-context DIR [DIR ...] --corpus C`: fits the context
     decoder of the k-means tokenizer in DIR on C's training utterances and saves it there (and
@@ -1059,14 +1120,21 @@ def postfilter_cli(argv: Sequence[str] | None = None) -> None:
     print(f"gv_scale {a.gv_scale:g} set in {', '.join(a.dirs)}")
 
 
-_COMMANDS = {"fit-context": fit_context_cli, "fit-conv": fit_conv_cli, "postfilter": postfilter_cli}
+_COMMANDS = {
+    "fit": fit_cli,
+    "fit-context": fit_context_cli,
+    "fit-conv": fit_conv_cli,
+    "postfilter": postfilter_cli,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in _COMMANDS:
         print(
-            "usage: python -m jaxtts.data.tokenizers fit-context DIR [DIR ...] --corpus C "
+            "usage: python -m jaxtts.data.tokenizers fit OUT --corpus C [--k K] [--frames F] "
+            "[--context W] [--conv_steps S] [--gv_scale G]\n"
+            "       python -m jaxtts.data.tokenizers fit-context DIR [DIR ...] --corpus C "
             "[--num N] [--window W] [--ridge R]\n"
             "       python -m jaxtts.data.tokenizers fit-conv DIR [DIR ...] --corpus C "
             "[--num N] [--steps S] [--width C] [--layers L] ...\n"

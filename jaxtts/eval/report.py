@@ -14,6 +14,12 @@ from jaxtts.data.audio import MelConfig, log_mel
 COLUMNS = [
     ("name", "row", str),
     ("num_utts", "N", lambda v: f"{v:d}"),
+    ("wer_whisper", "WER Whisper %", lambda v: f"{100 * v:.1f}"),
+    ("cer_whisper", "CER Whisper %", lambda v: f"{100 * v:.1f}"),
+    ("wer_whisper_natural", "Whisper natural voices %", lambda v: f"{100 * v:.1f}"),
+    ("wer_whisper_espeak", "Whisper espeak %", lambda v: f"{100 * v:.1f}"),
+    ("wer_whisper_open", "Whisper open-domain %", lambda v: f"{100 * v:.1f}"),
+    ("wer_whisper_heldout", "Whisper held-out spk %", lambda v: f"{100 * v:.1f}"),
     ("wer_domain", "WER domain-LM %", lambda v: f"{100 * v:.1f}"),
     ("wer_default", "WER default-LM %", lambda v: f"{100 * v:.1f}"),
     ("wer_default_delta", "Δ default vs GT (pp)", lambda v: f"{100 * v:+.1f}"),
