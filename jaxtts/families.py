@@ -75,6 +75,13 @@ FAMILIES: dict[str, Family] = {
             "conformer CTC ASR (DCPO reward model)",
         ),
         Family(
+            "vocoder",
+            "jaxtts.vocoders.task:train",
+            None,
+            "python train.py --config configs/vocoder.py:small --workdir <dir>",
+            "Vocos-style neural vocoder (log-mel -> audio, GAN-trained)",
+        ),
+        Family(
             "speaker_encoder",
             "jaxtts.methods.speaker_encoder:train",
             None,
