@@ -11,8 +11,14 @@ Whisper tiny.en, greedy, int8) and scored with `whisper_normalize` on both sides
 CER); with `--tokenizer`, the same audio goes through the round trip (log-mel -> tokens ->
 decoded log-mel -> Griffin-Lim `--gl_iters` -> judge) and its decoded-mel L1 is reported too.
 The real-speech set (`jaxtts.eval.realspeech`, 12 human recordings) gets the same two rows.
-`--num N` keeps the first N utterances of each (speaker, part) (0: all). Writes the table as
-markdown to stdout and the numbers as JSON (command, commit, machine, date, values) to `--out`.
+`--num N` keeps the first N utterances of each (speaker, part) (0: all).
+
+`--same_text N` judges the voices on the SAME sentences instead (the voice table): every voice
+of `jaxtts.data.natural.VOICES` (flite's kal16, left out of the corpus, included) speaks the
+corpus's first N grammar and first N open-domain test sentences, with its own per-utterance
+draws, into `out/voice_check/<voice>/`; a seen voice's test split holds only 12 utterances.
+Writes the table as markdown to stdout and the numbers as JSON (command, commit, machine,
+date, values) to `--out`.
 """
 
 from __future__ import annotations
@@ -64,6 +70,38 @@ def _round_trip(tok, vocoder, wavs: list[np.ndarray], cfg: MelConfig):
     return out, float(np.mean(l1)) if l1 else None
 
 
+def _same_text(utts, n: int):
+    """Every voice speaks the first n grammar + n open-domain test sentences (cached wavs)."""
+    import dataclasses
+
+    from jaxtts.data.manifest import Utterance
+    from jaxtts.data.natural import DROPPED, VOICES
+    from jaxtts.data.voices import check_voice, synthesize_batch
+
+    texts = {
+        p: [u.text for u in utts if utterance_part(u.id) == p][:n] for p in ("grammar", "open")
+    }
+    speakers, groups = {}, defaultdict(list)
+    for v in VOICES:
+        check_voice(v)
+        folder = ROOT / "out" / "voice_check" / v.name
+        folder.mkdir(parents=True, exist_ok=True)
+        items = []
+        for p, ts in texts.items():
+            for i, t in enumerate(ts):
+                uid = f"{v.name}_{p[0]}{i:03d}"
+                path = folder / f"{uid}.wav"
+                u = Utterance(uid, str(path), t, speaker=v.name)
+                groups[(v.name, p)].append(u)
+                if not path.is_file():
+                    items.append((t, v.draw(0, uid), path))
+        if items:
+            synthesize_batch(v, items)
+        role = "left out" if v.name in DROPPED else v.role
+        speakers[v.name] = {**dataclasses.asdict(v), "source": v.source or v.engine, "role": role}
+    return speakers, groups
+
+
 def _commit() -> str:
     try:
         return subprocess.run(
@@ -80,6 +118,7 @@ def main() -> int:
     ap.add_argument("--tokenizer", default=None, help="tokenizer folder for the round trip")
     ap.add_argument("--num", type=int, default=0, help="utterances per (speaker, part); 0 all")
     ap.add_argument("--gl_iters", type=int, default=32)
+    ap.add_argument("--same_text", type=int, default=0, help="N: every voice speaks the same 2N")
     ap.add_argument("--whisper_model", default=None, help="CTranslate2 folder (default tiny.en)")
     ap.add_argument("--out", default="benchmarks/results/natural_voices.json")
     a = ap.parse_args()
@@ -88,8 +127,11 @@ def main() -> int:
     speakers = json.loads((corpus / "speakers.json").read_text())
     utts = read_split(corpus, a.split)
     groups: dict[tuple[str, str], list] = defaultdict(list)
-    for u in utts:
-        groups[(u.speaker, utterance_part(u.id))].append(u)
+    if a.same_text > 0:
+        speakers, groups = _same_text(utts, a.same_text)
+    else:
+        for u in utts:
+            groups[(u.speaker, utterance_part(u.id))].append(u)
     if a.num > 0:
         groups = {k: v[: a.num] for k, v in groups.items()}
     asr = WhisperASR(a.whisper_model, progress=False)

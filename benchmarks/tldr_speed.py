@@ -36,7 +36,7 @@ def _variant(name: str, base):
     from configs.tldr import get_config
     from jaxtts.methods.tldr.assemble import frozen_params, load_speaker, mel_table, tldr_config
     from jaxtts.methods.tldr.model import TLDRModel
-    from jaxtts.train.state import tree_from_flat, tree_to_flat
+    from jaxtts.trees import tree_from_flat, tree_to_flat
 
     section = get_config(name).tldr
     _, spk_model, spk_params = load_speaker(section)

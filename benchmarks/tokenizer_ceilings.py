@@ -4,7 +4,7 @@
         [--frames 1,2] [--out out/tokenizer_ceilings] [--asr_workers 1]
 
 Fits (or finds cached) `kmeans<K>[x<frames>]` on the corpus's train split, exactly as
-`train.py` would (`jaxtts.data.prepare.tokenizer_for`), then runs ONE
+`train.py` would (`jaxtts.train.prepare.tokenizer_for`), then runs ONE
 `python -m jaxtts.evaluate` over the test split with the ground-truth row and one
 `tokenizer:<dir>` row per tokenizer (audio -> tokens -> log-mel -> Griffin-Lim -> ASR, both
 evaluator LMs). The WER of a tokenizer row is the best a TTS LM on those tokens can reach with
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 import ml_collections as mlc  # noqa: E402
 
 from jaxtts.data.manifest import read_split  # noqa: E402
-from jaxtts.data.prepare import tokenizer_for  # noqa: E402
+from jaxtts.train.prepare import tokenizer_for  # noqa: E402
 
 
 def main() -> int:

@@ -67,7 +67,6 @@ from jaxtts import cli
 from jaxtts.data.audio import MelConfig, load_audio, log_mel
 from jaxtts.data.manifest import read_manifest
 from jaxtts.data.tokenizers import load_tokenizer
-from jaxtts.data.vocoder import make_vocoder
 from jaxtts.decode import registry
 from jaxtts.errors import AudioError, ConfigError, JaxttsError, MissingDependencyError
 from jaxtts.eval import metrics as M
@@ -76,6 +75,7 @@ from jaxtts.eval.report import markdown_table
 from jaxtts.eval.speaker import KNOWN_ENCODERS, load_speaker_encoder, speaker_similarity
 from jaxtts.eval.speed import Timer, block, memory_report, speed_stats
 from jaxtts.synthesize import Prompt, make_synthesizer, prompt_ids
+from jaxtts.vocoders import make_vocoder
 
 EVAL_SR = 16000
 

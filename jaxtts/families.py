@@ -76,7 +76,7 @@ FAMILIES: dict[str, Family] = {
         ),
         Family(
             "vocoder",
-            "jaxtts.vocoders.task:train",
+            "jaxtts.methods.vocoder:train",
             None,
             "python train.py --config configs/vocoder.py:small --workdir <dir>",
             "Vocos-style neural vocoder (log-mel -> audio, GAN-trained)",

@@ -31,6 +31,7 @@ import ml_collections as mlc
 
 from jaxtts.errors import CheckpointError, ConfigError, JaxttsError
 from jaxtts.families import FAMILIES
+from jaxtts.trees import tree_to_flat
 
 CONFIG = "config.json"
 DATA = "data.json"
@@ -73,8 +74,6 @@ def params_fingerprint(params: Any) -> str:
     same for a float32 checkpoint and its float16 export, different for any retrained model.
     A run built on another run's model (DCAR, SSD, TLDR on the backbone) records it."""
     import numpy as np  # start-up: numpy 140 ms; run_folder is numpy-free
-
-    from jaxtts.train.state import tree_to_flat  # start-up: jax+flax 1 s, only for fingerprints
 
     h = hashlib.sha256()
     for name, leaf in sorted(tree_to_flat(params).items()):
@@ -215,7 +214,7 @@ class RunFolder:
 
     # -- parameters
     def checkpointer(self, *, read_only: bool = True, **kw):
-        from jaxtts.train.checkpoint import Checkpointer  # start-up: jax+orbax 1.2 s
+        from jaxtts.checkpoint import Checkpointer  # start-up: jax+orbax 1.2 s
 
         return Checkpointer(self.checkpoints_dir, read_only=read_only, **kw)
 
@@ -223,7 +222,7 @@ class RunFolder:
         """Parameters for inference in the layout of `like` (abstract or real arrays): from
         `params.msgpack` (a shipped run) or the latest / `step` checkpoint, the trainer's
         frozen tree merged in. Returns (params, meta)."""
-        from jaxtts.train import checkpoint as ckpt_lib  # start-up: jax+orbax 1.2 s
+        from jaxtts import checkpoint as ckpt_lib  # start-up: jax+orbax 1.2 s
 
         if step is None and self.params_file.is_file() and not self.checkpoints_dir.is_dir():
             return ckpt_lib.read_params_file(self.params_file, like), {}
@@ -234,7 +233,7 @@ class RunFolder:
         """The full parameter tree as saved (params file or checkpoint, trained and frozen
         merged), without a target layout: what `train.init_from` and `export` read."""
         if step is None and self.params_file.is_file() and not self.checkpoints_dir.is_dir():
-            from jaxtts.train import checkpoint as ckpt_lib  # start-up: jax+orbax 1.2 s
+            from jaxtts import checkpoint as ckpt_lib  # start-up: jax+orbax 1.2 s
 
             return ckpt_lib.read_params_tree(self.params_file)
         return self.checkpointer(read_only=True).restore_full_as_saved(step)
@@ -244,7 +243,7 @@ class RunFolder:
         `trained_only`), else the checkpoint's `params` item (TLDR: the adapters and new
         modules, its frozen backbone comes from the backbone's own run)."""
         if step is None and self.params_file.is_file() and not self.checkpoints_dir.is_dir():
-            from jaxtts.train import checkpoint as ckpt_lib  # start-up: jax+orbax 1.2 s
+            from jaxtts import checkpoint as ckpt_lib  # start-up: jax+orbax 1.2 s
 
             return ckpt_lib.read_params_tree(self.params_file)
         return self.checkpointer(read_only=True).restore_as_saved("params", step)
@@ -269,7 +268,7 @@ class RunFolder:
         the dev split after training; only keys the section has, values of their type (a
         one-line ConfigError otherwise, before anything is written). Numbers of a shipped
         model are measured on the exported file."""
-        from jaxtts.train import checkpoint as ckpt_lib  # start-up: jax+orbax 1.2 s
+        from jaxtts import checkpoint as ckpt_lib  # start-up: jax+orbax 1.2 s
 
         self.read_config()  # a one-line error if this is not a run folder
         cfg = json.loads((self.path / CONFIG).read_text())

@@ -52,7 +52,6 @@ from jaxtts.data.audio import save_audio
 from jaxtts.data.manifest import read_split
 from jaxtts.data.prompt import Prompt
 from jaxtts.data.text import speech_warnings
-from jaxtts.data.vocoder import make_vocoder
 from jaxtts.decode.driver import PromptBatch
 from jaxtts.decode.options import DecodeOptions
 from jaxtts.decode.sampling import row_keys
@@ -60,6 +59,7 @@ from jaxtts.engine import Engine, load_engine
 from jaxtts.errors import CheckpointError, ConfigError, DataError, TextError
 from jaxtts.run_folder import CHECKPOINTS, RunFolder, resolve_run
 from jaxtts.stream import stream
+from jaxtts.vocoders import make_vocoder
 
 log = logging.getLogger("jaxtts.synthesize")
 

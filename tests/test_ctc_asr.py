@@ -168,7 +168,7 @@ def test_train_load_transcribe_on_tiny_corpus(tiny_corpus, tmp_path):
     assert saved["task"] == "ctc_asr" and saved["model"]["mel_std"] > 0
 
     asr = C.CTCASR.load(wd)
-    from jaxtts.train.checkpoint import tree_equal
+    from jaxtts.checkpoint import tree_equal
 
     assert tree_equal(asr.params, res.state.params)
     utts = read_manifest(tiny_corpus / "test.jsonl")[:3]

@@ -311,7 +311,7 @@ def test_ssd_deep_draft_is_distilled_to_its_target(tiny_corpus):
     from jaxtts.engine import load_engine
     from jaxtts.methods.ssd.draft import draft_params
     from jaxtts.run_folder import RunFolder
-    from jaxtts.train.state import tree_to_flat
+    from jaxtts.trees import tree_to_flat
 
     eng = load_engine(PRETRAINED / "ssd_deep")
     layers = [0, 9, 10, 11]

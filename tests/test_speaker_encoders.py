@@ -166,7 +166,7 @@ def test_train_and_load_on_tiny_corpus(tiny_corpus, tmp_path):
     assert saved["model"]["num_speakers"] == len(saved["model"]["speakers"]) >= 2
 
     enc = S.JaxSpeakerEncoder(wd)
-    from jaxtts.train.checkpoint import tree_equal
+    from jaxtts.checkpoint import tree_equal
 
     assert tree_equal(enc.params, res.state.params["encoder"])
     utts = read_manifest(tiny_corpus / "test.jsonl")[:3]

@@ -731,11 +731,11 @@ def test_shipped_draft_holds_only_its_trained_parts(tiny_ssd_run, tmp_path):
     """`python -m jaxtts.methods.ssd.task ship`: the params file holds the trained first layer
     and head only; the engine builds the rest from the target and loads the same draft as the
     training run, value for value. A leaf of the wrong shape is a one-line error."""
+    from jaxtts.checkpoint import read_params_tree, write_params_file
     from jaxtts.engine import load_engine
     from jaxtts.errors import CheckpointError
     from jaxtts.methods.ssd import task as ssd_task
-    from jaxtts.train.checkpoint import read_params_tree, write_params_file
-    from jaxtts.train.state import tree_to_flat
+    from jaxtts.trees import tree_to_flat
 
     wd, _ = tiny_ssd_run
     dest = tmp_path / "shipped"

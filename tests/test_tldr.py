@@ -27,7 +27,7 @@ from jaxtts.methods.tldr.model import (
     prompt_tail,
 )
 from jaxtts.methods.tldr.strategy import TLDR
-from jaxtts.train.state import tree_from_flat, tree_to_flat
+from jaxtts.trees import tree_from_flat, tree_to_flat
 
 K = 40  # speech tokens
 LM = LMConfig(

@@ -16,8 +16,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from toy_task import ToySource, ToyTask  # noqa: E402
 from toy_train_main import config as toy_config  # noqa: E402
 
+from jaxtts import checkpoint as ckpt_lib  # noqa: E402
 from jaxtts.errors import CheckpointError, ConfigError  # noqa: E402
-from jaxtts.train import checkpoint as ckpt_lib  # noqa: E402
 from jaxtts.train import loop  # noqa: E402
 from jaxtts.train import mesh as mesh_lib  # noqa: E402
 

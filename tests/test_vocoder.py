@@ -9,8 +9,8 @@ import pytest
 from configs import vocoder as vocoder_cfg
 from jaxtts.data.audio import MelConfig, log_mel, stft
 from jaxtts.errors import ConfigError
+from jaxtts.methods.vocoder import VocoderTask
 from jaxtts.vocoders import make_vocoder
-from jaxtts.vocoders.task import VocoderTask
 from jaxtts.vocoders.vocos import VocosGenerator, istft, jax_log_mel, stft_mag
 
 

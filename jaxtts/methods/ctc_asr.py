@@ -39,6 +39,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from jaxtts import cli
+from jaxtts.checkpoint import abstract_params
 from jaxtts.data.audio import global_mel_stats, utterance_mels, wav_to_mel
 from jaxtts.data.corpus import default_corpus_dir, resolve_corpus_dir
 from jaxtts.data.manifest import read_split
@@ -53,7 +54,6 @@ from jaxtts.nn.conv import masked_conv1d, mel_input, mel_stats
 from jaxtts.nn.masks import length_mask, padding_mask
 from jaxtts.run_folder import RunFolder
 from jaxtts.train import loop
-from jaxtts.train.checkpoint import abstract_params
 
 log = logging.getLogger("jaxtts.ctc_asr")
 

@@ -41,6 +41,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from jaxtts import cli
+from jaxtts.checkpoint import abstract_params
 from jaxtts.data.audio import global_mel_stats, utterance_mels, wav_to_mel
 from jaxtts.data.corpus import resolve_corpus_dir
 from jaxtts.data.manifest import read_split
@@ -51,7 +52,6 @@ from jaxtts.nn.conv import dense as _dense
 from jaxtts.nn.conv import layer_norm as _norm
 from jaxtts.nn.conv import masked_conv1d, mel_input, mel_stats
 from jaxtts.run_folder import RunFolder
-from jaxtts.train.checkpoint import abstract_params
 
 log = logging.getLogger("jaxtts.speaker_encoders")
 

@@ -29,18 +29,13 @@ import numpy as np
 from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
+from jaxtts import checkpoint as ckpt_lib
 from jaxtts.errors import CheckpointError, ConfigError
 from jaxtts.run_folder import RunFolder
-from jaxtts.train import checkpoint as ckpt_lib
 from jaxtts.train import mesh as mesh_lib
 from jaxtts.train import optim
-from jaxtts.train.state import (
-    TrainState,
-    merge_trees,
-    overlay,
-    split_tree,
-    trainable_predicate,
-)
+from jaxtts.train.state import TrainState, overlay, trainable_predicate
+from jaxtts.trees import merge_trees, split_tree
 
 log = logging.getLogger("jaxtts.train")
 

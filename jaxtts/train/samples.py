@@ -11,11 +11,11 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from jaxtts.data.prepare import LMData
 from jaxtts.eval.asr import PocketSphinxASR
 from jaxtts.eval.metrics import wer
 from jaxtts.run_folder import RunFolder
 from jaxtts.synthesize import Synthesizer, prompts_from_utterances
+from jaxtts.train.prepare import LMData
 
 log = logging.getLogger("jaxtts.train")
 

@@ -24,10 +24,63 @@ from jaxtts.data.vocoder import VOCODERS, Vocoder
 from jaxtts.data.vocoder import make_vocoder as make_classic
 from jaxtts.errors import ConfigError
 
-__all__ = ["DEFAULT_VOCODER_DIR", "NeuralVocoder", "make_vocoder"]
+__all__ = [
+    "DEFAULT_VOCODER_DIR",
+    "NeuralVocoder",
+    "export",
+    "generator_from_config",
+    "load_generator",
+    "make_vocoder",
+]
 
 DEFAULT_VOCODER_DIR = Path(__file__).resolve().parents[2] / "pretrained" / "vocoder"
 BUCKET = 64  # frames
+
+
+def generator_from_config(model_cfg):
+    """The `VocosGenerator` of a vocoder config's `model` section."""
+    from jaxtts.vocoders.vocos import VocosGenerator
+
+    m = model_cfg
+    return VocosGenerator(
+        dim=int(m.dim), mlp_dim=int(m.mlp_dim), layers=int(m.layers), n_fft=int(m.n_fft),
+        hop=int(m.hop), n_mels=int(m.n_mels),
+    )  # fmt: skip
+
+
+def load_generator(workdir):
+    """(generator, its parameters, the run's config) of a vocoder run folder: a training run
+    (its latest checkpoint, the discriminators dropped) or a shipped one (the generator alone)."""
+    from jaxtts.run_folder import RunFolder
+
+    run = RunFolder(workdir)
+    config = run.read_config("vocoder")
+    gen = generator_from_config(config.model)
+    if run.params_file.is_file() and not run.checkpoints_dir.is_dir():
+        import jax
+
+        from jaxtts import checkpoint as ckpt_lib
+
+        n = int(config.model.n_mels)
+        like = {"gen": jax.eval_shape(gen.init, jax.random.PRNGKey(0), np.zeros((1, 9, n)),
+                                      np.full((1,), 9, np.int32))["params"]}  # fmt: skip
+        return gen, ckpt_lib.read_params_file(run.params_file, like)["gen"], config
+    return gen, run.saved_params()["gen"], config
+
+
+def export(src: str | os.PathLike, dest: str | os.PathLike, dtype: str = "float16") -> int:
+    """Ships a vocoder run: its config and the generator's parameters alone (one params file,
+    `dtype`) in `dest`; returns the file's size in bytes."""
+    import shutil
+
+    from jaxtts import checkpoint as ckpt_lib
+    from jaxtts.run_folder import RunFolder
+
+    _, params, config = load_generator(src)
+    out = Path(dest)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(RunFolder(src).config_path, out / "config.json")
+    return ckpt_lib.write_params_file(out / "params.msgpack", {"gen": params}, dtype)
 
 
 class NeuralVocoder(Vocoder):
@@ -35,8 +88,6 @@ class NeuralVocoder(Vocoder):
 
     def __init__(self, workdir: str | os.PathLike, mel_cfg: MelConfig | None = None):
         import jax
-
-        from jaxtts.vocoders.task import load_generator
 
         self.workdir = Path(workdir)
         if not (self.workdir / "config.json").is_file():

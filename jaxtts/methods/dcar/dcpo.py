@@ -70,7 +70,6 @@ import numpy as np
 
 from jaxtts.data.audio import utterance_mels
 from jaxtts.data.manifest import read_split
-from jaxtts.data.prepare import ensure_builtin_corpus
 from jaxtts.decode.driver import PromptBatch, decode
 from jaxtts.decode.sampling import SamplingConfig, row_keys
 from jaxtts.errors import ConfigError
@@ -81,6 +80,7 @@ from jaxtts.methods.lm import LMEngine
 from jaxtts.methods.lm.model import with_bos
 from jaxtts.run_folder import RunFolder, record_fingerprint
 from jaxtts.synthesize import prompts_from_utterances
+from jaxtts.train.prepare import ensure_builtin_corpus
 from jaxtts.train.rl import group_advantages, grpo_loss, process_advantages
 
 log = logging.getLogger("jaxtts.dcar")

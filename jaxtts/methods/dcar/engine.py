@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxtts.checkpoint import abstract_params
 from jaxtts.decode import registry
 from jaxtts.decode.driver import decode
 from jaxtts.decode.sampling import row_keys
@@ -23,7 +24,6 @@ from jaxtts.methods.dcar.strategies import DCAR
 from jaxtts.methods.lm import LMEngine, sentence_batch
 from jaxtts.methods.lm.model import with_bos
 from jaxtts.run_folder import RunFolder, check_trained_on, resolve_run
-from jaxtts.train.checkpoint import abstract_params
 
 
 class DCAREngine(LMEngine):

@@ -5,7 +5,7 @@ The public backbone API the other families build on (import from here, not the m
     from jaxtts.methods.lm import TTSLM, LMConfig, KVCache, LMEngine, prefill, chunk_step
 
 model.py       TTSLM, LMConfig, KVCache (prefill / extend / layer subsets / embeddings)
-task.py        LMTask (MTP loss), train() (data preparation: `jaxtts.data.prepare`)
+task.py        LMTask (MTP loss), train() (data preparation: `jaxtts.train.prepare`)
 strategies.py  far, car:<c>, the per-row dynamic-chunk step, for the decode driver
 engine.py      LMEngine: synthesis / evaluation interface
 expand.py      block expansion into a deeper model with the same function

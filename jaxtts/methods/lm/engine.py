@@ -7,6 +7,7 @@ import shutil
 import jax
 import numpy as np
 
+from jaxtts.checkpoint import abstract_params
 from jaxtts.data.text import TextFrontend
 from jaxtts.data.tokenizers import SpeechTokenizer, load_tokenizer
 from jaxtts.decode import registry
@@ -17,7 +18,6 @@ from jaxtts.engine import Engine, Generated
 from jaxtts.errors import CheckpointError, ConfigError
 from jaxtts.methods.lm.model import TTSLM, LMConfig
 from jaxtts.run_folder import RunFolder, check_vocab_files, resolve_run
-from jaxtts.train.checkpoint import abstract_params
 
 
 class LMEngine(Engine):

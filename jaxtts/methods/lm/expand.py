@@ -28,10 +28,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from jaxtts import checkpoint as ckpt_lib
 from jaxtts.errors import ConfigError, JaxttsError
 from jaxtts.nn.transformer import check_layer_map, expand_layers
 from jaxtts.run_folder import CONFIG, TEXT_FRONTEND, TOKENIZER, RunFolder, params_fingerprint
-from jaxtts.train import checkpoint as ckpt_lib
 
 
 def default_layer_map(src_layers: int, num_layers: int) -> tuple[int, ...]:

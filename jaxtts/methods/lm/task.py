@@ -3,7 +3,7 @@
     python train.py --config configs/car.py:small --workdir runs/car
 
 Data preparation (corpus, tokenizer, tokens, text front-end, loaders) is the data layer's
-`jaxtts.data.prepare.prepare_data`, shared with every token-LM family. The run folder is
+`jaxtts.train.prepare.prepare_data`, shared with every token-LM family. The run folder is
 self-contained for synthesis: `config.json`, `text_frontend/`, `tokenizer/` (a copy) and
 `checkpoints/`.
 
@@ -22,7 +22,6 @@ import jax.numpy as jnp
 import ml_collections as mlc
 import numpy as np
 
-from jaxtts.data.prepare import fill_model_sizes, prepare_data
 from jaxtts.errors import ConfigError
 from jaxtts.methods.lm.engine import LMEngine
 from jaxtts.methods.lm.model import RETIRED_MODEL_KEYS, TTSLM, LMConfig, with_bos
@@ -30,6 +29,7 @@ from jaxtts.run_folder import RunFolder
 from jaxtts.train import align as align_lib
 from jaxtts.train import loop, losses
 from jaxtts.train.align import AlignConfig
+from jaxtts.train.prepare import fill_model_sizes, prepare_data
 from jaxtts.train.samples import sample_eval
 
 log = logging.getLogger("jaxtts.lm")

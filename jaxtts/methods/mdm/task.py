@@ -33,7 +33,6 @@ import numpy as np
 from jaxtts.data.audio import utterance_mels
 from jaxtts.data.manifest import read_split
 from jaxtts.data.pipeline import MelLoader, make_buckets, make_mel_records
-from jaxtts.data.prepare import ensure_builtin_corpus
 from jaxtts.data.text import TextFrontend
 from jaxtts.data.tokenizers import LinearMelQuantizer
 from jaxtts.errors import ConfigError
@@ -45,6 +44,7 @@ from jaxtts.methods.mdm.orders import elbo_masks
 from jaxtts.methods.speaker_encoder import JaxSpeakerEncoder
 from jaxtts.nn.masks import length_mask
 from jaxtts.run_folder import RunFolder, find_run
+from jaxtts.train.prepare import ensure_builtin_corpus
 
 
 def mdm_loss(model: AcousticModel, params, batch, rng: jax.Array, crop: int = 0):

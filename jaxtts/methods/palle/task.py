@@ -4,7 +4,7 @@
     python train.py --config configs/palle.py:small_refine --workdir runs/palle_refine \
         --config.train.init_from=runs/palle                                            # NAR refine
 
-Rows are the LM loader's zero-shot rows (`jaxtts.data.prepare.prepare_data`): the prompt's
+Rows are the LM loader's zero-shot rows (`jaxtts.train.prepare.prepare_data`): the prompt's
 transcript then the target text, the prompt's tokens then the target tokens, so training sees
 the layout of inference. `palle.stage` picks the mask (`jaxtts.methods.palle.masking`):
 'par' (stage one), 'refine' (stage two, initialised from a stage-one run with
@@ -22,13 +22,13 @@ import jax
 import jax.numpy as jnp
 import ml_collections as mlc
 
-from jaxtts.data.prepare import fill_model_sizes, prepare_data
 from jaxtts.errors import ConfigError
 from jaxtts.methods.lm.diagnostics import text_information as lm_text_information
 from jaxtts.methods.palle import masking
 from jaxtts.methods.palle.model import MaskedGenTransformer, PALLEConfig
 from jaxtts.run_folder import RunFolder
 from jaxtts.train import loop
+from jaxtts.train.prepare import fill_model_sizes, prepare_data
 
 log = logging.getLogger("jaxtts.palle")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from jaxtts.checkpoint import abstract_params
 from jaxtts.data.tokenizers import load_tokenizer
 from jaxtts.decode import registry
 from jaxtts.decode.driver import decode
@@ -20,7 +21,6 @@ from jaxtts.methods.lm import TTSLM, LMConfig, LMEngine, sentence_batch
 from jaxtts.methods.ssd.draft import draft_params
 from jaxtts.methods.ssd.strategy import SSD, Draft
 from jaxtts.run_folder import RunFolder, check_trained_on, resolve_run
-from jaxtts.train.checkpoint import abstract_params
 
 
 class SSDEngine(LMEngine):
@@ -87,8 +87,8 @@ def _with_trained(dparams: dict, run: RunFolder) -> dict:
     """The draft's parameters with every leaf of `run`'s params file (the trained parts only,
     `python -m jaxtts.methods.ssd.task ship`) put in; a leaf the draft lacks or of another
     shape is a one-line CheckpointError naming the file."""
-    from jaxtts.train.checkpoint import read_params_tree
-    from jaxtts.train.state import tree_from_flat, tree_to_flat
+    from jaxtts.checkpoint import read_params_tree
+    from jaxtts.trees import tree_from_flat, tree_to_flat
 
     flat, trained = tree_to_flat(dparams), tree_to_flat(read_params_tree(run.params_file))
     for k, v in trained.items():

@@ -34,6 +34,7 @@ import sys
 import ml_collections as mlc
 
 from jaxtts import families
+from jaxtts.checkpoint import write_params_file
 from jaxtts.config_help import apply_overrides, load_config
 from jaxtts.errors import ConfigError, JaxttsError
 from jaxtts.methods.lm import LMConfig, LMEngine, start_on_backbone
@@ -45,7 +46,6 @@ from jaxtts.methods.ssd.draft import (
     teacher_logits_fn,
 )
 from jaxtts.run_folder import RunFolder, params_fingerprint, record_fingerprint
-from jaxtts.train.checkpoint import write_params_file
 
 log = logging.getLogger("jaxtts.ssd")
 

@@ -14,7 +14,8 @@ from jaxtts.errors import ConfigError
 from jaxtts.methods.speaker_encoder import load_params, model_from_config
 from jaxtts.methods.tldr.model import TLDRConfig
 from jaxtts.run_folder import check_trained_on, resolve_run
-from jaxtts.train.state import trainable_predicate, tree_from_flat, tree_to_flat
+from jaxtts.train.state import trainable_predicate
+from jaxtts.trees import tree_from_flat, tree_to_flat
 
 TRAINABLE = "lora|prefix:compressor,extractor,text_compressor,text_reader"
 # config.tldr keys that are not TLDRConfig fields

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxtts.checkpoint import abstract_params, check_tree_matches
 from jaxtts.errors import DataError
 from jaxtts.methods.lm import LMEngine
 from jaxtts.methods.tldr.assemble import (
@@ -32,8 +33,7 @@ from jaxtts.methods.tldr.assemble import (
 from jaxtts.methods.tldr.model import TLDRModel
 from jaxtts.nn.layers import merge_lora
 from jaxtts.run_folder import RunFolder, check_trained_on
-from jaxtts.train.checkpoint import abstract_params, check_tree_matches
-from jaxtts.train.state import tree_from_flat, tree_to_flat
+from jaxtts.trees import tree_from_flat, tree_to_flat
 
 
 class TLDREngine(LMEngine):

@@ -35,7 +35,7 @@ import ml_collections as mlc
 import optax
 from flax import linen as nn
 
-from jaxtts.data.prepare import prepare_data
+from jaxtts.checkpoint import write_params_file
 from jaxtts.methods.lm import start_on_backbone
 from jaxtts.methods.lm.diagnostics import text_information as lm_text_information
 from jaxtts.methods.tldr.assemble import (
@@ -52,10 +52,10 @@ from jaxtts.methods.tldr.engine import TLDREngine
 from jaxtts.methods.tldr.model import TLDRConfig, TLDRModel
 from jaxtts.run_folder import RunFolder, record_fingerprint
 from jaxtts.train import loop
-from jaxtts.train.checkpoint import write_params_file
 from jaxtts.train.losses import distill_loss
+from jaxtts.train.prepare import prepare_data
 from jaxtts.train.samples import sample_eval
-from jaxtts.train.state import tree_from_flat, tree_to_flat
+from jaxtts.trees import tree_from_flat, tree_to_flat
 
 log = logging.getLogger("jaxtts.tldr")
 

@@ -1,6 +1,7 @@
-"""Training the Vocos-style vocoder: discriminators, losses, crops, `train(config, workdir)`.
+"""Training the Vocos-style vocoder (`jaxtts.vocoders`): discriminators, losses, crops, `train`.
 
     python train.py --config configs/vocoder.py:small --workdir runs/vocoder
+    python -m jaxtts.vocoders export runs/vocoder pretrained/vocoder   # the generator alone
 
 One `jaxtts.train.loop` Task whose parameters are {'gen', 'mpd', 'mrd'} under ONE optax
 optimiser: the GAN is trained by simultaneous gradient steps. The loss is the sum of the
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import flax.linen as nn
 import jax
@@ -34,11 +34,13 @@ import jax.numpy as jnp
 import ml_collections as mlc
 import numpy as np
 
-from jaxtts.data.audio import MelConfig, load_audio, log_mel
+from jaxtts.data.audio import MelConfig, global_mel_stats, load_audio, log_mel, utterance_mels
 from jaxtts.data.corpus import resolve_corpus_dir
 from jaxtts.data.manifest import read_split
 from jaxtts.errors import ConfigError, DataError
-from jaxtts.vocoders.vocos import VocosGenerator, jax_log_mel, stft_mag
+from jaxtts.train import loop
+from jaxtts.vocoders import generator_from_config
+from jaxtts.vocoders.vocos import jax_log_mel, stft_mag
 
 log = logging.getLogger("jaxtts.vocoder")
 
@@ -103,14 +105,6 @@ class MultiResolutionD(nn.Module):
     @nn.compact
     def __call__(self, x):
         return [ResolutionD(n, h, name=f"r{n}")(x) for n, h in self.resolutions]
-
-
-def generator_from_config(model_cfg) -> VocosGenerator:
-    m = model_cfg
-    return VocosGenerator(
-        dim=int(m.dim), mlp_dim=int(m.mlp_dim), layers=int(m.layers), n_fft=int(m.n_fft),
-        hop=int(m.hop), n_mels=int(m.n_mels),
-    )  # fmt: skip
 
 
 def _mrstft_loss(y: jax.Array, x: jax.Array) -> jax.Array:
@@ -217,8 +211,6 @@ class CropSource:
 def train(config, workdir: str, *, progress: bool = True, mesh=None):
     """Train the vocoder on the corpus's training audio (all voices); fills the mel statistics
     of `config.model` from the data when unset. Returns the trainer's `TrainResult`."""
-    from jaxtts.data.audio import global_mel_stats, utterance_mels
-    from jaxtts.train import loop
 
     config = mlc.ConfigDict(config.to_dict())
     if config.get("task") != "vocoder":
@@ -246,23 +238,3 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
         mesh=mesh,
         progress=progress,
     )
-
-
-def load_generator(workdir) -> tuple[VocosGenerator, Any, mlc.ConfigDict]:
-    """(generator, its parameters, the run's config) of a vocoder run folder."""
-    from jaxtts.run_folder import RunFolder
-
-    run = RunFolder(workdir)
-    config = run.config()
-    if config.get("task") != "vocoder":
-        raise ConfigError(f"{workdir}: a {config.get('task')!r} run, expected a vocoder run folder")
-    gen = generator_from_config(config.model)
-    task = VocoderTask(config)
-    shapes = jax.eval_shape(
-        task.init,
-        jax.random.PRNGKey(0),
-        {"mel": np.zeros((1, 9, int(config.model.n_mels)), np.float32),
-         "audio": np.zeros((1, 8 * int(config.model.hop)), np.float32)},
-    )  # fmt: skip
-    params, _ = run.load_params(shapes)
-    return gen, params["gen"], config

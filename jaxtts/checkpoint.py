@@ -25,7 +25,7 @@ import orbax.checkpoint as ocp
 from flax import serialization
 
 from jaxtts.errors import CheckpointError
-from jaxtts.train.state import merge_trees, tree_from_flat, tree_to_flat
+from jaxtts.trees import merge_trees, tree_from_flat, tree_to_flat
 
 
 def abstract_params(init_fn, *args) -> Any:
