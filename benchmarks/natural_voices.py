@@ -119,6 +119,7 @@ def main() -> int:
     ap.add_argument("--num", type=int, default=0, help="utterances per (speaker, part); 0 all")
     ap.add_argument("--gl_iters", type=int, default=32)
     ap.add_argument("--same_text", type=int, default=0, help="N: every voice speaks the same 2N")
+    ap.add_argument("--voices", default="", help="comma-separated speakers to keep (default all)")
     ap.add_argument("--whisper_model", default=None, help="CTranslate2 folder (default tiny.en)")
     ap.add_argument("--out", default="benchmarks/results/natural_voices.json")
     a = ap.parse_args()
@@ -134,6 +135,9 @@ def main() -> int:
             groups[(u.speaker, utterance_part(u.id))].append(u)
     if a.num > 0:
         groups = {k: v[: a.num] for k, v in groups.items()}
+    if a.voices:
+        keep = set(a.voices.split(","))
+        groups = {k: v for k, v in groups.items() if k[0] in keep}
     asr = WhisperASR(a.whisper_model, progress=False)
     tok = load_tokenizer(a.tokenizer) if a.tokenizer else None
     cfg = tok.mel_cfg if tok is not None else MelConfig()

@@ -106,6 +106,13 @@ def test_bad_requests_are_one_line_4xx_and_the_server_keeps_serving():
             "25.0 s of audio, the limit is 20 s",
         ),
         ({"input": "hi", "colour": 1}, "colour: unknown field"),
+        (
+            {"input": "你好世界你好世界"},
+            "input: nothing an English voice can say: 8 letters of "
+            "another script (CJK: '你好世界你好世界')",
+        ),  # fmt: skip
+        ({"input": "<b></b>"}, "input: nothing an English voice can say: markup"),
+        ({"input": "\x07\x08"}, "control characters ['U+0007', 'U+0008']"),
     ]
     for body, msg in bad:
         r = c.post("/v1/audio/speech", json=body)

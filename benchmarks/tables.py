@@ -1,0 +1,147 @@
+"""Tables generated from measurements: the docs' marked blocks, rewritten from benchmarks/results/.
+
+    python benchmarks/tables.py --check     # exit 1 naming every block that differs from its JSON
+    python benchmarks/tables.py --write     # rewrite the blocks from the JSON
+
+A block in a markdown file is the text between `<!-- table:NAME -->` and `<!-- /table -->`;
+`TABLES[NAME]` makes it from the JSON files under `benchmarks/results/` (each written by the
+benchmark that measured it, with its command, commit, machine and date). A number is typed
+once, by the benchmark; a hand-edited cell fails `--check` (tests/test_tables.py runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ("README.md", "benchmarks/RESULTS.md")
+_BLOCK = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(<!-- /table -->)", re.S)
+
+
+def _load(root: Path, name: str) -> dict:
+    return json.loads((root / "benchmarks" / "results" / f"{name}.json").read_text())
+
+
+def _pooled(rows: list[dict], key: str) -> float | None:
+    rs = [r[key] for r in rows if key in r]
+    words = sum(r["words"] for r in rs)
+    return sum(r["wer"] * r["words"] for r in rs) / words if words else None
+
+
+def _pct(v: float | None) -> str:
+    return "" if v is None else f"{100 * v:.1f}"
+
+
+def _footer(*results: dict) -> str:
+    parts = [f"`{r['command']}` (commit {r['commit']}, {r['date']})" for r in results]
+    return "Generated from " + "; ".join(parts) + ".\n"
+
+
+def natural_voices(root: Path) -> str:
+    """The voice table: every voice on the same sentences, ground truth and round trips."""
+    new, old = _load(root, "natural_voices"), _load(root, "natural_voices_old_tokenizer")
+    by_new: dict[str, list] = {}
+    for r in new["values"]["rows"]:
+        by_new.setdefault(r["speaker"], []).append(r)
+    by_old: dict[str, list] = {}
+    for r in old["values"]["rows"]:
+        by_old.setdefault(r["speaker"], []).append(r)
+    lines = [
+        "| voice | source | role | WER grammar % | WER open % | WER both % | round trip % "
+        "(refit tokenizer) | round trip % (espeak-fitted tokenizer) | decoded-mel L1 refit |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    order = sorted(by_new, key=lambda s: (by_new[s][0]["engine"] == "espeak", s))
+    for s in order:
+        rows = by_new[s]
+        part = {r["part"]: r for r in rows}
+        l1 = [r["round_trip"]["mel_l1"] for r in rows if "round_trip" in r]
+        lines.append(
+            f"| {s} | {rows[0]['source'] or rows[0]['engine']} | {rows[0]['role']} | "
+            f"{_pct(_pooled([part['grammar']], 'ground_truth'))} | "
+            f"{_pct(_pooled([part['open']], 'ground_truth'))} | "
+            f"{_pct(_pooled(rows, 'ground_truth'))} | {_pct(_pooled(rows, 'round_trip'))} | "
+            f"{_pct(_pooled(by_old.get(s, []), 'round_trip'))} | "
+            f"{sum(l1) / len(l1):.3f} |"
+        )
+    real, real_old = new["values"]["real_speech"], old["values"]["real_speech"]
+    lines.append(
+        f"| real speech (12 clips) | pocketsphinx-testdata | check | | | "
+        f"{_pct(real['ground_truth']['wer'])} | {_pct(real['round_trip']['wer'])} | "
+        f"{_pct(real_old['round_trip']['wer'])} | {real['round_trip']['mel_l1']:.3f} |"
+    )
+    return "\n".join(lines) + "\n\n" + _footer(new, old)
+
+
+def natural_test_split(root: Path) -> str:
+    """Ground truth on the natural corpus's test split, by group."""
+    res = _load(root, "natural_test_split")
+    rows = res["values"]["rows"]
+    nat = lambda r: r["engine"] != "espeak"  # noqa: E731
+    groups = (
+        ("natural voices, all", nat),
+        ("seen natural voices, grammar", lambda r: nat(r) and r["role"] == "train"
+         and r["part"] == "grammar"),
+        ("seen natural voices, open-domain", lambda r: nat(r) and r["role"] == "train"
+         and r["part"] == "open"),
+        ("held-out natural voice, grammar", lambda r: nat(r) and r["role"] == "heldout"
+         and r["part"] == "grammar"),
+        ("held-out natural voice, open-domain", lambda r: nat(r) and r["role"] == "heldout"
+         and r["part"] == "open"),
+        ("espeak, seen speakers", lambda r: not nat(r) and r["role"] == "train"),
+        ("espeak, held-out spk09", lambda r: not nat(r) and r["role"] == "heldout"),
+    )  # fmt: skip
+    lines = ["| test-split group | utterances | Whisper WER % |", "|---|--:|--:|"]
+    for name, keep in groups:
+        rs = [r for r in rows if keep(r)]
+        n = sum(r["ground_truth"]["n"] for r in rs)
+        lines.append(f"| {name} | {n} | {_pct(_pooled(rs, 'ground_truth'))} |")
+    return "\n".join(lines) + "\n\n" + _footer(res)
+
+
+TABLES = {"natural_voices": natural_voices, "natural_test_split": natural_test_split}
+
+
+def render(text: str, root: Path) -> str:
+    def sub(m: re.Match) -> str:
+        name = m.group(2)
+        if name not in TABLES:
+            raise SystemExit(f"error: table {name!r} in a doc: expected one of {sorted(TABLES)}")
+        return m.group(1) + TABLES[name](root) + m.group(4)
+
+    return _BLOCK.sub(sub, text)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true")
+    mode.add_argument("--write", action="store_true")
+    ap.add_argument("--root", default=str(ROOT), help="repository root (tests use a copy)")
+    a = ap.parse_args(argv)
+    root = Path(a.root)
+    stale = []
+    for doc in DOCS:
+        path = root / doc
+        text = path.read_text()
+        new = render(text, root)
+        if new != text:
+            if a.write:
+                path.write_text(new)
+                print(f"rewrote {doc}")
+            else:
+                names = [m.group(2) for m in _BLOCK.finditer(text)]
+                stale += [f"{doc} ({', '.join(names)})"]
+    if stale:
+        print("error: tables differ from benchmarks/results/: " + "; ".join(stale)
+              + " (python benchmarks/tables.py --write)", file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
