@@ -57,6 +57,11 @@ _STREAM = flags.DEFINE_bool(
 )
 
 
+_VOCODER = flags.DEFINE_string(
+    "vocoder",
+    None,
+    "griffin_lim, vocos (pretrained/vocoder) or a vocoder run folder (default: the library's).",
+)
 _STRICT = flags.DEFINE_bool(
     "strict",
     False,
@@ -90,6 +95,7 @@ def main(argv):
         max_seconds=_MAX_SECONDS.value,
         stream=_STREAM.value,
         strict=_STRICT.value,
+        **({"vocoder": _VOCODER.value} if _VOCODER.value else {}),
     )
 
 

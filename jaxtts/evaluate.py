@@ -75,7 +75,7 @@ from jaxtts.eval.report import markdown_table
 from jaxtts.eval.speaker import KNOWN_ENCODERS, load_speaker_encoder, speaker_similarity
 from jaxtts.eval.speed import Timer, block, memory_report, speed_stats
 from jaxtts.synthesize import Prompt, make_synthesizer, prompt_ids
-from jaxtts.vocoders import make_vocoder
+from jaxtts.vocoders import DEFAULT_VOCODER, make_vocoder
 
 EVAL_SR = 16000
 
@@ -144,7 +144,7 @@ class _Resynth(_Row):
 class _TokenizerRow(_Row):
     kind = "tokenizer"
 
-    def __init__(self, name: str, tok_dir: str, vocoder_kind: str = "griffin_lim"):
+    def __init__(self, name: str, tok_dir: str, vocoder_kind: str = DEFAULT_VOCODER):
         super().__init__(name)
         self.tokenizer = load_tokenizer(tok_dir)
         self.mel_cfg = getattr(self.tokenizer, "mel_cfg", None) or MelConfig()
@@ -177,7 +177,9 @@ class _SynthRow(_Row):
         return wav, dict(info or {})
 
 
-def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _Row:
+def make_row(
+    spec: str, workdir: str | None, sampling: dict | None = None, vocoder: str = DEFAULT_VOCODER
+) -> _Row:
     kind, _, arg = spec.partition(":")
     if kind == "ground_truth" and not arg:
         return _GroundTruth("ground truth")
@@ -187,7 +189,7 @@ def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _R
         if kind == "tokenizer" and arg:
             path = Path(arg)  # a run folder's tokenizer/ is named after its run
             label = path.parent.name if path.name == "tokenizer" else path.name
-            return _TokenizerRow(f"tokenizer {label}", arg)
+            return _TokenizerRow(f"tokenizer {label}", arg, vocoder)
     except ImportError as e:
         raise MissingDependencyError(f"--rows {spec}: {e}") from None
     if kind == "model" and arg:
@@ -215,7 +217,8 @@ def make_row(spec: str, workdir: str | None, sampling: dict | None = None) -> _R
                 for k, v in sampling.items()
             )
         )
-        return _SynthRow(name, make_synthesizer(workdir, arg, **sampling), keyed=True)
+        synth = make_synthesizer(workdir, arg, vocoder=vocoder, **sampling)
+        return _SynthRow(name, synth, keyed=True)
     raise ConfigError(
         f"--rows {spec!r}: expected ground_truth, resynth:<vocoder>, "
         "tokenizer:<dir> or model:<strategy>"
@@ -649,6 +652,7 @@ def evaluate(
     asr_adapt: bool = True,
     asr_lms: tuple[str, ...] = ("whisper", "domain", "default"),
     whisper_model: str | None = None,
+    vocoder: str = DEFAULT_VOCODER,
     plots: bool = True,
     num_saved_wavs: int = 2,
     progress: bool = True,
@@ -671,7 +675,7 @@ def evaluate(
     row_objs: list[_Row] = []
     for spec in rows:
         try:
-            row_objs.append(make_row(spec, workdir, sampling))
+            row_objs.append(make_row(spec, workdir, sampling, vocoder))
         except MissingDependencyError as e:
             warn.append(f"row {spec} skipped: {e}")
     for name, synth in (synthesizers or {}).items():
@@ -847,6 +851,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     _add(
         p,
+        "vocoder",
+        default=DEFAULT_VOCODER,
+        help="the vocoder of model and tokenizer rows: griffin_lim, vocos (pretrained/vocoder) "
+        "or a vocoder run folder (resynth:<vocoder> rows name their own)",
+    )
+    _add(
+        p,
         "whisper_model",
         default=None,
         help="a CTranslate2 Whisper folder (e.g. large-v3 on a GPU); default: tiny.en of "
@@ -954,6 +965,7 @@ def main(argv: list[str] | None = None) -> int:
                 asr_adapt=not a.no_asr_adapt,
                 asr_lms=_asr_lms(a.asr_lms),
                 whisper_model=a.whisper_model,
+                vocoder=a.vocoder,
                 plots=not a.no_plots,
                 progress=not a.no_progress,
                 sampling={

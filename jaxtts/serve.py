@@ -593,7 +593,7 @@ class SlotScheduler:
         self.peak = max(self.peak, len(self.rows))
 
     def _start_piece(self, r: _Row) -> None:
-        from jaxtts.stream import MelStream, VocoderStream  # start-up: jax 770 ms
+        from jaxtts.stream import MelStream, make_vocoder_stream  # start-up: jax 770 ms
         from jaxtts.synthesize import piece_keys  # start-up: jax 820 ms
 
         _, _, ids, units, n_ptext = r.rows[r.piece]
@@ -602,7 +602,7 @@ class SlotScheduler:
         except ValueError as e:
             raise ConfigError(f"input: a piece too long for the server's slots ({e})") from None
         r.mels = MelStream(self.server.engine)
-        r.voc = VocoderStream(
+        r.voc = make_vocoder_stream(
             self.server.synth.vocoder,
             min_frames=self.server.vocoder_frames,
             n_iter=self.server.vocoder_iters,

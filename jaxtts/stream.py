@@ -42,7 +42,24 @@ from jaxtts.data.prompt import Prompt
 from jaxtts.decode import driver
 from jaxtts.errors import ConfigError
 
-__all__ = ["MelStream", "StreamChunk", "VocoderStream", "push_many", "push_mels", "stream"]
+__all__ = [
+    "MelStream",
+    "NeuralVocoderStream",
+    "StreamChunk",
+    "VocoderStream",
+    "make_vocoder_stream",
+    "push_many",
+    "push_mels",
+    "stream",
+]
+
+
+def make_vocoder_stream(vocoder, min_frames: int = 1, n_iter: int | None = None, **kw):
+    """The streaming wrapper of a vocoder: `NeuralVocoderStream` for the neural one,
+    `VocoderStream` (windowed Griffin-Lim, `n_iter` iterations) otherwise."""
+    if hasattr(vocoder, "batch_mel_to_audio") and hasattr(vocoder, "hop"):
+        return NeuralVocoderStream(vocoder, min_frames=min_frames, **kw)
+    return VocoderStream(vocoder, min_frames=min_frames, n_iter=n_iter, **kw)
 
 
 @dataclasses.dataclass
@@ -212,11 +229,77 @@ class VocoderStream:
         return np.clip(out, -1.0, 1.0).astype(np.float32)
 
 
+class NeuralVocoderStream:
+    """Log-mel frames -> audio through the neural vocoder (`jaxtts.vocoders.NeuralVocoder`),
+    window by window: each window holds `context` frames before the new ones, and the samples of
+    the last `lookahead` frames wait for the next window. The generator sees +-27 frames (its
+    convolutions) and the inverse STFT +-2 more, so with `context` and `lookahead` >= 30 the
+    joined stream equals the whole-utterance output to float rounding (tested); a smaller
+    `lookahead` emits earlier and differs near each window's end (benchmarks/RESULTS.md
+    §vocoder). `push_many` vocodes the windows of several streams in one batched call."""
+
+    RECEPTIVE = 30  # frames each side that change a sample
+
+    def __init__(self, vocoder, context: int = 30, lookahead: int = 30, min_frames: int = 1):
+        if not hasattr(vocoder, "batch_mel_to_audio") or not hasattr(vocoder, "hop"):
+            raise ConfigError(
+                f"NeuralVocoderStream: {type(vocoder).__name__} is not a neural vocoder"
+            )
+        if context < 0 or lookahead < 0 or min_frames < 1:
+            raise ConfigError(
+                f"NeuralVocoderStream: context={context}, lookahead={lookahead}, "
+                f"min_frames={min_frames}: expected >= 0, >= 0, >= 1"
+            )
+        self.voc, self.hop = vocoder, vocoder.hop
+        self.context, self.lookahead, self.min_frames = int(context), int(lookahead), min_frames
+        self.mel = np.zeros((0, vocoder.mel_cfg.n_mels), np.float32)
+        self.emitted = 0  # samples
+
+    def push(self, mel: np.ndarray, final: bool) -> np.ndarray:
+        """New frames float [m, n_mels] -> new samples float32 [k]."""
+        return push_many([self], [mel], [final])[0]
+
+    def _window(self, mel: np.ndarray, final: bool):
+        self.mel = np.concatenate([self.mel, np.asarray(mel, np.float32)])
+        t = self.mel.shape[0]
+        end = (t - 1 if final else t - 1 - self.lookahead) * self.hop
+        if t < 2 or end <= self.emitted:
+            return None
+        if not final and self.emitted and end - self.emitted < self.min_frames * self.hop:
+            return None
+        s0 = max(0, self.emitted // self.hop - self.context)
+        return s0, self.mel[s0:], end
+
+    def _take(self, s0: int, end: int, wav: np.ndarray) -> np.ndarray:
+        a, b = self.emitted - s0 * self.hop, end - s0 * self.hop
+        self.emitted = end
+        return np.clip(wav[a:b], -1.0, 1.0).astype(np.float32)
+
+
 def push_many(streams, mels, finals) -> list[np.ndarray]:
     """`[s.push(m, f) for s, m, f in zip(streams, mels, finals)]` with the windows of equal
     shape (same frames, same known phases) phase-retrieved as one batch: the same samples,
-    fewer numpy calls (a server's rows advance together, so their windows mostly match)."""
+    fewer numpy calls (a server's rows advance together, so their windows mostly match).
+    Neural streams' windows, whatever their lengths, go through their vocoder in one call."""
     out = [np.zeros((0,), np.float32) for _ in streams]
+    is_neural = [isinstance(s, NeuralVocoderStream) for s in streams]
+    if any(is_neural):
+        neural: dict[int, list] = {}
+        for i, (s, m, f) in enumerate(zip(streams, mels, finals, strict=True)):
+            w = s._window(m, f) if is_neural[i] else None
+            if w is not None:
+                neural.setdefault(id(s.voc), []).append((i, w))
+        for items in neural.values():
+            wavs = streams[items[0][0]].voc.batch_mel_to_audio([w[1] for _, w in items])
+            for (i, (s0, _, end)), wav in zip(items, wavs, strict=True):
+                out[i] = streams[i]._take(s0, end, wav)
+        keep = [i for i, n in enumerate(is_neural) if not n]
+        if keep:
+            rest = push_many([streams[i] for i in keep], [mels[i] for i in keep],
+                             [finals[i] for i in keep])  # fmt: skip
+            for i, o in zip(keep, rest, strict=True):
+                out[i] = o
+        return out
     groups: dict[tuple, list] = {}
     for i, (s, m, f) in enumerate(zip(streams, mels, finals, strict=True)):
         w = s._window(m, f)
@@ -280,7 +363,7 @@ def stream(
             strat, models, params, batch, max_new_tokens=engine.max_new_units(options)
         )
         mels = MelStream(engine, lookahead)
-        voc = VocoderStream(synth.vocoder, min_frames=min_frames, n_iter=n_iter)
+        voc = make_vocoder_stream(synth.vocoder, min_frames=min_frames, n_iter=n_iter)
         done = False
         while not done:
             run = driver.advance(

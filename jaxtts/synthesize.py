@@ -59,7 +59,7 @@ from jaxtts.engine import Engine, load_engine
 from jaxtts.errors import CheckpointError, ConfigError, DataError, TextError
 from jaxtts.run_folder import CHECKPOINTS, RunFolder, resolve_run
 from jaxtts.stream import stream
-from jaxtts.vocoders import make_vocoder
+from jaxtts.vocoders import DEFAULT_VOCODER, make_vocoder
 
 log = logging.getLogger("jaxtts.synthesize")
 
@@ -168,7 +168,7 @@ def _bucket(n: int, step: int) -> int:
 class Synthesizer:
     """An engine (any model family) + the vocoder (see module docstring)."""
 
-    def __init__(self, engine: Engine, vocoder: str = "griffin_lim"):
+    def __init__(self, engine: Engine, vocoder: str = DEFAULT_VOCODER):
         self.engine = engine
         self.vocoder = make_vocoder(vocoder, engine.mel_cfg)
         self.sample_rate = int(self.vocoder.sample_rate)
@@ -185,7 +185,7 @@ class Synthesizer:
 
     @classmethod
     def from_workdir(
-        cls, workdir: str | Path, step: int | None = None, vocoder: str = "griffin_lim"
+        cls, workdir: str | Path, step: int | None = None, vocoder: str = DEFAULT_VOCODER
     ) -> Synthesizer:
         """The engine of a training run folder of any family (latest or `step` checkpoint)."""
         return cls(load_engine(workdir, step), vocoder)
@@ -529,12 +529,14 @@ def resolve_prompt(
     )
 
 
-def make_synthesizer(workdir: str, strategy: str, seed: int = 0, **sampling):
+def make_synthesizer(
+    workdir: str, strategy: str, seed: int = 0, vocoder: str = DEFAULT_VOCODER, **sampling
+):
     """`jaxtts.evaluate` model rows: a `synth(texts, prompts)` callable for one strategy
     (`sampling`: greedy / temperature / top_k / top_p overrides of the run's decode config;
     `seed`: the PRNG seed; `run(texts, prompts, first_line=j)` draws texts[0] with the key of
     line j, so each utterance of a split has its own key)."""
-    synth = Synthesizer.from_workdir(workdir)
+    synth = Synthesizer.from_workdir(workdir, vocoder=vocoder)
     synth.reuse_wider = True  # one compiled text width per row (evaluate warms up the longest)
     synth.engine.check_strategy(strategy)
     synth.engine.options(strategy=strategy, **sampling)  # bad values: one-line errors now
@@ -622,6 +624,7 @@ def run_infer(
     max_seconds: float | None = None,
     stream: bool = False,
     strict: bool = False,
+    vocoder: str = DEFAULT_VOCODER,
     **sampling,
 ) -> list[SynthResult]:
     """What `infer.py` does (see its docstring); returns the results. Text an English model
@@ -650,7 +653,7 @@ def run_infer(
             raise TextError(f"line {i + 1}: {w[0]} (--strict)")
         log.warning("line %d: %s", i + 1, "; ".join(w))
     check_out_dir(out_dir)  # before any work: a bad --out_dir loses nothing
-    synth = Synthesizer.from_workdir(workdir, step)
+    synth = Synthesizer.from_workdir(workdir, step, vocoder)
     # every flag checked before anything is written or synthesized: a bad strategy or
     # sampling value leaves no folder behind
     opts = synth.engine.options(strategy=strategy, max_seconds=max_seconds, **sampling)

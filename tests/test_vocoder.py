@@ -93,3 +93,45 @@ def test_vocoder_folder_errors_are_one_line(tmp_path):
         make_vocoder("wavenet", MelConfig())
     with pytest.raises(ConfigError, match="no config.json there, expected a vocoder run folder"):
         make_vocoder(str(tmp_path), MelConfig())
+
+
+def _neural(layers: int = 2):
+    """A NeuralVocoder around an untrained tiny generator (no run folder needed)."""
+    from jaxtts.vocoders import NeuralVocoder
+
+    gen = VocosGenerator(dim=16, mlp_dim=32, layers=layers)
+    params = gen.init(jax.random.PRNGKey(1), jnp.zeros((1, 8, 80)), jnp.array([8]))["params"]
+    voc = object.__new__(NeuralVocoder)
+    voc.mel_cfg, voc.sample_rate, voc.hop = MelConfig(), 16000, 320
+    voc.mean, voc.std, voc._params = -5.0, 2.5, params
+    voc._fn = jax.jit(lambda p, m, n: gen.apply({"params": p}, m, n))
+    return voc
+
+
+def test_neural_vocoder_batch_equals_rows_and_the_stream_equals_the_whole():
+    from jaxtts.stream import NeuralVocoderStream, make_vocoder_stream, push_many
+
+    voc = _neural(layers=8)  # the shipped depth: +-27 frames of convolution
+    rng = np.random.default_rng(0)
+    mels = [(rng.standard_normal((n, 80)) * 2 - 5).astype(np.float32) for n in (150, 97)]
+    whole = voc.batch_mel_to_audio(mels)
+    for m, w in zip(mels, whole, strict=True):
+        assert w.shape == ((len(m) - 1) * 320,)
+        np.testing.assert_allclose(voc.mel_to_audio(m), w, atol=2e-5, rtol=0)
+    streams = [make_vocoder_stream(voc) for _ in mels]
+    assert isinstance(streams[0], NeuralVocoderStream)
+    got, pos, done = [[], []], [0, 0], [False, False]
+    while not all(done):
+        chunks, finals = [], []
+        for i, m in enumerate(mels):
+            k = int(rng.integers(3, 20))
+            chunks.append(m[pos[i] : pos[i] + k])
+            pos[i] = min(len(m), pos[i] + k)
+            finals.append(pos[i] >= len(m) and not done[i])
+        for i, a in enumerate(push_many(streams, chunks, finals)):
+            got[i].append(a)
+            done[i] = done[i] or finals[i]
+    for i, w in enumerate(whole):
+        joined = np.concatenate(got[i])
+        assert joined.shape == w.shape
+        np.testing.assert_allclose(joined, np.clip(w, -1, 1), atol=5e-5, rtol=0)

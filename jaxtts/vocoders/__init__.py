@@ -25,6 +25,7 @@ from jaxtts.data.vocoder import make_vocoder as make_classic
 from jaxtts.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_VOCODER",
     "DEFAULT_VOCODER_DIR",
     "NeuralVocoder",
     "export",
@@ -34,6 +35,8 @@ __all__ = [
 ]
 
 DEFAULT_VOCODER_DIR = Path(__file__).resolve().parents[2] / "pretrained" / "vocoder"
+# what infer.py, jaxtts.evaluate's model and tokenizer rows, --stream and the server use
+DEFAULT_VOCODER = "griffin_lim"
 BUCKET = 64  # frames
 
 
