@@ -103,7 +103,39 @@ def natural_test_split(root: Path) -> str:
     return "\n".join(lines) + "\n\n" + _footer(res)
 
 
-TABLES = {"natural_voices": natural_voices, "natural_test_split": natural_test_split}
+def vocoder(root: Path) -> str:
+    """Copy synthesis (and the token round trip) through Griffin-Lim and the neural vocoder."""
+    res = _load(root, "vocoder")
+    v = res["values"]
+    lines = [
+        "| mels | vocoder | group | utterances | Whisper WER % | MCD dB | MR-STFT distance |",
+        "|---|---|---|--:|--:|--:|--:|",
+    ]
+    order = {"all": 0, "natural, seen": 1, "natural, held out": 2, "espeak": 3}
+    rows = sorted(v["rows"], key=lambda r: (r["source"], order.get(r["group"], 9), r["vocoder"]))
+    for r in rows:
+        spectral = r["vocoder"] != "ground_truth"
+        lines.append(
+            f"| {r['source']} | {r['vocoder']} | {r['group']} | {r['n']} | {_pct(r['wer'])} | "
+            + (f"{r['mcd']:.2f} | {r['mrstft']:.3f} |" if spectral else "| |")
+        )
+    lines += [
+        "",
+        "| vocoder | ms per audio s, batch 1 | ms per audio s, batch 8 |",
+        "|---|--:|--:|",
+    ]
+    for name, sp in v["speed"].items():
+        lines.append(
+            f"| {name} | {sp['ms_per_audio_s_batch1']:.1f} | {sp['ms_per_audio_s_batch8']:.1f} |"
+        )
+    return "\n".join(lines) + "\n\n" + _footer(res)
+
+
+TABLES = {
+    "natural_voices": natural_voices,
+    "natural_test_split": natural_test_split,
+    "vocoder": vocoder,
+}
 
 
 def render(text: str, root: Path) -> str:

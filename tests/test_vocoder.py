@@ -57,12 +57,14 @@ def _tiny_task():
 
 
 def test_tiny_vocoder_overfits_one_utterance():
-    """300 Adam steps on one 0.5 s crop: the output's log-mel L1 falls from 0.74 nats (the
-    untrained generator) to 0.047, below Griffin-Lim 32's 0.070 on the same crop."""
+    """160 Adam steps on one 0.3 s crop (the log-mel L1 alone; the STFT loss is the slow part
+    under the tests' unoptimised XLA): the output's log-mel L1 falls from 0.73 nats (the
+    untrained generator) to ~0.07, below Griffin-Lim 32's 0.084 on the same crop."""
     import optax
 
     task = _tiny_task()
-    x = _tone(320 * 25)
+    task.loss_cfg.stft = 0.0
+    x = _tone(320 * 15)
     batch = {"audio": x[None], "mel": log_mel(x, MelConfig())[None]}
     params = task.init(jax.random.PRNGKey(0), batch)
     opt = optax.adam(3e-3)
@@ -79,13 +81,13 @@ def test_tiny_vocoder_overfits_one_utterance():
 
     gp = params["gen"]
     first = None
-    for _ in range(300):
+    for _ in range(160):
         gp, state, l1 = step(gp, state)
         first = float(l1) if first is None else first
     mel = batch["mel"][0]
     gl = make_vocoder("griffin_lim", MelConfig(), n_iter=32).mel_to_audio(mel)[: len(x)]
     gl_l1 = float(np.abs(log_mel(gl, MelConfig()) - mel).mean())
-    assert first > 0.5 and float(l1) < 0.06 < gl_l1
+    assert first > 0.5 and float(l1) < gl_l1 < 0.1
 
 
 def test_vocoder_folder_errors_are_one_line(tmp_path):
