@@ -112,7 +112,11 @@ def vocoder(root: Path) -> str:
         "|---|---|---|--:|--:|--:|--:|",
     ]
     order = {"all": 0, "natural, seen": 1, "natural, held out": 2, "espeak": 3}
-    rows = sorted(v["rows"], key=lambda r: (r["source"], order.get(r["group"], 9), r["vocoder"]))
+    kind = {"ground_truth": 0, "griffin_lim": 1, "vocoder": 2}
+    rows = sorted(
+        v["rows"],
+        key=lambda r: (r["source"], order.get(r["group"], 9), kind.get(r["vocoder"], 9)),
+    )
     for r in rows:
         spectral = r["vocoder"] != "ground_truth"
         lines.append(

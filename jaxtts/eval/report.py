@@ -115,9 +115,10 @@ def markdown_report(results: dict) -> str:
     ]
     asr = results.get("asr") or {}
     out += [
-        "WER: PocketSphinx "
+        "Judges: "
         + (", ".join(f"{k}={v}" for k, v in asr.items()) or "unavailable")
-        + "; domain LM = training-split sentences (+ fresh generator sentences for the "
+        + " (Whisper WER/CER on whisper_normalize'd text; PocketSphinx on the corpus "
+        "normaliser's); domain LM = training-split sentences (+ fresh generator sentences for the "
         "built-in corpus), never dev/test ones. Δ = default-LM WER minus the "
         "ground-truth row's (the ASR floor). MCD: DTW-aligned mel-cepstral distortion over "
         "c1..c24; logF0 RMSE: natural log, frames voiced in both (see jaxtts/eval/metrics.py). "
