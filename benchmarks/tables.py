@@ -170,7 +170,10 @@ def main(argv=None) -> int:
                 path.write_text(new)
                 print(f"rewrote {doc}")
             else:
-                names = [m.group(2) for m in _BLOCK.finditer(text)]
+                fresh = {m.group(2): m.group(3) for m in _BLOCK.finditer(new)}
+                names = [
+                    m.group(2) for m in _BLOCK.finditer(text) if fresh[m.group(2)] != m.group(3)
+                ]
                 stale += [f"{doc} ({', '.join(names)})"]
     if stale:
         print("error: tables differ from benchmarks/results/: " + "; ".join(stale)

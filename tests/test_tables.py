@@ -30,5 +30,5 @@ def test_a_hand_edited_number_fails_the_check(tmp_path):
     (tmp_path / "benchmarks" / "RESULTS.md").write_text(edited)
     r = _check(tmp_path)
     assert r.returncode == 1
-    assert "benchmarks/RESULTS.md (natural_test_split, natural_voices)" in r.stderr
+    assert "benchmarks/RESULTS.md (natural_test_split) (python" in r.stderr
     assert r.stderr.count("\n") == 1
