@@ -3,10 +3,20 @@
 import itertools
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
-from jaxtts.train.align import beta_binomial_log_prior, ctc_alignment_loss, prior_weight
+from jaxtts.errors import ConfigError
+from jaxtts.train.align import (
+    AlignConfig,
+    beta_binomial_log_prior,
+    ctc_alignment_loss,
+    diagonal_mass,
+    prior_bias,
+    prior_weight,
+)
 
 
 def test_beta_binomial_prior_hand_computed():
@@ -82,16 +92,6 @@ def test_ctc_alignment_loss_equals_brute_force():
 
 # ----------------------------------------------------------------------------- wiring (LMTask)
 
-import jax  # noqa: E402
-import pytest  # noqa: E402
-
-from jaxtts.errors import ConfigError  # noqa: E402
-from jaxtts.train.align import (  # noqa: E402
-    AlignConfig,
-    diagonal_mass,
-    prior_bias,
-)
-
 
 def _lm_batch():
     return {
@@ -104,10 +104,7 @@ def _lm_batch():
 
 
 def _task(**align):
-    import os
-    import sys
 
-    sys.path.insert(0, os.path.dirname(__file__))
     from lm_reference import TINY
 
     from jaxtts.methods.lm.task import LMTask

@@ -9,17 +9,15 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from lm_reference import TINY, batch_of, init_params, random_rows, run
 
-sys.path.insert(0, os.path.dirname(__file__))
-from lm_reference import TINY, batch_of, init_params, random_rows, run  # noqa: E402
-
-from jaxtts.decode import registry  # noqa: E402
-from jaxtts.decode.driver import decode  # noqa: E402
-from jaxtts.decode.options import DecodeOptions  # noqa: E402
-from jaxtts.decode.sampling import SamplingConfig, row_keys  # noqa: E402
-from jaxtts.errors import ConfigError  # noqa: E402
-from jaxtts.methods.lm.model import TTSLM, LMConfig, with_bos  # noqa: E402
-from jaxtts.methods.lm.strategies import ChunkedAR, chunk_step  # noqa: E402
+from jaxtts.decode import registry
+from jaxtts.decode.driver import decode
+from jaxtts.decode.options import DecodeOptions
+from jaxtts.decode.sampling import SamplingConfig, row_keys
+from jaxtts.errors import ConfigError
+from jaxtts.methods.lm.model import TTSLM, LMConfig, with_bos
+from jaxtts.methods.lm.strategies import ChunkedAR, chunk_step
 
 GREEDY = SamplingConfig(greedy=True)
 DEEP = dataclasses.replace(TINY, num_layers=4)

@@ -7,9 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, os.path.dirname(__file__))
-from bad_inputs import CASES  # noqa: E402
+from bad_inputs import CASES
 
 ROOT = Path(__file__).resolve().parents[1]
 

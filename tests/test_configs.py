@@ -8,11 +8,10 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from configs import common
+from jaxtts import config_help
 
-from configs import common  # noqa: E402
-from jaxtts import config_help  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _load(path):

@@ -2,30 +2,27 @@
 
 import dataclasses
 import os
-import sys
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from engine_checks import check_synthesizes
+from hlo_checks import loop_carries, loop_copies, mentions
+from lm_reference import TINY, batch_of, init_params, random_rows, run
 
-sys.path.insert(0, os.path.dirname(__file__))
-from engine_checks import check_synthesizes  # noqa: E402
-from hlo_checks import loop_carries, loop_copies, mentions  # noqa: E402
-from lm_reference import TINY, batch_of, init_params, random_rows, run  # noqa: E402
-
-from jaxtts.decode import registry  # noqa: E402
-from jaxtts.decode.driver import decode  # noqa: E402
-from jaxtts.decode.sampling import SamplingConfig, row_keys  # noqa: E402
-from jaxtts.errors import ConfigError  # noqa: E402
-from jaxtts.methods.dcar.policy import (  # noqa: E402
+from jaxtts.decode import registry
+from jaxtts.decode.driver import decode
+from jaxtts.decode.sampling import SamplingConfig, row_keys
+from jaxtts.errors import ConfigError
+from jaxtts.methods.dcar.policy import (
     FEATURE_GAIN,
     ChunkPolicy,
     PolicyConfig,
     action_logp,
 )
-from jaxtts.methods.lm.model import TTSLM  # noqa: E402
+from jaxtts.methods.lm.model import TTSLM
 
 GREEDY = SamplingConfig(greedy=True)
 SAMPLE = SamplingConfig(temperature=1.0, top_k=8)

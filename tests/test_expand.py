@@ -3,24 +3,20 @@ deeper model computes exactly what the shallow one did, and bad maps are one-lin
 
 import dataclasses
 import json
-import os
-import sys
 
 import jax
 import numpy as np
 import pytest
+from lm_reference import TINY, batch_of, init_params, random_rows, run
 
-sys.path.insert(0, os.path.dirname(__file__))
-from lm_reference import TINY, batch_of, init_params, random_rows, run  # noqa: E402
-
-from jaxtts import checkpoint as ckpt_lib  # noqa: E402
-from jaxtts.decode import registry  # noqa: E402
-from jaxtts.decode.sampling import SamplingConfig, row_keys  # noqa: E402
-from jaxtts.errors import ConfigError  # noqa: E402
-from jaxtts.methods.lm.expand import default_layer_map, expand_run  # noqa: E402
-from jaxtts.methods.lm.model import TTSLM  # noqa: E402
-from jaxtts.nn.transformer import expand_layers  # noqa: E402
-from jaxtts.run_folder import RunFolder  # noqa: E402
+from jaxtts import checkpoint as ckpt_lib
+from jaxtts.decode import registry
+from jaxtts.decode.sampling import SamplingConfig, row_keys
+from jaxtts.errors import ConfigError
+from jaxtts.methods.lm.expand import default_layer_map, expand_run
+from jaxtts.methods.lm.model import TTSLM
+from jaxtts.nn.transformer import expand_layers
+from jaxtts.run_folder import RunFolder
 
 DEEP = dataclasses.replace(TINY, num_layers=6)
 

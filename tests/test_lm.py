@@ -1,16 +1,12 @@
 """TTS LM: cache equivalence, decoding vs a Python reference, batch invariance, MTP loss values."""
 
 import dataclasses
-import os
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-sys.path.insert(0, os.path.dirname(__file__))
-from lm_reference import (  # noqa: E402
+from lm_reference import (
     TINY,
     batch_of,
     init_params,
@@ -20,11 +16,11 @@ from lm_reference import (  # noqa: E402
     run_in_segments,
 )
 
-from jaxtts.decode import registry  # noqa: E402
-from jaxtts.decode.sampling import SamplingConfig, filter_logits, row_keys  # noqa: E402
-from jaxtts.errors import ConfigError  # noqa: E402
-from jaxtts.methods.lm.model import TTSLM  # noqa: E402
-from jaxtts.train import losses  # noqa: E402
+from jaxtts.decode import registry
+from jaxtts.decode.sampling import SamplingConfig, filter_logits, row_keys
+from jaxtts.errors import ConfigError
+from jaxtts.methods.lm.model import TTSLM
+from jaxtts.train import losses
 
 GREEDY = SamplingConfig(greedy=True)
 

@@ -2,24 +2,20 @@
 the matmul, what is cast and what is not, batch-N == batch-1 per row, option errors."""
 
 import dataclasses
-import os
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from lm_reference import TINY, batch_of, init_params, random_rows, run
 
-sys.path.insert(0, os.path.dirname(__file__))
-from lm_reference import TINY, batch_of, init_params, random_rows, run  # noqa: E402
-
-from jaxtts.decode import registry  # noqa: E402
-from jaxtts.decode.options import DecodeOptions  # noqa: E402
-from jaxtts.decode.precision import at_precision, cast_kernels  # noqa: E402
-from jaxtts.decode.sampling import SamplingConfig, row_keys  # noqa: E402
-from jaxtts.errors import ConfigError  # noqa: E402
-from jaxtts.methods.lm.model import TTSLM  # noqa: E402
-from jaxtts.nn.layers import matmul  # noqa: E402
+from jaxtts.decode import registry
+from jaxtts.decode.options import DecodeOptions
+from jaxtts.decode.precision import at_precision, cast_kernels
+from jaxtts.decode.sampling import SamplingConfig, row_keys
+from jaxtts.errors import ConfigError
+from jaxtts.methods.lm.model import TTSLM
+from jaxtts.nn.layers import matmul
 
 GREEDY = SamplingConfig(greedy=True)
 

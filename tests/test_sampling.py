@@ -123,10 +123,7 @@ def test_fallback_by_where_equals_fallback_by_cond(monkeypatch):
 def test_new_temperature_top_k_or_top_p_reuses_the_compiled_loop():
     """temperature, top_k and top_p are traced: a sweep compiles the decode loop once;
     turning top-k or top-p on (or greedy) compiles anew."""
-    import os
-    import sys
 
-    sys.path.insert(0, os.path.dirname(__file__))
     from lm_reference import batch_of, init_params, random_rows, run
 
     from jaxtts.decode import driver, registry

@@ -1,20 +1,15 @@
 """Every other model family on 8 simulated devices: the CTC reward ASR and the speaker encoder
 give the single-device loss and gradients on (8,1,1), (1,8,1) and (2,2,2) meshes."""
 
-import os
-import sys
-
 import jax
 import numpy as np
 import pytest
+from toy_train_main import config as base_config
 
-sys.path.insert(0, os.path.dirname(__file__))
-from toy_train_main import config as base_config  # noqa: E402
-
-from jaxtts.methods import ctc_asr as C  # noqa: E402
-from jaxtts.methods import speaker_encoder as S  # noqa: E402
-from jaxtts.train import loop  # noqa: E402
-from jaxtts.train import mesh as mesh_lib  # noqa: E402
+from jaxtts.methods import ctc_asr as C
+from jaxtts.methods import speaker_encoder as S
+from jaxtts.train import loop
+from jaxtts.train import mesh as mesh_lib
 
 MESHES = [{"data": 8}, {"fsdp": 8}, {"data": 2, "fsdp": 2, "tensor": 2}]
 

@@ -1,20 +1,15 @@
 """The TTS LM on 8 simulated devices: loss and gradients of one step on (data, fsdp, tensor)
 meshes equal the single-device values; parameters are sharded as the logical rules say."""
 
-import os
-import sys
-
 import jax
 import numpy as np
 import pytest
+from lm_reference import TINY
+from toy_train_main import config as base_config
 
-sys.path.insert(0, os.path.dirname(__file__))
-from lm_reference import TINY  # noqa: E402
-from toy_train_main import config as base_config  # noqa: E402
-
-from jaxtts.methods.lm.task import LMTask  # noqa: E402
-from jaxtts.train import loop  # noqa: E402
-from jaxtts.train import mesh as mesh_lib  # noqa: E402
+from jaxtts.methods.lm.task import LMTask
+from jaxtts.train import loop
+from jaxtts.train import mesh as mesh_lib
 
 P = jax.sharding.PartitionSpec
 

@@ -4,24 +4,21 @@ distribution)."""
 
 import dataclasses
 import os
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from engine_checks import check_synthesizes
+from hlo_checks import loop_copies, mentions
+from lm_reference import TINY, batch_of, init_params, random_rows, run
 
-sys.path.insert(0, os.path.dirname(__file__))
-from engine_checks import check_synthesizes  # noqa: E402
-from hlo_checks import loop_copies, mentions  # noqa: E402
-from lm_reference import TINY, batch_of, init_params, random_rows, run  # noqa: E402
-
-from jaxtts.decode import registry  # noqa: E402
-from jaxtts.decode.driver import PromptBatch, decode  # noqa: E402
-from jaxtts.decode.sampling import SamplingConfig, row_keys  # noqa: E402
-from jaxtts.errors import ConfigError  # noqa: E402
-from jaxtts.methods.lm.model import TTSLM, with_bos  # noqa: E402
-from jaxtts.methods.ssd.strategy import SSD, residual, verify  # noqa: E402
+from jaxtts.decode import registry
+from jaxtts.decode.driver import PromptBatch, decode
+from jaxtts.decode.sampling import SamplingConfig, row_keys
+from jaxtts.errors import ConfigError
+from jaxtts.methods.lm.model import TTSLM, with_bos
+from jaxtts.methods.ssd.strategy import SSD, residual, verify
 
 GREEDY = SamplingConfig(greedy=True)
 DRAFT = dataclasses.replace(TINY, num_layers=1, num_mtp_heads=1)

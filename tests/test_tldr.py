@@ -389,10 +389,7 @@ def test_greedy_decode_equals_teacher_forced_argmax(
 def test_tldr_loop_writes_the_caches_in_place(b):
     """No loop body of the compiled TLDR decode copies a KV cache buffer (backbone at the
     patch rate, extractor), at batch 1 and 2."""
-    import os
-    import sys
 
-    sys.path.insert(0, os.path.dirname(__file__))
     from hlo_checks import loop_copies, mentions
 
     from jaxtts.decode.driver import _decode as jit_decode

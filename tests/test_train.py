@@ -11,15 +11,13 @@ import time
 import jax
 import numpy as np
 import pytest
+from toy_task import ToySource, ToyTask
+from toy_train_main import config as toy_config
 
-sys.path.insert(0, os.path.dirname(__file__))
-from toy_task import ToySource, ToyTask  # noqa: E402
-from toy_train_main import config as toy_config  # noqa: E402
-
-from jaxtts import checkpoint as ckpt_lib  # noqa: E402
-from jaxtts.errors import CheckpointError, ConfigError  # noqa: E402
-from jaxtts.train import loop  # noqa: E402
-from jaxtts.train import mesh as mesh_lib  # noqa: E402
+from jaxtts import checkpoint as ckpt_lib
+from jaxtts.errors import CheckpointError, ConfigError
+from jaxtts.train import loop
+from jaxtts.train import mesh as mesh_lib
 
 MESHES = [
     {"data": 8, "fsdp": 1, "tensor": 1},

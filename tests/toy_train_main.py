@@ -4,12 +4,10 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
+import ml_collections as mlc
+from toy_task import ToySource, ToyTask
 
-import ml_collections as mlc  # noqa: E402
-from toy_task import ToySource, ToyTask  # noqa: E402
-
-from jaxtts.train import loop  # noqa: E402
+from jaxtts.train import loop
 
 
 class SlowSource(ToySource):
