@@ -165,8 +165,10 @@ def main() -> int:
     real = {"ground_truth": _scores([c.text for c in clips], asr.transcribe(wavs, 16000))}
     if tok is not None:
         rt, l1 = _round_trip(tok, voc, wavs, cfg)
-        real["round_trip"] = {**_scores([c.text for c in clips], asr.transcribe(rt, 16000)),
-                              "mel_l1": l1}  # fmt: skip
+        real["round_trip"] = {
+            **_scores([c.text for c in clips], asr.transcribe(rt, 16000)),
+            "mel_l1": l1,
+        }
     result = {
         "command": "python benchmarks/natural_voices.py " + " ".join(sys.argv[1:]),
         "commit": _commit(),

@@ -84,17 +84,25 @@ def natural_test_split(root: Path) -> str:
     nat = lambda r: r["engine"] != "espeak"  # noqa: E731
     groups = (
         ("natural voices, all", nat),
-        ("seen natural voices, grammar", lambda r: nat(r) and r["role"] == "train"
-         and r["part"] == "grammar"),
-        ("seen natural voices, open-domain", lambda r: nat(r) and r["role"] == "train"
-         and r["part"] == "open"),
-        ("held-out natural voice, grammar", lambda r: nat(r) and r["role"] == "heldout"
-         and r["part"] == "grammar"),
-        ("held-out natural voice, open-domain", lambda r: nat(r) and r["role"] == "heldout"
-         and r["part"] == "open"),
+        (
+            "seen natural voices, grammar",
+            lambda r: nat(r) and r["role"] == "train" and r["part"] == "grammar",
+        ),
+        (
+            "seen natural voices, open-domain",
+            lambda r: nat(r) and r["role"] == "train" and r["part"] == "open",
+        ),
+        (
+            "held-out natural voice, grammar",
+            lambda r: nat(r) and r["role"] == "heldout" and r["part"] == "grammar",
+        ),
+        (
+            "held-out natural voice, open-domain",
+            lambda r: nat(r) and r["role"] == "heldout" and r["part"] == "open",
+        ),
         ("espeak, seen speakers", lambda r: not nat(r) and r["role"] == "train"),
         ("espeak, held-out spk09", lambda r: not nat(r) and r["role"] == "heldout"),
-    )  # fmt: skip
+    )
     lines = ["| test-split group | utterances | Whisper WER % |", "|---|--:|--:|"]
     for name, keep in groups:
         rs = [r for r in rows if keep(r)]
@@ -176,8 +184,12 @@ def main(argv=None) -> int:
                 ]
                 stale += [f"{doc} ({', '.join(names)})"]
     if stale:
-        print("error: tables differ from benchmarks/results/: " + "; ".join(stale)
-              + " (python benchmarks/tables.py --write)", file=sys.stderr)  # fmt: skip
+        print(
+            "error: tables differ from benchmarks/results/: "
+            + "; ".join(stale)
+            + " (python benchmarks/tables.py --write)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -85,8 +85,10 @@ def main() -> int:
     a = ap.parse_args()
     t0 = time.perf_counter()
     cfg = MelConfig()
-    vocs = {"griffin_lim": make_vocoder("griffin_lim", cfg, n_iter=a.gl_iters),
-            "vocoder": make_vocoder(a.vocoder, cfg)}  # fmt: skip
+    vocs = {
+        "griffin_lim": make_vocoder("griffin_lim", cfg, n_iter=a.gl_iters),
+        "vocoder": make_vocoder(a.vocoder, cfg),
+    }
     tok = load_tokenizer(a.tokenizer) if a.tokenizer else None
     speakers = json.loads((Path(a.corpus) / "speakers.json").read_text())
     utts = read_split(a.corpus, "test")
@@ -114,24 +116,33 @@ def main() -> int:
                 per[g].append((d, mcd, mrstft_distance(o, w) if voc else 0.0))
                 per["all"].append(per[g][-1])
             for g, items in sorted(per.items()):
-                rows.append({
-                    "source": source, "vocoder": name, "group": g, "n": len(items),
-                    "wer": M.corpus_wer([d for d, _, _ in items]),
-                    "mcd": float(np.mean([m for _, m, _ in items])),
-                    "mrstft": float(np.mean([s for _, _, s in items])),
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "source": source,
+                        "vocoder": name,
+                        "group": g,
+                        "n": len(items),
+                        "wer": M.corpus_wer([d for d, _, _ in items]),
+                        "mcd": float(np.mean([m for _, m, _ in items])),
+                        "mrstft": float(np.mean([s for _, _, s in items])),
+                    }
+                )
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=ROOT).stdout.strip()  # fmt: skip
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
     result = {
         "command": "python benchmarks/vocoder_copy.py " + " ".join(sys.argv[1:]),
         "commit": commit,
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "date": time.strftime("%Y-%m-%d"),
         "judge": asr.name,
-        "values": {"rows": rows, "speed": {k: _speed(v, a.repeats) for k, v in vocs.items()},
-                   "seconds": time.perf_counter() - t0},
-    }  # fmt: skip
+        "values": {
+            "rows": rows,
+            "speed": {k: _speed(v, a.repeats) for k, v in vocs.items()},
+            "seconds": time.perf_counter() - t0,
+        },
+    }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["values"]["speed"]))

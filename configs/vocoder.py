@@ -46,7 +46,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
                 fmin=0.0,
                 fmax=8000.0,
                 log_floor=1e-5,
-            ),  # fmt: skip
+            ),
             # filled from the training audio when unset
             mel_mean=config_dict.placeholder(float),
             mel_std=config_dict.placeholder(float),
@@ -73,12 +73,22 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         config.data.update(batch_size=8, crop_frames=9, eval_batches=1)
         config.loss.update(adv=0.0, fm=0.0)
         config.train.update(
-            steps=4, learning_rate=3e-3, warmup_steps=1, log_every=1, eval_every=4,
-            checkpoint_every=0, tensorboard=False,
-        )  # fmt: skip
+            steps=4,
+            learning_rate=3e-3,
+            warmup_steps=1,
+            log_every=1,
+            eval_every=4,
+            checkpoint_every=0,
+            tensorboard=False,
+        )
     else:
         config.train.update(
-            steps=4000, learning_rate=5e-4, warmup_steps=100, final_lr_fraction=0.1,
-            log_every=25, eval_every=500, checkpoint_every=250,
-        )  # fmt: skip
+            steps=4000,
+            learning_rate=5e-4,
+            warmup_steps=100,
+            final_lr_fraction=0.1,
+            log_every=25,
+            eval_every=500,
+            checkpoint_every=250,
+        )
     return config

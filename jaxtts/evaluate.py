@@ -374,7 +374,7 @@ def make_asrs(
                 hmm=hmm,
                 **kw,
             )
-        missing = asrs["domain"].missing_words if "domain" in asrs else []  # fmt: skip
+        missing = asrs["domain"].missing_words if "domain" in asrs else []
         if missing:
             warn.append(
                 f"domain LM: {len(missing)} training words have no pronunciation "

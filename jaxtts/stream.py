@@ -295,8 +295,9 @@ def push_many(streams, mels, finals) -> list[np.ndarray]:
                 out[i] = streams[i]._take(s0, end, wav)
         keep = [i for i, n in enumerate(is_neural) if not n]
         if keep:
-            rest = push_many([streams[i] for i in keep], [mels[i] for i in keep],
-                             [finals[i] for i in keep])  # fmt: skip
+            rest = push_many(
+                [streams[i] for i in keep], [mels[i] for i in keep], [finals[i] for i in keep]
+            )
             for i, o in zip(keep, rest, strict=True):
                 out[i] = o
         return out

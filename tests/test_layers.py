@@ -49,8 +49,10 @@ def test_every_import_goes_down_the_layer_list():
         for target, line in _imports(path):
             t = _unit(target)
             if t != me and layers[t] >= layers[me]:
-                bad.append(f"{path.relative_to(REPO)}:{line} {me} (layer {layers[me]}) imports "
-                           f"{t} (layer {layers[t]})")  # fmt: skip
+                bad.append(
+                    f"{path.relative_to(REPO)}:{line} {me} (layer {layers[me]}) imports "
+                    f"{t} (layer {layers[t]})"
+                )
     assert not bad, "\n".join(bad)
     assert seen == set(layers), f"listed but absent: {sorted(set(layers) - seen)}"
 

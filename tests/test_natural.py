@@ -58,7 +58,7 @@ def _bytes(folder: Path) -> dict[str, bytes]:
         (
             "Population 1,234,567",
             "population one million two hundred thirty four thousand five hundred sixty seven",
-        ),  # fmt: skip
+        ),
         ("Chapter 11", "chapter eleven"),
         ("the 1st, 2nd, 3rd and 4th", "the first second third and fourth"),
         ("the 22nd floor", "the twenty second floor"),
@@ -147,8 +147,9 @@ def test_default_plan_meets_the_issue_shape():
     roles = {g.voice.name: g.voice.role for g in groups}
     assert roles["rms"] == "heldout" and roles["spk09"] == "heldout"
     assert all(g.split == "test" for g in groups if g.voice.role == "heldout")
-    test_open = {normalize_text(texts["t"][i]) for g in groups if g.letter == "t"
-                 for i in g.candidates}  # fmt: skip
+    test_open = {
+        normalize_text(texts["t"][i]) for g in groups if g.letter == "t" for i in g.candidates
+    }
     train_text = {normalize_text(texts[g.letter][i]) for g in train for i in g.candidates}
     assert not test_open & train_text
     assert nat.utterance_part("joe_t00012") == "open" and nat.utterance_part("a_g1") == "grammar"
@@ -165,8 +166,18 @@ def test_tiny_natural_corpus_killed_mid_build_then_resumed_gives_the_same_manife
     assert {u.speaker for u in utts["train"]} == {"slt", "kal", "spk00"}
     assert {nat.utterance_part(u.id) for u in utts["test"]} == {"grammar", "open"}
     work = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "jaxtts.data.natural", "--config", "tiny", "--out", str(work),
-           "--workers", "1", "--no_progress"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "jaxtts.data.natural",
+        "--config",
+        "tiny",
+        "--out",
+        str(work),
+        "--workers",
+        "1",
+        "--no_progress",
+    ]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 30
     while time.time() < deadline and len(list(work.glob("wavs/*/*.wav"))) < 6:

@@ -110,7 +110,7 @@ def test_bad_requests_are_one_line_4xx_and_the_server_keeps_serving():
             {"input": "你好世界你好世界"},
             "input: nothing an English voice can say: 8 letters of "
             "another script (CJK: '你好世界你好世界')",
-        ),  # fmt: skip
+        ),
         ({"input": "<b></b>"}, "input: nothing an English voice can say: markup"),
         ({"input": "\x07\x08"}, "control characters ['U+0007', 'U+0008']"),
     ]

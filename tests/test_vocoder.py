@@ -37,8 +37,10 @@ def test_istft_inverts_the_projects_stft_and_jax_log_mel_equals_numpy():
 
 def test_padded_rows_equal_the_rows_alone():
     gen = VocosGenerator(dim=16, mlp_dim=32, layers=2)
-    mels = [np.random.default_rng(i).standard_normal((n, 80)).astype(np.float32)
-            for i, n in enumerate((23, 40, 9))]  # fmt: skip
+    mels = [
+        np.random.default_rng(i).standard_normal((n, 80)).astype(np.float32)
+        for i, n in enumerate((23, 40, 9))
+    ]
     p = gen.init(jax.random.PRNGKey(0), jnp.zeros((1, 8, 80)), jnp.array([8]))
     x = np.zeros((3, 40, 80), np.float32)
     for i, m in enumerate(mels):

@@ -647,8 +647,9 @@ def unspeakable(text: str) -> str | None:
     control characters, markup only. The server refuses such text with a 400; `infer.py` warns
     (`speech_warnings`)."""
     bare = _MARKUP.sub(" ", unicodedata.normalize("NFKC", text))
-    if any((c.isalpha() and unicodedata.name(c, "").startswith("LATIN")) or c.isdigit()
-           for c in bare):  # fmt: skip
+    if any(
+        (c.isalpha() and unicodedata.name(c, "").startswith("LATIN")) or c.isdigit() for c in bare
+    ):
         return None
     foreign = [c for c in bare if c.isalpha()]
     control = [c for c in text if unicodedata.category(c) in ("Cc", "Cf") and c not in "\n\t "]
@@ -656,8 +657,10 @@ def unspeakable(text: str) -> str | None:
     parts = []
     if foreign:
         names = sorted({unicodedata.name(c, "?").split()[0] for c in foreign})
-        parts.append(f"{len(foreign)} letters of another script ({'/'.join(names)}: "
-                     f"{''.join(foreign[:8])!r})")  # fmt: skip
+        parts.append(
+            f"{len(foreign)} letters of another script ({'/'.join(names)}: "
+            f"{''.join(foreign[:8])!r})"
+        )
     if control:
         parts.append(f"control characters {[f'U+{ord(c):04X}' for c in control[:4]]}")
     if tags:

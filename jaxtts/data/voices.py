@@ -134,8 +134,11 @@ def _espeak(voice: Voice, text: str, p: dict, tmp: Path) -> tuple[np.ndarray, in
     exe = _which("espeak-ng", "espeak")
     wpm = int(round(voice.base_rate * p["rate"]))
     out = tmp / "e.wav"
-    _run([exe, "-v", voice.voice, "-p", str(int(p["pitch"])), "-s", str(wpm), "-w", str(out)],
-         "espeak", text)  # fmt: skip
+    _run(
+        [exe, "-v", voice.voice, "-p", str(int(p["pitch"])), "-s", str(wpm), "-w", str(out)],
+        "espeak",
+        text,
+    )
     x, sr = sf.read(out, dtype="float32")
     return x, sr
 
@@ -197,9 +200,7 @@ def _piper_batch(voice: Voice, items: list[tuple[str, dict]], tmp: Path) -> list
     return [sf.read(r["out"], dtype="float32") for r in reqs]
 
 
-def synthesize_batch(
-    voice: Voice, items: Sequence[tuple[str, dict, Path]]
-) -> list[float]:  # fmt: skip
+def synthesize_batch(voice: Voice, items: Sequence[tuple[str, dict, Path]]) -> list[float]:
     """Speak each (text, params, path): `expand_text(text)` in `voice` with `params`
     (`Voice.draw`), written as 16 kHz PCM16 (atomic rename). Returns the durations (s)."""
     with tempfile.TemporaryDirectory(prefix="jaxtts-voice-") as d:

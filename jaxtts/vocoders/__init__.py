@@ -46,9 +46,13 @@ def generator_from_config(model_cfg):
 
     m = model_cfg
     return VocosGenerator(
-        dim=int(m.dim), mlp_dim=int(m.mlp_dim), layers=int(m.layers), n_fft=int(m.n_fft),
-        hop=int(m.hop), n_mels=int(m.n_mels),
-    )  # fmt: skip
+        dim=int(m.dim),
+        mlp_dim=int(m.mlp_dim),
+        layers=int(m.layers),
+        n_fft=int(m.n_fft),
+        hop=int(m.hop),
+        n_mels=int(m.n_mels),
+    )
 
 
 def load_generator(workdir):
@@ -65,8 +69,11 @@ def load_generator(workdir):
         from jaxtts import checkpoint as ckpt_lib
 
         n = int(config.model.n_mels)
-        like = {"gen": jax.eval_shape(gen.init, jax.random.PRNGKey(0), np.zeros((1, 9, n)),
-                                      np.full((1,), 9, np.int32))["params"]}  # fmt: skip
+        like = {
+            "gen": jax.eval_shape(
+                gen.init, jax.random.PRNGKey(0), np.zeros((1, 9, n)), np.full((1,), 9, np.int32)
+            )["params"]
+        }
         return gen, ckpt_lib.read_params_file(run.params_file, like)["gen"], config
     return gen, run.saved_params()["gen"], config
 

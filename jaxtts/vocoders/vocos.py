@@ -87,9 +87,13 @@ def stft_mag(x: jax.Array, n_fft: int, hop: int, win: int | None = None) -> jax.
     win = win or n_fft
     x = jnp.pad(x, ((0, 0), (n_fft // 2, n_fft // 2)))  # zeros, as jaxtts.data.audio.stft
     y = jax.lax.conv_general_dilated(
-        x[:, :, None], jnp.asarray(_dft_kernel(n_fft, win)), (hop,), "VALID",
-        dimension_numbers=("NWC", "WIO", "NWC"), precision=jax.lax.Precision.HIGHEST,
-    )  # fmt: skip  # [B, T, 2F]
+        x[:, :, None],
+        jnp.asarray(_dft_kernel(n_fft, win)),
+        (hop,),
+        "VALID",
+        dimension_numbers=("NWC", "WIO", "NWC"),
+        precision=jax.lax.Precision.HIGHEST,
+    )  # [B, T, 2F]
     f = n_fft // 2 + 1
     return jnp.sqrt(y[..., :f] ** 2 + y[..., f:] ** 2 + 1e-12)
 
@@ -112,8 +116,13 @@ class ConvNeXtBlock(nn.Module):
     def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:  # x [B, T, D]
         h = x * mask[..., None]
         pad = self.kernel // 2
-        h = nn.Conv(self.dim, (self.kernel,), padding=[(pad, pad)], feature_group_count=self.dim,
-                    name="dwconv")(h)  # fmt: skip
+        h = nn.Conv(
+            self.dim,
+            (self.kernel,),
+            padding=[(pad, pad)],
+            feature_group_count=self.dim,
+            name="dwconv",
+        )(h)
         h = nn.LayerNorm(epsilon=1e-6, name="norm")(h)
         h = nn.gelu(nn.Dense(self.mlp_dim, name="pw1")(h))  # [B, T, 4D]
         h = nn.Dense(self.dim, name="pw2")(h)
