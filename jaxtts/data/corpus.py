@@ -72,6 +72,7 @@ __all__ = [
     "load_corpus",
     "main",
     "resolve_corpus_dir",
+    "write_corpus",
 ]
 
 DEFAULT_UTTERANCES = 2400
@@ -458,6 +459,46 @@ def _synthesize_groups(
     return accepted, n_reused, n_rejected
 
 
+def write_corpus(
+    out: Path,
+    rows: Sequence[tuple[str, str, str, str, float]],
+    speakers: dict[str, dict],
+    workers: int,
+) -> dict[str, list[Utterance]]:
+    """The files of a built corpus from its accepted utterances `rows` = (split, speaker, id,
+    text, seconds), wavs at `wavs/<speaker>/<id>.wav`: phonemes (one batched espeak-ng pass),
+    manifests sorted by id, and `speakers.json` = each speaker's `speakers[name]` fields plus
+    its splits and utterance counts. Shared by the built-in and the natural-voice corpus."""
+    phones = phonemize([text for _, _, _, text, _ in rows], workers=workers, strict=True)
+    by_split: dict[str, list[Utterance]] = {s: [] for s in SPLITS}
+    for (split, speaker, uid, text, dur), ph in zip(rows, phones, strict=True):
+        by_split[split].append(
+            Utterance(
+                id=uid,
+                audio=f"wavs/{speaker}/{uid}.wav",
+                text=text,
+                normalized_text=normalize_text(text),
+                phonemes=tuple(ph),
+                speaker=speaker,
+                duration=round(dur, 4),
+            )
+        )
+    for split, utts in by_split.items():
+        write_manifest(out / f"{split}.jsonl", sorted(utts, key=lambda u: u.id))
+    spk = {}
+    for name, fields in speakers.items():
+        counts = {split: sum(u.speaker == name for u in by_split[split]) for split in SPLITS}
+        spk[name] = {
+            **fields,
+            "splits": [k for k, v in counts.items() if v],
+            "utterances": counts,
+        }
+    tmp = out / "speakers.json.tmp"
+    tmp.write_text(json.dumps(spk, indent=1) + "\n")
+    os.replace(tmp, out / "speakers.json")
+    return by_split
+
+
 def _write_outputs(
     out: Path,
     groups: list[_Group],
@@ -466,40 +507,16 @@ def _write_outputs(
     speakers: Sequence[Speaker],
     workers: int,
 ) -> dict[str, list[Utterance]]:
-    """Phonemes (one batched espeak-ng pass), manifests sorted by id, speakers.json."""
-    items = [(g, idx, dur) for g in groups for idx, dur in sorted(accepted[id(g)])]
-    phones = phonemize([sentences[idx] for _, idx, _ in items], workers=workers, strict=True)
-    by_split: dict[str, list[Utterance]] = {s: [] for s in SPLITS}
-    for (g, idx, dur), ph in zip(items, phones, strict=True):
-        uid = _utt_id(g.speaker, idx)
-        by_split[g.split].append(
-            Utterance(
-                id=uid,
-                audio=f"wavs/{g.speaker.name}/{uid}.wav",
-                text=sentences[idx],
-                normalized_text=normalize_text(sentences[idx]),
-                phonemes=tuple(ph),
-                speaker=g.speaker.name,
-                duration=round(dur, 4),
-            )
-        )
-    for split, utts in by_split.items():
-        write_manifest(out / f"{split}.jsonl", sorted(utts, key=lambda u: u.id))
-    spk = {}
-    for s in speakers:
-        counts = {split: sum(u.speaker == s.name for u in by_split[split]) for split in SPLITS}
-        spk[s.name] = {
-            "voice": s.voice,
-            "pitch": s.pitch,
-            "rate": s.rate,
-            "role": s.role,
-            "splits": [k for k, v in counts.items() if v],
-            "utterances": counts,
-        }
-    tmp = out / "speakers.json.tmp"
-    tmp.write_text(json.dumps(spk, indent=1) + "\n")
-    os.replace(tmp, out / "speakers.json")
-    return by_split
+    rows = [
+        (g.split, g.speaker.name, _utt_id(g.speaker, idx), sentences[idx], dur)
+        for g in groups
+        for idx, dur in sorted(accepted[id(g)])
+    ]
+    info = {
+        s.name: {"voice": s.voice, "pitch": s.pitch, "rate": s.rate, "role": s.role}
+        for s in speakers
+    }
+    return write_corpus(out, rows, info, workers)
 
 
 def build_corpus(

@@ -55,10 +55,9 @@ from jaxtts.data.corpus import (
     _existing_duration,
     _prepare_folder,
     corpus_stats,
+    write_corpus,
 )
-from jaxtts.data.manifest import Utterance, write_manifest
 from jaxtts.data.opentext import open_domain_pools
-from jaxtts.data.text import normalize_text, phonemize
 from jaxtts.data.voices import SAMPLE_RATE, Voice, check_voice, synthesize_batch
 from jaxtts.data.words import generate_sentences
 from jaxtts.errors import ConfigError, DataError
@@ -323,41 +322,21 @@ def _synthesize(out, groups, texts, seed, workers, progress):
 
 
 def _write_outputs(out, groups, accepted, texts, voices, workers):
-    items = [(g, idx, d) for g in groups for idx, d in sorted(accepted[id(g)])]
-    phones = phonemize([texts[g.letter][i] for g, i, _ in items], workers=workers, strict=True)
-    by_split: dict[str, list[Utterance]] = {s: [] for s in SPLITS}
-    for (g, idx, d), ph in zip(items, phones, strict=True):
-        uid, text = _utt_id(g, idx), texts[g.letter][idx]
-        by_split[g.split].append(
-            Utterance(
-                id=uid,
-                audio=f"wavs/{g.voice.name}/{uid}.wav",
-                text=text,
-                normalized_text=normalize_text(text),
-                phonemes=tuple(ph),
-                speaker=g.voice.name,
-                duration=round(d, 4),
-            )
-        )
-    for split, utts in by_split.items():
-        write_manifest(out / f"{split}.jsonl", sorted(utts, key=lambda u: u.id))
-    import json
-
-    spk = {}
-    for v in voices:
-        counts = {s: sum(u.speaker == v.name for u in by_split[s]) for s in SPLITS}
-        spk[v.name] = {
+    rows = [
+        (g.split, g.voice.name, _utt_id(g, idx), texts[g.letter][idx], d)
+        for g in groups
+        for idx, d in sorted(accepted[id(g)])
+    ]
+    info = {
+        v.name: {
             **{k: getattr(v, k) for k in ("engine", "voice", "role", "source")},
             "rate": list(v.rate),
             "pitch": list(v.pitch),
             "noise": list(v.noise),
-            "splits": [k for k, n in counts.items() if n],
-            "utterances": counts,
         }
-    tmp = out / "speakers.json.tmp"
-    tmp.write_text(json.dumps(spk, indent=1) + "\n")
-    os.replace(tmp, out / "speakers.json")
-    return by_split
+        for v in voices
+    }
+    return write_corpus(out, rows, info, workers)
 
 
 def build_natural_corpus(
