@@ -1,10 +1,11 @@
 """A Vocos-style neural vocoder: log-mel -> ConvNeXt blocks at the frame rate -> STFT magnitude
-and phase -> inverse STFT (Siuzdenko, "Vocos", 2023). Written here in Flax; no code copied.
+and phase -> inverse STFT (Siuzdak, "Vocos", 2023). Written here in Flax; no code copied.
 
 Why Vocos and not HiFi-GAN: every layer runs at the mel frame rate (50 Hz here) instead of
-upsampling to 16 kHz through transposed convolutions, so one audio second costs ~0.3 GFLOP at
-the `small` size against ~8 GFLOP for HiFi-GAN V1: the 2-CPU-core budget (<= 20 ms per audio
-second at batch 1) rules the upsampling generator out before any listening test.
+upsampling to 16 kHz through transposed convolutions, so one audio second costs ~0.4 GFLOP at
+the `small` size (2 x 3.7 M parameters x 50 frames), where HiFi-GAN V1's upsampling
+convolutions run tens of GFLOP at 16-22 kHz: the 2-CPU-core budget (<= 20 ms per audio second
+at batch 1) rules the upsampling generator out before any listening test.
 
     gen = VocosGenerator(dim=256, mlp_dim=768, layers=8, n_fft=1280, hop=320)
     audio = gen.apply({"params": p}, mel_norm, mel_len)   # [B, (T - 1) * hop]
