@@ -66,6 +66,7 @@ from tqdm import tqdm
 from jaxtts import cli
 from jaxtts.data.audio import MelConfig, load_audio, log_mel
 from jaxtts.data.manifest import read_manifest
+from jaxtts.data.natural import natural_speakers, utterance_part
 from jaxtts.data.tokenizers import load_tokenizer
 from jaxtts.decode import registry
 from jaxtts.errors import AudioError, ConfigError, JaxttsError, MissingDependencyError
@@ -455,29 +456,23 @@ def score_samples(
     return rows
 
 
-def _heldout_speakers(corpus_dir: Path) -> set[str]:
-    """Speakers marked held out (zero-shot) in `<corpus>/speakers.json`, if the corpus has one."""
+def _speakers_json(corpus_dir: Path) -> dict:
+    """`<corpus>/speakers.json` ({} when the corpus has none or it is unreadable)."""
     try:
         spk = json.loads((corpus_dir / "speakers.json").read_text())
     except (OSError, ValueError):
-        return set()
-    return {name for name, d in spk.items() if isinstance(d, dict) and d.get("role") == "heldout"}
+        return {}
+    return {k: v for k, v in spk.items() if isinstance(v, dict)} if isinstance(spk, dict) else {}
+
+
+def _heldout_speakers(corpus_dir: Path) -> set[str]:
+    """Speakers marked held out (zero-shot) in `<corpus>/speakers.json`, if the corpus has one."""
+    return {name for name, d in _speakers_json(corpus_dir).items() if d.get("role") == "heldout"}
 
 
 def _pooled_wer(per: list[dict], lm: str) -> float | None:
     words = sum(r[f"words_{lm}"] for r in per)
     return sum(r[f"errors_{lm}"] for r in per) / words if words else None
-
-
-def _natural_speakers(corpus_dir: Path) -> set[str]:
-    """Speakers whose voice is not espeak-ng's (the natural-voice corpus's headline rows)."""
-    try:
-        spk = json.loads((corpus_dir / "speakers.json").read_text())
-    except (OSError, ValueError):
-        return set()
-    return {
-        n for n, d in spk.items() if isinstance(d, dict) and d.get("engine", "espeak") != "espeak"
-    }
 
 
 def _summarise(
@@ -500,8 +495,6 @@ def _summarise(
     if "whisper" in asrs:
         chars = sum(r["chars_whisper"] for r in per)
         out["cer_whisper"] = sum(r["cer_whisper"] * r["chars_whisper"] for r in per) / chars
-        from jaxtts.data.natural import utterance_part
-
         for name, keep in (
             ("natural", lambda r: r["speaker"] in natural),
             ("espeak", lambda r: natural and r["speaker"] not in natural),
@@ -733,7 +726,7 @@ def evaluate(
                 compile_s,
                 asrs,
                 _heldout_speakers(corpus_dir),
-                _natural_speakers(corpus_dir),
+                set(natural_speakers(_speakers_json(corpus_dir))),
             )
         )
         samples_by_row[row.name] = samples

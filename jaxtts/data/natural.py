@@ -142,7 +142,7 @@ def natural_corpus_dir(cfg: NaturalConfig | None = None) -> Path:
     root = os.environ.get("JAXTTS_DATA_DIR")
     base = (Path(root) if root else Path(__file__).resolve().parents[2] / "data") / "natural"
     cfg = cfg or NaturalConfig()
-    if dataclasses.replace(cfg) == NaturalConfig():
+    if cfg == NaturalConfig():
         return base
     return base.with_name(f"natural-n{cfg.num_train}-s{cfg.seed}-{_config_hash(_meta(cfg))[:6]}")
 
