@@ -36,9 +36,10 @@ def main(argv=None) -> int:
 
     import numpy as np
 
+    from jaxtts.codec import load_tokenizer
     from jaxtts.data.audio import MelConfig, load_audio, log_mel
     from jaxtts.data.manifest import read_split
-    from jaxtts.data.tokenizers import LinearMelQuantizer, load_tokenizer
+    from jaxtts.data.tokenizers import LinearMelQuantizer
     from jaxtts.data.vocoder import GriffinLim
 
     cfg = MelConfig()

@@ -34,10 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxtts.codec import load_tokenizer
 from jaxtts.data.audio import MelConfig, load_audio, log_mel
 from jaxtts.data.manifest import read_split
 from jaxtts.data.natural import utterance_part
-from jaxtts.data.tokenizers import load_tokenizer
 from jaxtts.data.vocoder import make_vocoder
 from jaxtts.eval import metrics as M
 from jaxtts.eval.realspeech import real_speech_set

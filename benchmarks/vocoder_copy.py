@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxtts.codec import load_tokenizer
 from jaxtts.data.audio import MelConfig, load_audio, log_mel, stft
 from jaxtts.data.manifest import read_split
-from jaxtts.data.tokenizers import load_tokenizer
 from jaxtts.eval import metrics as M
 from jaxtts.eval.whisper import WhisperASR, whisper_normalize
 from jaxtts.vocoders import make_vocoder

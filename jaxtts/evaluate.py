@@ -64,10 +64,10 @@ import numpy as np
 from tqdm import tqdm
 
 from jaxtts import cli
+from jaxtts.codec import load_tokenizer
 from jaxtts.data.audio import MelConfig, load_audio, log_mel
 from jaxtts.data.manifest import read_manifest
 from jaxtts.data.natural import natural_speakers, utterance_part
-from jaxtts.data.tokenizers import load_tokenizer
 from jaxtts.decode import registry
 from jaxtts.errors import AudioError, ConfigError, JaxttsError, MissingDependencyError
 from jaxtts.eval import metrics as M

@@ -82,6 +82,13 @@ FAMILIES: dict[str, Family] = {
             "Vocos-style neural vocoder (log-mel -> audio, GAN-trained)",
         ),
         Family(
+            "codec",
+            "jaxtts.methods.codec:train",
+            None,
+            "python train.py --config configs/codec.py:small --workdir <dir>",
+            "learned speech tokenizer (mel autoencoder, FSQ codes, CTC phoneme head)",
+        ),
+        Family(
             "speaker_encoder",
             "jaxtts.methods.speaker_encoder:train",
             None,

@@ -1,5 +1,6 @@
-"""Conv-net helpers of the conformer CTC ASR and the speaker encoder: flax layers whose
-parameters carry logical axis names (so they shard by the mesh rules like every other weight).
+"""Conv-net helpers of the conformer CTC ASR, the speaker encoder, the vocoder and the codec:
+flax layers whose parameters carry logical axis names (so they shard by the mesh rules like
+every other weight), and the ConvNeXt block.
 
 Axis letters: B batch, T frames, C channels.
 """
@@ -88,3 +89,28 @@ def mel_input(mel: jax.Array, mel_len: jax.Array, n_mels: int, mean: float, std:
     mel_len = mel_len.astype(jnp.int32)
     x = (mel.astype(jnp.float32) - mean) / std  # [B, T, M]
     return x, length_mask(mel_len, mel.shape[1]), mel_len
+
+
+class ConvNeXtBlock(nn.Module):
+    """Depthwise conv (k 7) -> LayerNorm -> Dense 4x -> GELU -> Dense -> layer scale, residual."""
+
+    dim: int
+    mlp_dim: int
+    kernel: int = 7
+
+    @nn.compact
+    def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:  # x [B, T, D]
+        h = x * mask[..., None]
+        pad = self.kernel // 2
+        h = nn.Conv(
+            self.dim,
+            (self.kernel,),
+            padding=[(pad, pad)],
+            feature_group_count=self.dim,
+            name="dwconv",
+        )(h)
+        h = nn.LayerNorm(epsilon=1e-6, name="norm")(h)
+        h = nn.gelu(nn.Dense(self.mlp_dim, name="pw1")(h))  # [B, T, 4D]
+        h = nn.Dense(self.dim, name="pw2")(h)
+        gamma = self.param("gamma", nn.initializers.constant(1.0 / 8), (self.dim,))
+        return x + gamma * h

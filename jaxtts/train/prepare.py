@@ -69,8 +69,14 @@ def tokenizer_for(data_cfg, corpus: Path, train_utts, progress: bool = True):
         name = spec.split(":", 1)[1]
         folder = Path(data_cfg.get("tokenizer_dir") or corpus / "tokenizers" / name)
         return tok_lib.load_tokenizer(folder)
+    if spec.startswith("codec:"):  # a learned tokenizer: a codec run folder or its export
+        from jaxtts.codec import load_tokenizer
+
+        return load_tokenizer(spec.split(":", 1)[1])
     if spec != "kmeans":
-        raise ConfigError(f"data.tokenizer={spec!r}: expected 'kmeans' or 'external:<name>'")
+        raise ConfigError(
+            f"data.tokenizer={spec!r}: expected 'kmeans', 'codec:<dir>' or 'external:<name>'"
+        )
     k = int(data_cfg.get("tokenizer_k", 1024))
     frames = int(data_cfg.get("tokenizer_frames", 1))
     name = tok_lib.KMeansTokenizer.default_name(k, frames)

@@ -32,9 +32,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxtts.data.audio import MelConfig, mel_filterbank
+from jaxtts.nn.conv import ConvNeXtBlock
 from jaxtts.nn.masks import length_mask
 
-__all__ = ["ConvNeXtBlock", "VocosGenerator", "istft", "jax_log_mel", "stft_mag"]
+__all__ = ["VocosGenerator", "istft", "jax_log_mel", "stft_mag"]
 
 
 @functools.lru_cache(maxsize=8)
@@ -104,31 +105,6 @@ def jax_log_mel(x: jax.Array, cfg: MelConfig) -> jax.Array:
     mag = stft_mag(x, cfg.n_fft, cfg.hop_length, cfg.win_length)  # [B, T, F]
     mel = jnp.einsum("btf,mf->btm", mag, jnp.asarray(mel_filterbank(cfg)))
     return jnp.log(jnp.maximum(mel, cfg.log_floor))
-
-
-class ConvNeXtBlock(nn.Module):
-    """Depthwise conv (k 7) -> LayerNorm -> Dense 4x -> GELU -> Dense -> layer scale, residual."""
-
-    dim: int
-    mlp_dim: int
-    kernel: int = 7
-
-    @nn.compact
-    def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:  # x [B, T, D]
-        h = x * mask[..., None]
-        pad = self.kernel // 2
-        h = nn.Conv(
-            self.dim,
-            (self.kernel,),
-            padding=[(pad, pad)],
-            feature_group_count=self.dim,
-            name="dwconv",
-        )(h)
-        h = nn.LayerNorm(epsilon=1e-6, name="norm")(h)
-        h = nn.gelu(nn.Dense(self.mlp_dim, name="pw1")(h))  # [B, T, 4D]
-        h = nn.Dense(self.dim, name="pw2")(h)
-        gamma = self.param("gamma", nn.initializers.constant(1.0 / 8), (self.dim,))
-        return x + gamma * h
 
 
 class VocosGenerator(nn.Module):

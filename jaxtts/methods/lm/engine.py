@@ -8,8 +8,9 @@ import jax
 import numpy as np
 
 from jaxtts.checkpoint import abstract_params
+from jaxtts.codec import load_tokenizer
 from jaxtts.data.text import TextFrontend
-from jaxtts.data.tokenizers import SpeechTokenizer, load_tokenizer
+from jaxtts.data.tokenizers import SpeechTokenizer
 from jaxtts.decode import registry
 from jaxtts.decode.driver import PromptBatch, Strategy, decode
 from jaxtts.decode.options import PRECISIONS, DecodeOptions

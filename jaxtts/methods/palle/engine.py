@@ -31,8 +31,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from jaxtts.codec import load_tokenizer
 from jaxtts.data.text import TextFrontend
-from jaxtts.data.tokenizers import load_tokenizer
 from jaxtts.decode import registry
 from jaxtts.decode.driver import PromptBatch
 from jaxtts.decode.options import DecodeOptions

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from jaxtts.checkpoint import abstract_params
-from jaxtts.data.tokenizers import load_tokenizer
+from jaxtts.codec import load_tokenizer
 from jaxtts.decode import registry
 from jaxtts.decode.driver import decode
 from jaxtts.decode.sampling import row_keys

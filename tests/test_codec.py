@@ -1,0 +1,203 @@
+"""The learned speech tokenizer: FSQ's exact codes, the decoder's reach (the streaming lookahead),
+batch-N == batch-1, a tiny model that learns, train -> export -> load, one-line errors."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import codec as codec_cfg
+from jaxtts.codec import CodecTokenizer, export, load_tokenizer
+from jaxtts.codec.model import MelCodec, decoder_reach, fsq_latent, fsq_quantize
+from jaxtts.data.tokenizers import KMeansTokenizer
+from jaxtts.errors import ConfigError, DataError
+from jaxtts.methods.codec import CodecTask, ctc_phones
+
+LEVELS = (8, 5, 5, 5)
+
+
+def test_fsq_codes_exact_values_and_bijection():
+    q, codes = fsq_quantize(jnp.zeros((1, 4)), LEVELS)
+    # zero -> the middle digit of each scalar: 4 + 2*8 + 2*40 + 2*200
+    assert int(codes[0]) == 500 and np.abs(np.asarray(q)).max() == 0.0
+    _, hi = fsq_quantize(jnp.full((1, 4), 50.0), LEVELS)
+    _, lo = fsq_quantize(jnp.full((1, 4), -50.0), LEVELS)
+    assert int(hi[0]) == 999 and int(lo[0]) == 0
+    # every code's latent quantises back to the code
+    all_codes = jnp.arange(1000)
+    lat = np.asarray(fsq_latent(all_codes, LEVELS))  # [1000, 4]
+    assert lat.min() == -1.0 and lat.max() == 1.0 and len({tuple(r) for r in lat}) == 1000
+    lv = np.array(LEVELS, np.float64)
+    half, width = (lv - 1) * (1 - 1e-3) / 2, np.floor(lv / 2)
+    offset = np.where(lv % 2 == 0, 0.5, 0.0)
+    target = lat * width - 0.3 * np.sign(lat)  # inside the tanh's range, rounding to the digit
+    z = np.arctanh((target + offset) / half) - np.arctanh(offset / half)
+    q2, back = fsq_quantize(jnp.asarray(z, jnp.float32), LEVELS)
+    np.testing.assert_array_equal(np.asarray(back), np.arange(1000))
+    np.testing.assert_allclose(np.asarray(q2), lat, atol=1e-5)
+
+
+def test_fsq_straight_through_gradient():
+    z = jnp.array([[0.3, -0.2, 0.1, 0.7]])
+    g = jax.grad(lambda v: fsq_quantize(v, LEVELS)[0].sum())(z)
+    lv = np.array(LEVELS, np.float64)
+    half, width = (lv - 1) * (1 - 1e-3) / 2, np.floor(lv / 2)
+    shift = np.arctanh(np.where(lv % 2 == 0, 0.5, 0.0) / half)
+    expect = (1 - np.tanh(np.asarray(z[0]) + shift) ** 2) * half / width
+    np.testing.assert_allclose(np.asarray(g[0]), expect, rtol=1e-5)
+
+
+def _codec(**kw):
+    m = MelCodec(dim=16, mlp_dim=32, enc_layers=(1, 1), dec_layers=(1, 1), **kw)
+    p = m.init(jax.random.PRNGKey(0), jnp.zeros((1, 8, 80)), jnp.ones((1, 8)))
+    return m, p
+
+
+def test_decoder_reach_is_exact():
+    m, p = _codec()
+    r = decoder_reach(7, (1, 1), 2)
+    assert r == 3 + 2
+    codes = np.random.default_rng(0).integers(0, 1000, (1, 40))
+    mask = jnp.ones((1, 40))
+
+    def dec(c):
+        return np.asarray(m.apply(p, jnp.asarray(c), mask, method=MelCodec.decode_codes))[0]
+
+    base = dec(codes)
+    j = 10  # frames 20, 21
+    far, near = codes.copy(), codes.copy()
+    far[0, j + r + 1] = (far[0, j + r + 1] + 1) % 1000
+    near[0, j + r] = (near[0, j + r] + 1) % 1000
+    assert np.abs(dec(far)[2 * j : 2 * j + 2] - base[2 * j : 2 * j + 2]).max() == 0.0
+    assert np.abs(dec(near)[2 * j : 2 * j + 2] - base[2 * j : 2 * j + 2]).max() > 1e-6
+
+
+def test_padded_rows_equal_the_rows_alone():
+    m, p = _codec()
+    rng = np.random.default_rng(1)
+    lens = (24, 40, 8)
+    x = np.zeros((3, 40, 80), np.float32)
+    mask = np.zeros((3, 40), np.float32)
+    for i, n in enumerate(lens):
+        x[i, :n], mask[i, :n] = rng.standard_normal((n, 80)), 1.0
+    codes = np.asarray(m.apply(p, x, mask, method=MelCodec.encode_codes))
+    y = np.asarray(m.apply(p, codes, mask[:, ::2], method=MelCodec.decode_codes))
+    for i, n in enumerate(lens):
+        c1 = np.asarray(
+            m.apply(p, x[i : i + 1, :n], mask[i : i + 1, :n], method=MelCodec.encode_codes)
+        )
+        np.testing.assert_array_equal(codes[i, : n // 2], c1[0])
+        y1 = np.asarray(m.apply(p, c1, mask[i : i + 1, :n:2], method=MelCodec.decode_codes))
+        np.testing.assert_allclose(y[i, :n], y1[0], atol=1e-5, rtol=0)
+
+
+def test_ctc_phones_drop_stress_and_word_gaps():
+    assert ctc_phones(["ɐ", "b", "ˌ", "aʊ", "t", " ", "ˈ", "ɪ"]) == ["ɐ", "b", "aʊ", "t", "ɪ"]
+
+
+def test_tiny_codec_learns_one_batch():
+    import optax
+
+    cfg = codec_cfg.get_config("tiny")
+    cfg.model.num_phones = 6
+    task = CodecTask(cfg)
+    rng = np.random.default_rng(0)
+    t = np.linspace(0, 1, 32)[:, None]
+    mel = np.sin(2 * np.pi * (t * np.arange(1, 81) / 20 + rng.random((8, 1, 80)))).astype(
+        np.float32
+    )
+    batch = {
+        "mel": mel,  # [8, 32, 80]
+        "mask": np.ones((8, 32), np.float32),
+        "phones": np.tile(np.array([[2, 3, 4, 5, 0, 0]], np.int32), (8, 1)),
+        "phones_len": np.full((8,), 4, np.int32),
+    }
+    params = task.init(jax.random.PRNGKey(0), batch)
+    opt = optax.adam(3e-3)
+    st = opt.init(params)
+
+    @jax.jit
+    def step(params, st):
+        (loss, m), g = jax.value_and_grad(
+            lambda p: task.loss(p, batch, jax.random.PRNGKey(1), train=True), has_aux=True
+        )(params)
+        up, st = opt.update(g, st)
+        return optax.apply_updates(params, up), st, m
+
+    first = None
+    for _ in range(150):
+        params, st, m = step(params, st)
+        first = first or {k: float(v) for k, v in m.items()}
+    assert float(m["l1"]) < 0.5 * first["l1"]
+    assert float(m["ctc"]) < 0.5 * first["ctc"]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_corpus, tmp_path_factory):
+    from jaxtts.methods.codec import train
+
+    cfg = codec_cfg.get_config("tiny")
+    cfg.data.corpus_dir = str(tiny_corpus)
+    work = tmp_path_factory.mktemp("codec") / "run"
+    res = train(cfg, str(work), progress=False)
+    return work, res
+
+
+def test_train_export_load_round_trip(tiny_run, tmp_path, tiny_corpus):
+    from jaxtts.data.audio import load_audio, log_mel
+    from jaxtts.data.manifest import read_split
+
+    work, res = tiny_run
+    saved = json.loads((work / "config.json").read_text())
+    assert saved["model"]["num_phones"] > 20 and len(saved["model"]["mel_stats"]["mean"]) == 80
+    tok = load_tokenizer(work)
+    assert isinstance(tok, CodecTokenizer)
+    assert (tok.vocab_size, tok.frame_rate, tok.lookahead_tokens) == (1000, 25.0, 5)
+    utts = read_split(tiny_corpus, "test")[:3]
+    mels = [log_mel(load_audio(u.path, 16000), tok.mel_cfg) for u in utts]
+    codes = tok.encode_many(mels)
+    for m, c in zip(mels, codes, strict=True):
+        assert c.dtype == np.int32 and len(c) == -(-len(m) // 2)
+        np.testing.assert_array_equal(tok.encode(m), c)
+    dec = tok.decode_many(codes)
+    for c, d in zip(codes, dec, strict=True):
+        assert d.shape == (2 * len(c), 80)
+        np.testing.assert_allclose(tok.decode(c), d, atol=1e-5, rtol=0)
+    n = export(work, tmp_path / "x")
+    assert (
+        0 < n < 200_000
+        and json.loads((tmp_path / "x" / "tokenizer.json").read_text())["kind"] == "codec"
+    )
+    shipped = load_tokenizer(tmp_path / "x")
+    assert "ctc_in" not in shipped.params
+    scale = np.abs(dec[0]).mean()
+    assert np.abs(shipped.decode(codes[0]) - dec[0]).mean() < 1e-2 * scale
+
+
+def test_load_tokenizer_defers_to_the_classic_kinds_and_errors_in_one_line(tmp_path):
+    from jaxtts.data.audio import MelConfig
+
+    km = KMeansTokenizer(k=4, mel_cfg=MelConfig())
+    km.fit([np.random.default_rng(0).standard_normal((50, 80)).astype(np.float32)])
+    km.save(tmp_path / "km")
+    assert isinstance(load_tokenizer(tmp_path / "km"), KMeansTokenizer)
+    with pytest.raises(DataError, match="tokenizer.json"):
+        load_tokenizer(tmp_path / "nothing")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "tokenizer.json").write_text("{oops")
+    with pytest.raises(DataError, match="malformed"):
+        load_tokenizer(tmp_path / "bad")
+
+
+def test_bad_input_is_one_line(tiny_run):
+    tok = load_tokenizer(tiny_run[0])
+    with pytest.raises(DataError, match=r"token ids must be in \[0, 1000\)"):
+        tok.decode(np.array([3, 1000]))
+    with pytest.raises(DataError, match="expected"):
+        tok.encode(np.zeros((10, 79), np.float32))
+    with pytest.raises(ConfigError, match="trained, not fitted"):
+        tok.fit([])
+    with pytest.raises(KeyError, match="unknown variant 'huge'"):
+        codec_cfg.get_config("huge")
