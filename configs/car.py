@@ -15,6 +15,9 @@ Variants (`--config configs/car.py:<variant>`):
          sentences new to the model) at peak 1e-4: the shipped `pretrained/car_deep` and the
          backbone of DCAR, SSD and TLDR; dev CE below car_small's on every head
          (benchmarks/RESULTS.md, deep-train); 750 steps, ~50 min on 2 CPU cores
+  natural  `small` on the natural-voice corpus (`python -m jaxtts.data.natural`, data/natural)
+         with the learned 25 Hz tokenizer (`pretrained/codec`, FSQ 1000 codes): the start of
+         the retrain on natural voices (issue 100); same steps and recipe as `small`
   paper  12 layers, D=1024, FFN 4096, 8 heads, K=7 heads (DCAR paper), for accelerators
 
   python train.py --config configs/car.py:small --workdir runs/car
@@ -36,6 +39,7 @@ MODELS = dict(
     small=dict(d_model=256, num_layers=4, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4),
     deep=dict(d_model=256, num_layers=12, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4),
     deep_ft=dict(d_model=256, num_layers=12, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4),
+    natural=dict(d_model=256, num_layers=4, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4),
     paper=dict(d_model=1024, num_layers=12, num_heads=8, head_dim=128, d_ff=4096, num_mtp_heads=7),
 )
 
@@ -136,8 +140,10 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         config.loss.update(align_prior_start=50, align_prior_end=120)
         config.eval.num_samples = 0
         config.decode.max_seconds = 6.0
-    elif v == "small":
+    elif v in ("small", "natural"):
         config.data.update(common.SMALL_LM_DATA)
+        if v == "natural":
+            config.data.update(corpus_dir="data/natural", tokenizer="codec:pretrained/codec")
         config.train.update(
             steps=STEPS_SMALL,
             learning_rate=2e-3,

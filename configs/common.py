@@ -89,7 +89,8 @@ def data_config(**overrides) -> mlc.ConfigDict:
             corpus_dir="",  # '' = data/builtin under the repo ($JAXTTS_DATA_DIR/builtin)
             corpus_utterances=2400,
             corpus_seed=0,
-            # Speech tokens: 'kmeans' (fitted on the train split), 'external:<name>'.
+            # Speech tokens: 'kmeans' (fitted on the train split), 'codec:<dir>' (a learned
+            # tokenizer: jaxtts.codec), 'external:<name>'.
             tokenizer="kmeans",
             tokenizer_k=1024,
             tokenizer_frames=1,  # mel frames a token: 1 = 50 Hz, 2 = 25 Hz

@@ -114,7 +114,10 @@ def prepare_data(config, workdir: str | Path | None = None, progress: bool = Tru
         if (corpus / f"{s}.jsonl").is_file()
     }
     if "train" not in splits:
-        raise DataError(f"{corpus}/train.jsonl: manifest not found")
+        raise DataError(
+            f"{corpus}/train.jsonl: manifest not found (the natural-voice corpus: "
+            "python -m jaxtts.data.natural; the built-in one: leave data.corpus_dir empty)"
+        )
     tok = tokenizer_for(d, corpus, splits["train"], progress)
     if not isinstance(tok, tok_lib.ExternalTokens):
         for utts in splits.values():
