@@ -64,7 +64,10 @@ def _round_trip(tok, vocoder, wavs: list[np.ndarray], cfg: MelConfig):
     out, l1 = [], []
     for w in wavs:
         mel = log_mel(w, cfg)  # [T, M]
-        dec = tok.decode(tok.encode(mel))[: len(mel)]  # [T, M]
+        codes = tok.encode(mel)
+        # a voice-conditioned codec decodes in the utterance's own voice (a same-speaker prompt)
+        ref = {"ref": mel} if getattr(tok, "conditioned", False) else {}
+        dec = tok.decode(codes, **ref)[: len(mel)]  # [T, M]
         l1.append(float(np.abs(dec - mel[: len(dec)]).mean()))
         out.append(vocoder.mel_to_audio(dec))
     return out, float(np.mean(l1)) if l1 else None

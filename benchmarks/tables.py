@@ -143,7 +143,45 @@ def vocoder(root: Path) -> str:
     return "\n".join(lines) + "\n\n" + _footer(res)
 
 
+def _by_speaker(result: dict) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for r in result["values"]["rows"]:
+        out.setdefault(r["speaker"], []).append(r)
+    return out
+
+
+def codec_round_trip(root: Path) -> str:
+    """The learned tokenizer's round trip per voice, beside the k-means refit's (same sentences)."""
+    new, km = _load(root, "codec_round_trip"), _load(root, "natural_voices")
+    by_new, by_km = _by_speaker(new), _by_speaker(km)
+    lines = [
+        "| voice | role | ground truth % | round trip % (codec) | round trip % (k-means refit) "
+        "| decoded-mel L1 codec | decoded-mel L1 k-means |",
+        "|---|---|--:|--:|--:|--:|--:|",
+    ]
+    for s in sorted(by_new, key=lambda s: (by_new[s][0]["engine"] == "espeak", s)):
+        rows, old = by_new[s], by_km.get(s, [])
+
+        def l1(rs):
+            v = [r["round_trip"]["mel_l1"] for r in rs if "round_trip" in r]
+            return f"{sum(v) / len(v):.3f}" if v else ""
+
+        lines.append(
+            f"| {s} | {rows[0]['role']} | {_pct(_pooled(rows, 'ground_truth'))} | "
+            f"{_pct(_pooled(rows, 'round_trip'))} | {_pct(_pooled(old, 'round_trip'))} | "
+            f"{l1(rows)} | {l1(old)} |"
+        )
+    real, real_km = new["values"]["real_speech"], km["values"]["real_speech"]
+    lines.append(
+        f"| real speech (12 clips) | check | {_pct(real['ground_truth']['wer'])} | "
+        f"{_pct(real['round_trip']['wer'])} | {_pct(real_km['round_trip']['wer'])} | "
+        f"{real['round_trip']['mel_l1']:.3f} | {real_km['round_trip']['mel_l1']:.3f} |"
+    )
+    return "\n".join(lines) + "\n\n" + _footer(new, km)
+
+
 TABLES = {
+    "codec_round_trip": codec_round_trip,
     "natural_voices": natural_voices,
     "natural_test_split": natural_test_split,
     "vocoder": vocoder,

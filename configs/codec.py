@@ -38,6 +38,9 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             levels=(8, 5, 5, 5),  # FSQ: 1000 codes
             stride=2,  # mel frames per token (50 Hz -> 25 Hz)
             kernel=7,
+            # the decoder told the voice (per-bin log-mel mean and log std of a reference),
+            # the encoder reading the log-mel minus its utterance mean (jaxtts/codec/model.py)
+            cond=True,
             # the analysis the codec reads and writes (jaxtts.data.audio.MelConfig)
             mel=dict(
                 sample_rate=16000,

@@ -268,6 +268,7 @@ HELP = {
     "data.crop_frames": "vocoder: mel frames a training crop (the audio is (frames - 1) hop)",
     # the learned tokenizer (configs/codec.py)
     "model.name": "codec: the tokenizer's name (its token cache folder under <corpus>/tokens/)",
+    "model.cond": "codec: decoder conditioned on a reference's voice (log-mel mean, log std)",
     "model.stride": "codec: mel frames a token (2: 50 Hz mels -> 25 Hz tokens)",
     "model.kernel": "codec: depthwise kernel of every ConvNeXt block (its reach: kernel // 2)",
     "model.mel_stats": "codec: per-bin log-mel {mean, std} (filled from the training data)",

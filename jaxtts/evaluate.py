@@ -154,7 +154,8 @@ class _TokenizerRow(_Row):
     def generate(self, utt, gt_wav, prompt, index=0):
         mel = log_mel(gt_wav, self.mel_cfg)  # [T, 80]
         tokens = self.tokenizer.encode(mel)  # [T'] or [T', n_mels]
-        out = np.asarray(self.tokenizer.decode(tokens))
+        ref = {"ref": mel} if getattr(self.tokenizer, "conditioned", False) else {}
+        out = np.asarray(self.tokenizer.decode(tokens, **ref))  # (a codec: in its own voice)
         wav = self.vocoder.mel_to_audio(out) if out.ndim == 2 else out
         return wav, {"sample_rate": int(self.vocoder.sample_rate), "num_tokens": len(tokens)}
 

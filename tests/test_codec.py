@@ -10,7 +10,7 @@ import pytest
 
 from configs import codec as codec_cfg
 from jaxtts.codec import CodecTokenizer, export, load_tokenizer
-from jaxtts.codec.model import MelCodec, decoder_reach, fsq_latent, fsq_quantize
+from jaxtts.codec.model import MelCodec, decoder_reach, fsq_latent, fsq_quantize, voice
 from jaxtts.data.tokenizers import KMeansTokenizer
 from jaxtts.errors import ConfigError, DataError
 from jaxtts.methods.codec import CodecTask, ctc_phones
@@ -74,8 +74,9 @@ def test_decoder_reach_is_exact():
     assert np.abs(dec(near)[2 * j : 2 * j + 2] - base[2 * j : 2 * j + 2]).max() > 1e-6
 
 
-def test_padded_rows_equal_the_rows_alone():
-    m, p = _codec()
+@pytest.mark.parametrize("cond", [False, True])
+def test_padded_rows_equal_the_rows_alone(cond):
+    m, p = _codec(cond=cond)
     rng = np.random.default_rng(1)
     lens = (24, 40, 8)
     x = np.zeros((3, 40, 80), np.float32)
@@ -83,14 +84,34 @@ def test_padded_rows_equal_the_rows_alone():
     for i, n in enumerate(lens):
         x[i, :n], mask[i, :n] = rng.standard_normal((n, 80)), 1.0
     codes = np.asarray(m.apply(p, x, mask, method=MelCodec.encode_codes))
-    y = np.asarray(m.apply(p, codes, mask[:, ::2], method=MelCodec.decode_codes))
+    cv = voice(jnp.asarray(x), jnp.asarray(mask)) if cond else None  # [B, 2M]
+    y = np.asarray(m.apply(p, codes, mask[:, ::2], cv, method=MelCodec.decode_codes))
     for i, n in enumerate(lens):
         c1 = np.asarray(
             m.apply(p, x[i : i + 1, :n], mask[i : i + 1, :n], method=MelCodec.encode_codes)
         )
         np.testing.assert_array_equal(codes[i, : n // 2], c1[0])
-        y1 = np.asarray(m.apply(p, c1, mask[i : i + 1, :n:2], method=MelCodec.decode_codes))
+        c1v = voice(jnp.asarray(x[i : i + 1, :n]), jnp.ones((1, n))) if cond else None
+        y1 = np.asarray(m.apply(p, c1, mask[i : i + 1, :n:2], c1v, method=MelCodec.decode_codes))
         np.testing.assert_allclose(y[i, :n], y1[0], atol=1e-5, rtol=0)
+
+
+def test_voice_vector_exact_and_conditioning():
+    x = np.zeros((1, 4, 80), np.float32)
+    x[0, :, 0] = [1.0, 3.0, 5.0, 100.0]  # the last frame is padding
+    v = np.asarray(voice(jnp.asarray(x), jnp.array([[1.0, 1.0, 1.0, 0.0]])))
+    assert v.shape == (1, 160)
+    np.testing.assert_allclose(v[0, 0], 3.0, rtol=1e-6)  # mean of 1, 3, 5
+    np.testing.assert_allclose(v[0, 80], 0.5 * np.log(8 / 3), rtol=1e-5)  # log std
+    np.testing.assert_allclose(v[0, 81], 0.5 * np.log(1e-4), rtol=1e-5)  # floored variance
+    m, p = _codec(cond=True)
+    codes = jnp.asarray(np.random.default_rng(0).integers(0, 1000, (1, 12)))
+    tm = jnp.ones((1, 12))
+    base = m.apply(p, codes, tm, method=MelCodec.decode_codes)
+    zero = m.apply(p, codes, tm, jnp.zeros((1, 160)), method=MelCodec.decode_codes)
+    other = m.apply(p, codes, tm, jnp.ones((1, 160)), method=MelCodec.decode_codes)
+    assert np.abs(np.asarray(base - zero)).max() == 0.0  # None = the corpus average voice
+    assert np.abs(np.asarray(other - zero)).max() > 1e-3
 
 
 def test_ctc_phones_drop_stress_and_word_gaps():
@@ -165,6 +186,10 @@ def test_train_export_load_round_trip(tiny_run, tmp_path, tiny_corpus):
     for c, d in zip(codes, dec, strict=True):
         assert d.shape == (2 * len(c), 80)
         np.testing.assert_allclose(tok.decode(c), d, atol=1e-5, rtol=0)
+    assert tok.conditioned  # tiny: cond=True; decoded in each row's own voice, batch == alone
+    own = tok.decode_many(codes, refs=mels)
+    np.testing.assert_allclose(tok.decode(codes[1], ref=mels[1]), own[1], atol=1e-5, rtol=0)
+    assert np.abs(own[1] - dec[1]).max() > 1e-4
     n = export(work, tmp_path / "x")
     assert (
         0 < n < 200_000

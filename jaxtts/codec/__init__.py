@@ -52,6 +52,7 @@ def codec_from_config(model_cfg, with_ctc: bool = False):
         stride=int(m.stride),
         kernel=int(m.kernel),
         num_phones=int(m.num_phones or 0) if with_ctc else 0,
+        cond=bool(m.get("cond", False)),
     )
 
 
@@ -82,6 +83,8 @@ class CodecTokenizer(SpeechTokenizer):
     def __init__(self, folder: str | os.PathLike):
         import jax
 
+        from jaxtts.codec.model import voice
+
         self.folder = Path(folder)
         if not (self.folder / "config.json").is_file():
             raise ConfigError(
@@ -102,10 +105,13 @@ class CodecTokenizer(SpeechTokenizer):
         def enc(p, mel, mask):
             return model.apply({"params": p}, mel, mask, method=type(model).encode_codes)
 
-        def dec(p, codes, tmask):
-            return model.apply({"params": p}, codes, tmask, method=type(model).decode_codes)
+        def dec(p, codes, tmask, cond):
+            return model.apply({"params": p}, codes, tmask, cond, method=type(model).decode_codes)
 
-        self._enc, self._dec = jax.jit(enc), jax.jit(dec)
+        def voice_of(mel, mask):
+            return voice(mel, mask)
+
+        self._enc, self._dec, self._voice = jax.jit(enc), jax.jit(dec), jax.jit(voice_of)
 
     # -- SpeechTokenizer
     @property
@@ -141,11 +147,7 @@ class CodecTokenizer(SpeechTokenizer):
         pad = -mel.shape[0] % self.stride
         return np.concatenate([mel, np.repeat(mel[-1:], pad, 0)]) if pad and len(mel) else mel
 
-    def encode_many(self, mels) -> list[np.ndarray]:
-        """log-mels [T_i, M] -> int32 codes [ceil(T_i / stride)] each, one jitted call."""
-        mels = [self._frames(m) for m in mels]
-        if not mels:
-            return []
+    def _padded(self, mels):
         lens = np.array([len(m) for m in mels])
         t = max(BUCKET, -(-int(lens.max()) // BUCKET) * BUCKET)
         x = np.zeros((len(mels), t, self.mel_cfg.n_mels), np.float32)  # [B, T, M]
@@ -153,14 +155,37 @@ class CodecTokenizer(SpeechTokenizer):
         for i, m in enumerate(mels):
             x[i, : len(m)] = self.stats.normalize(m)
             mask[i, : len(m)] = 1.0
+        return x, mask, lens
+
+    @property
+    def conditioned(self) -> bool:
+        """Whether `decode` takes the voice of a reference log-mel (`ref`)."""
+        return bool(self.model.cond)
+
+    def voices(self, refs) -> np.ndarray:
+        """Reference log-mels [T_i, M] (a prompt of the speaker) -> voice vectors [B, 2M]."""
+        refs = [self._check_mel(r) for r in refs]
+        if any(len(r) == 0 for r in refs):
+            raise DataError(f"{self.name}: an empty reference log-mel has no voice")
+        x, mask, _ = self._padded(refs)
+        return np.asarray(self._voice(x, mask))
+
+    def encode_many(self, mels) -> list[np.ndarray]:
+        """log-mels [T_i, M] -> int32 codes [ceil(T_i / stride)] each, one jitted call."""
+        mels = [self._frames(m) for m in mels]
+        if not mels:
+            return []
+        x, mask, lens = self._padded(mels)
         codes = np.asarray(self._enc(self.params, x, mask))  # [B, T / stride]
         return [codes[i, : n // self.stride].astype(np.int32) for i, n in enumerate(lens)]
 
     def encode(self, mel: np.ndarray) -> np.ndarray:
         return self.encode_many([mel])[0]
 
-    def decode_many(self, rows) -> list[np.ndarray]:
-        """int codes [S_i] -> log-mel float32 [S_i stride, M] each, one jitted call."""
+    def decode_many(self, rows, refs=None) -> list[np.ndarray]:
+        """int codes [S_i] -> log-mel float32 [S_i stride, M] each, one jitted call. `refs`:
+        a reference log-mel per row whose voice a conditioned codec decodes in (None: the
+        corpus average voice; an unconditioned codec ignores them)."""
         rows = [np.asarray(r).reshape(-1) for r in rows]
         for r in rows:
             if r.size and (r.min() < 0 or r.max() >= self.vocab_size):
@@ -178,11 +203,16 @@ class CodecTokenizer(SpeechTokenizer):
         for i, r in enumerate(rows):
             codes[i, : r.size] = r
             tmask[i, : r.size] = 1.0
-        z = np.asarray(self._dec(self.params, codes, tmask))  # [B, S stride, M]
+        cond = np.zeros((len(rows), 2 * self.mel_cfg.n_mels), np.float32)  # [B, 2M]
+        if refs is not None and self.conditioned:
+            if len(refs) != len(rows):
+                raise DataError(f"{self.name}.decode_many: {len(refs)} refs for {len(rows)} rows")
+            cond = self.voices(refs)
+        z = np.asarray(self._dec(self.params, codes, tmask, cond))  # [B, S stride, M]
         return [self.stats.denormalize(z[i, : n * self.stride]) for i, n in enumerate(lens)]
 
-    def decode(self, tokens: np.ndarray) -> np.ndarray:
-        return self.decode_many([tokens])[0]
+    def decode(self, tokens: np.ndarray, ref: np.ndarray | None = None) -> np.ndarray:
+        return self.decode_many([tokens], None if ref is None else [ref])[0]
 
     def save(self, directory: str | os.PathLike) -> Path:
         export(self.folder, directory)

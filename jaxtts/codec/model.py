@@ -11,6 +11,12 @@ is prod(levels) (1000 for (8, 5, 5, 5)) and there is no codebook to collapse. De
 image (token-rate blocks, one vector unfolded into `stride` frames, frame-rate blocks, a
 projection to M bins).
 
+With `cond`, the codes are asked to carry less of the voice: the encoder reads the log-mel
+minus its utterance's per-bin mean, and the decoder is told the voice as a vector, the per-bin
+mean and log standard deviation of a reference log-mel (`voice`: the utterance itself in
+training; a prompt of the same speaker, or nothing = the corpus average, at inference), added
+to its features at both rates.
+
 Training adds a CTC head on the quantised latent that reads the utterance's phonemes (no stress
 marks, no word gaps): the gradient through the straight-through rounding pushes phonetic content
 into the codes, which the mel reconstruction alone spends on timbre and loudness (the k-means
@@ -32,7 +38,7 @@ import numpy as np
 
 from jaxtts.nn.conv import ConvNeXtBlock
 
-__all__ = ["MelCodec", "decoder_reach", "fsq_latent", "fsq_quantize"]
+__all__ = ["MelCodec", "decoder_reach", "fsq_latent", "fsq_quantize", "voice"]
 
 
 def _fsq_consts(levels):
@@ -70,6 +76,15 @@ def decoder_reach(kernel: int, dec_layers: tuple[int, int], stride: int) -> int:
     return dec_layers[0] * half + math.ceil(dec_layers[1] * half / stride)
 
 
+def voice(mel: jax.Array, mask: jax.Array) -> jax.Array:
+    """Standardised log-mel [B, T, M], mask [B, T] -> the voice vector [B, 2M]: the per-bin
+    mean and log standard deviation over the valid frames (zeros: the corpus average)."""
+    n = jnp.maximum(mask.sum(1), 1.0)[:, None]  # [B, 1]
+    mu = jnp.einsum("btm,bt->bm", mel, mask) / n
+    var = jnp.einsum("btm,bt->bm", jnp.square(mel - mu[:, None]), mask) / n
+    return jnp.concatenate([mu, 0.5 * jnp.log(jnp.maximum(var, 1e-4))], axis=-1)
+
+
 class MelCodec(nn.Module):
     n_mels: int = 80
     dim: int = 256
@@ -80,6 +95,7 @@ class MelCodec(nn.Module):
     stride: int = 2
     kernel: int = 7
     num_phones: int = 0  # the training-only CTC head's classes (0: no head)
+    cond: bool = False  # the decoder told the voice (see the module docstring)
 
     @property
     def vocab_size(self) -> int:
@@ -99,6 +115,9 @@ class MelCodec(nn.Module):
         self.dec_hi = [ConvNeXtBlock(d, m, k) for _ in range(self.dec_layers[1])]
         self.dec_norm = nn.LayerNorm(epsilon=1e-6)
         self.head = nn.Dense(self.n_mels)
+        if self.cond:
+            self.voice_lo = nn.Dense(d)
+            self.voice_hi = nn.Dense(d)
         if self.num_phones:
             self.ctc_in = nn.Dense(d)
             self.ctc_blocks = [ConvNeXtBlock(d, m, k) for _ in range(2)]
@@ -108,6 +127,8 @@ class MelCodec(nn.Module):
         """Standardised log-mel [B, T, M] (T a multiple of stride), frame mask [B, T] ->
         the unquantised latent [B, S, Q]."""
         b, t, _ = mel.shape
+        if self.cond:  # the utterance's per-bin mean removed
+            mel = mel - voice(mel, mask)[:, None, : self.n_mels]
         x = self.embed(mel * mask[..., None])  # [B, T, D]
         for blk in self.enc_hi:
             x = blk(x, mask)
@@ -124,20 +145,26 @@ class MelCodec(nn.Module):
     def quantize(self, z: jax.Array) -> tuple[jax.Array, jax.Array]:
         return fsq_quantize(z, self.levels)
 
-    def decode(self, q: jax.Array, tmask: jax.Array) -> jax.Array:
-        """Quantised latent [B, S, Q], token mask [B, S] -> standardised log-mel [B, T, M]."""
+    def decode(self, q: jax.Array, tmask: jax.Array, cond: jax.Array | None = None) -> jax.Array:
+        """Quantised latent [B, S, Q], token mask [B, S], voice [B, 2M] (with `cond`; None:
+        the corpus average) -> standardised log-mel [B, T, M]."""
         b, s, _ = q.shape
         x = self.from_latent(q)  # [B, S, D]
+        if self.cond:
+            cond = jnp.zeros((b, 2 * self.n_mels), x.dtype) if cond is None else cond
+            x = x + self.voice_lo(cond)[:, None]
         for blk in self.dec_lo:
             x = blk(x, tmask)
         x = self.up(x).reshape(b, s * self.stride, self.dim)  # [B, T, D]
+        if self.cond:
+            x = x + self.voice_hi(cond)[:, None]
         mask = jnp.repeat(tmask, self.stride, axis=1)  # [B, T]
         for blk in self.dec_hi:
             x = blk(x, mask)
         return self.head(self.dec_norm(x))  # [B, T, M]
 
-    def decode_codes(self, codes: jax.Array, tmask: jax.Array) -> jax.Array:
-        return self.decode(fsq_latent(codes, self.levels), tmask)
+    def decode_codes(self, codes: jax.Array, tmask: jax.Array, cond=None) -> jax.Array:
+        return self.decode(fsq_latent(codes, self.levels), tmask, cond)
 
     def ctc_logits(self, q: jax.Array, tmask: jax.Array) -> jax.Array:
         """[B, S, Q] -> phoneme logits [B, S, P] (class 0 is CTC's blank)."""
@@ -151,4 +178,5 @@ class MelCodec(nn.Module):
         q, codes = self.quantize(self.encode(mel, mask))
         tmask = mask[:, :: self.stride]
         logits = self.ctc_logits(q, tmask) if self.num_phones else None
-        return self.decode(q, tmask), codes, logits
+        cond = voice(mel, mask) if self.cond else None
+        return self.decode(q, tmask, cond), codes, logits
