@@ -180,8 +180,32 @@ def codec_round_trip(root: Path) -> str:
     return "\n".join(lines) + "\n\n" + _footer(new, km)
 
 
+def natural_voices_80(root: Path) -> str:
+    """Ground truth of every voice on the same 40 grammar + 40 open-domain sentences."""
+    res = _load(root, "natural_voices_80")
+    by = _by_speaker(res)
+    natural = [s for s in by if by[s][0]["engine"] != "espeak"]
+    best = min(_pooled(by[s], "ground_truth") for s in natural if by[s][0]["role"] != "left out")
+    lines = [
+        "| voice | source | role | WER grammar % | WER open % | WER both % | pp above the best |",
+        "|---|---|---|--:|--:|--:|--:|",
+    ]
+    for s in sorted(by, key=lambda s: (by[s][0]["engine"] == "espeak", s)):
+        rows = by[s]
+        part = {r["part"]: r for r in rows}
+        both = _pooled(rows, "ground_truth")
+        above = f"{100 * (both - best):+.1f}" if s in natural else ""
+        lines.append(
+            f"| {s} | {rows[0]['source'] or rows[0]['engine']} | {rows[0]['role']} | "
+            f"{_pct(_pooled([part['grammar']], 'ground_truth'))} | "
+            f"{_pct(_pooled([part['open']], 'ground_truth'))} | {_pct(both)} | {above} |"
+        )
+    return "\n".join(lines) + "\n\n" + _footer(res)
+
+
 TABLES = {
     "codec_round_trip": codec_round_trip,
+    "natural_voices_80": natural_voices_80,
     "natural_voices": natural_voices,
     "natural_test_split": natural_test_split,
     "vocoder": vocoder,
