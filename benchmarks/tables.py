@@ -41,15 +41,17 @@ def _footer(*results: dict) -> str:
     return "Generated from " + "; ".join(parts) + ".\n"
 
 
+def _by_speaker(result: dict) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for r in result["values"]["rows"]:
+        out.setdefault(r["speaker"], []).append(r)
+    return out
+
+
 def natural_voices(root: Path) -> str:
     """The voice table: every voice on the same sentences, ground truth and round trips."""
     new, old = _load(root, "natural_voices"), _load(root, "natural_voices_old_tokenizer")
-    by_new: dict[str, list] = {}
-    for r in new["values"]["rows"]:
-        by_new.setdefault(r["speaker"], []).append(r)
-    by_old: dict[str, list] = {}
-    for r in old["values"]["rows"]:
-        by_old.setdefault(r["speaker"], []).append(r)
+    by_new, by_old = _by_speaker(new), _by_speaker(old)
     lines = [
         "| voice | source | role | WER grammar % | WER open % | WER both % | round trip % "
         "(refit tokenizer) | round trip % (espeak-fitted tokenizer) | decoded-mel L1 refit |",
@@ -141,13 +143,6 @@ def vocoder(root: Path) -> str:
             f"| {name} | {sp['ms_per_audio_s_batch1']:.1f} | {sp['ms_per_audio_s_batch8']:.1f} |"
         )
     return "\n".join(lines) + "\n\n" + _footer(res)
-
-
-def _by_speaker(result: dict) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for r in result["values"]["rows"]:
-        out.setdefault(r["speaker"], []).append(r)
-    return out
 
 
 def codec_round_trip(root: Path) -> str:
