@@ -60,13 +60,17 @@ def _scores(refs: list[str], hyps: list[str]) -> dict:
     }
 
 
-def _round_trip(tok, vocoder, wavs: list[np.ndarray], cfg: MelConfig):
+def _round_trip(tok, vocoder, wavs: list[np.ndarray], cfg: MelConfig, same_speaker=True):
+    """A voice-conditioned codec decodes each utterance in the voice of the NEXT utterance of
+    the group (`same_speaker`: one speaker's, as a prompt with other words would give it), or
+    in its own voice (the real-speech set: several speakers)."""
     out, l1 = [], []
-    for w in wavs:
-        mel = log_mel(w, cfg)  # [T, M]
+    mels = [log_mel(w, cfg) for w in wavs]  # [T, M] each
+    for i, mel in enumerate(mels):
         codes = tok.encode(mel)
-        # a voice-conditioned codec decodes in the utterance's own voice (a same-speaker prompt)
-        ref = {"ref": mel} if getattr(tok, "conditioned", False) else {}
+        ref = {}
+        if getattr(tok, "conditioned", False):
+            ref = {"ref": mels[(i + 1) % len(mels)] if same_speaker else mel}
         dec = tok.decode(codes, **ref)[: len(mel)]  # [T, M]
         l1.append(float(np.abs(dec - mel[: len(dec)]).mean()))
         out.append(vocoder.mel_to_audio(dec))
@@ -167,7 +171,7 @@ def main() -> int:
     wavs = [c.wav for c in clips]
     real = {"ground_truth": _scores([c.text for c in clips], asr.transcribe(wavs, 16000))}
     if tok is not None:
-        rt, l1 = _round_trip(tok, voc, wavs, cfg)
+        rt, l1 = _round_trip(tok, voc, wavs, cfg, same_speaker=False)
         real["round_trip"] = {
             **_scores([c.text for c in clips], asr.transcribe(rt, 16000)),
             "mel_l1": l1,
