@@ -108,10 +108,7 @@ class CodecTokenizer(SpeechTokenizer):
         def dec(p, codes, tmask, cond):
             return model.apply({"params": p}, codes, tmask, cond, method=type(model).decode_codes)
 
-        def voice_of(mel, mask):
-            return voice(mel, mask)
-
-        self._enc, self._dec, self._voice = jax.jit(enc), jax.jit(dec), jax.jit(voice_of)
+        self._enc, self._dec, self._voice = jax.jit(enc), jax.jit(dec), jax.jit(voice)
 
     # -- SpeechTokenizer
     @property
