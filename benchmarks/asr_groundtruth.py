@@ -1,6 +1,6 @@
 """ASR floor: PocketSphinx WER on ground-truth (and Griffin-Lim resynthesised) test audio.
 
-    python benchmarks/asr_groundtruth.py --corpus data/builtin --split test [--num 200]
+    python -m benchmarks.asr_groundtruth --corpus data/builtin --split test [--num 200]
 
 Prints a markdown table per speaker with the WER of each row under three LMs:
   domain       Kneser-Ney trigram of the TRAINING sentences only

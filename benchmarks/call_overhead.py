@@ -1,8 +1,8 @@
 """Where a synthesis call's fixed LM time goes: fit LM time against steps, and time its parts.
 
-    python benchmarks/call_overhead.py --workdir pretrained/car_small --strategies far,car:3
-    python benchmarks/call_overhead.py --workdir pretrained/car_deep --precision bfloat16
-    python benchmarks/call_overhead.py --workdir pretrained/car_deep --layout_ab --num 16
+    python -m benchmarks.call_overhead --workdir pretrained/car_small --strategies far,car:3
+    python -m benchmarks.call_overhead --workdir pretrained/car_deep --precision bfloat16
+    python -m benchmarks.call_overhead --workdir pretrained/car_deep --layout_ab --num 16
 
 For N test sentences at batch 1 with their zero-shot prompts (the evaluation's; batches
 built as `Synthesizer` builds them, with the split prefill unless `--prefill_bucket 64`),
@@ -24,12 +24,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import statistics
 import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _median_ms(fn, repeats: int) -> float:

@@ -1,6 +1,6 @@
 """What a `lax.cond` costs inside a `lax.while_loop` iteration on this backend.
 
-    python benchmarks/cond_cost.py --out out/cond_cost.json
+    python -m benchmarks.cond_cost --out out/cond_cost.json
 
 A while loop of `--iters` iterations whose body is one [B, 256] x [256, 256] product and a
 tanh, timed plain and with 1 and 4 `lax.cond`s per iteration (predicates computed on the
@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.timing_lock import exclusive  # noqa: E402
+from benchmarks.timing_lock import exclusive
 
 
 def loop(n_cond: int, iters: int):

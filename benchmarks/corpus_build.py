@@ -1,6 +1,6 @@
 """Benchmark: build the built-in corpus from scratch, then the cached and resumed rebuilds.
 
-    python3 benchmarks/corpus_build.py [--num_utterances 2000 --seed 0 --workers N --out DIR]
+    python -m benchmarks.corpus_build [--num_utterances 2000 --seed 0 --workers N --out DIR]
 
 Without --out it builds into a fresh temp folder (deleted afterwards) so the timing is a cold
 build. Prints wall time, utterances/s, hours of audio, realtime factor, the cache-hit time and
@@ -13,14 +13,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from jaxtts.data.corpus import build_corpus, corpus_stats  # noqa: E402
+from jaxtts.data.corpus import build_corpus, corpus_stats
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """CTC reward ASR on ground-truth audio: CER/WER per split and speaker, and throughput.
 
-    python benchmarks/ctc_asr.py --workdir runs/ctc_asr [--corpus data/builtin]
+    python -m benchmarks.ctc_asr --workdir runs/ctc_asr [--corpus data/builtin]
         [--splits dev,test] [--batch-size 32] [--out out/ctc_asr]
 
 Prints markdown tables: CER/WER per split (and per speaker of the last split), and the

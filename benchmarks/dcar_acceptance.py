@@ -1,7 +1,7 @@
 """Can a chunk-size policy know where a large chunk is safe? Draft acceptance against the
 heads' own confidence at the decision state.
 
-    python benchmarks/dcar_acceptance.py --config configs/dcar.py:deep_pr --batches 2 \
+    python -m benchmarks.dcar_acceptance --config configs/dcar.py:deep_pr --batches 2 \
         --out out/dcar_acceptance.json
 
 Decodes DCPO training prompts with every row forced to c = K (the `RolloutSource` of
@@ -27,11 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """DCPO curves (reward, reward-ASR WER, mean chunk of the policy's rollouts, KL) of one or
 more DCAR runs, and the histogram of the chunk sizes a policy chooses on test sentences.
 
-    python benchmarks/dcar_report.py --out benchmarks/dcar --policy pretrained/dcar_deep --num 240 \
+    python -m benchmarks.dcar_report --out benchmarks/dcar --policy pretrained/dcar_deep --num 240 \
         --runs runs/dcar,runs/dcar_nochase,runs/dcar_nopenalty,runs/dcar_234
 
 Writes <out>_curves.png, <out>_chunks.png and prints a markdown table (time per step and per
@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 KEYS = [
     ("train/reward_policy", "reward (policy rollouts)"),

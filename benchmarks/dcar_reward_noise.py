@@ -9,20 +9,17 @@ advantage sees). Between neighbouring sizes: the mean per-prompt gap and its sig
 ratio at the group size G, gap / (noise * sqrt(2 / (G / 2))): the z-score of the gap between
 the two half-groups of a chase-then-exceed group.
 
-    python benchmarks/dcar_reward_noise.py --config configs/dcar.py:deep --prompts 8 --group 8 \
+    python -m benchmarks.dcar_reward_noise --config configs/dcar.py:deep --prompts 8 --group 8 \
         --sizes 1,2,3,4 --out out/dcar_reward_noise_deep.json
 """
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def summarize(table: dict, sizes, group: int) -> dict:

@@ -1,6 +1,6 @@
 """What a DCAR step costs next to `car:c`: a policy that always picks c, the policy's own cost.
 
-    python benchmarks/dcar_step.py --backbone pretrained/car_deep --policy pretrained/dcar_deep
+    python -m benchmarks.dcar_step --backbone pretrained/car_deep --policy pretrained/dcar_deep
 
 A fixed-length decode (EOS suppressed: `--tokens` per row, random text and prompt of the
 benchmark's sizes, the backbone's own sampling settings) of the backbone with
@@ -21,12 +21,10 @@ were trained on: only their cost matters here) or a random init of the `small` p
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.decode import random_batch, time_decode  # noqa: E402
+from benchmarks.decode import random_batch, time_decode
 
 
 def main(argv=None) -> int:

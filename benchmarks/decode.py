@@ -1,12 +1,12 @@
 """Decoding speed of FAR and fixed-chunk CAR: tokens/s, LM-RTF, forwards and KV-cache bytes per
 second of audio, at several batch sizes; compile time reported separately.
 
-    python benchmarks/decode.py --config configs/car.py:small             # random weights
-    python benchmarks/decode.py --workdir runs/car_small --tokens 250      # a trained model
-    python benchmarks/decode.py --config configs/car.py:paper --batch 1,8,32 --tokens 500
-    python benchmarks/decode.py --workdir pretrained/car_deep --batch 1 --strategies far,car:3 \
+    python -m benchmarks.decode --config configs/car.py:small             # random weights
+    python -m benchmarks.decode --workdir runs/car_small --tokens 250      # a trained model
+    python -m benchmarks.decode --config configs/car.py:paper --batch 1,8,32 --tokens 500
+    python -m benchmarks.decode --workdir pretrained/car_deep --batch 1 --strategies far,car:3 \
         --tokens 200 --precision bfloat16                                 # as the LM decodes
-    python benchmarks/decode.py --workdir pretrained/car_deep --batch 8 --top_p 0.6  # top-p's cost
+    python -m benchmarks.decode --workdir pretrained/car_deep --batch 8 --top_p 0.6  # top-p's cost
 
 EOS is suppressed until `--tokens` (`SamplingConfig.min_tokens`), so every row of every
 strategy generates exactly `--tokens` tokens (random or trained weights alike).
@@ -26,9 +26,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.timing_lock import exclusive  # noqa: E402
+from benchmarks.timing_lock import exclusive
 
 
 def _load(args):

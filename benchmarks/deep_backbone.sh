@@ -53,15 +53,15 @@ if run ssd; then
 fi
 if run ssd_grid; then
   for s in 13 22; do
-    python benchmarks/ssd_acceptance.py --workdir runs/ssd_deep$s --num 40 --L 1,2,3,4,5 \
+    python -m benchmarks.ssd_acceptance --workdir runs/ssd_deep$s --num 40 --L 1,2,3,4,5 \
       --beta 0,0.2,0.4,0.6 --out out/ssd_acceptance_deep$s.json
   done
 fi
 if run dcar; then
   python train.py --config configs/dcar.py:deep --workdir runs/dcar_deep
-  python benchmarks/dcar_report.py --runs runs/dcar_deep --policy runs/dcar_deep --num 60 \
+  python -m benchmarks.dcar_report --runs runs/dcar_deep --policy runs/dcar_deep --num 60 \
     --out out/dcar_deep
-  python benchmarks/dcar_report.py --runs "" --policy runs/dcar_deep --num 60 --sample \
+  python -m benchmarks.dcar_report --runs "" --policy runs/dcar_deep --num 60 --sample \
     --out out/dcar_deep_sample
 fi
 if run eval_methods; then
@@ -71,7 +71,7 @@ if run eval_methods; then
     --out out/eval_deep_methods
 fi
 if run speed; then
-  python benchmarks/methods_speed.py --num 40 --rounds 3 --batch 1,8 \
+  python -m benchmarks.methods_speed --num 40 --rounds 3 --batch 1,8 \
     --rows far@pretrained/car_deep,car:2@pretrained/car_deep,car:3@pretrained/car_deep,far@pretrained/car_small,car:2@pretrained/car_small,car:3@pretrained/car_small \
     --eval out/eval_deep/results.json --out out/methods_speed_deep.json
 fi

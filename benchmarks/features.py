@@ -1,6 +1,6 @@
 """Feature extraction throughput and tokenizer / vocoder round-trip quality on a corpus split.
 
-    python benchmarks/features.py --corpus data/builtin --split test --num 100 \
+    python -m benchmarks.features --corpus data/builtin --split test --num 100 \
         --tokenizer data/builtin/tokenizers/kmeans1024
 
 Measures, over `--num` utterances (single process, whatever cores numpy/JAX use):
@@ -18,11 +18,8 @@ resynth:griffin_lim, tokenizer:<dir>); see benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> int:

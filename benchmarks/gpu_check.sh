@@ -234,7 +234,7 @@ for spec in $ROWS; do
   for bn in $DEEP_BATCHES; do  # one process per row and batch size: they compile side by side
     name=deep_$(echo "${spec%@*}" | tr -c 'a-zA-Z0-9.\n' _)_b${bn%:*}
     DEEP_JSONS+="${DEEP_JSONS:+,}$WORK/$name.json"
-    XLA_FLAGS="$DECODE_FLAGS" launch "$name" "$LIMIT" $PY benchmarks/methods_speed.py \
+    XLA_FLAGS="$DECODE_FLAGS" launch "$name" "$LIMIT" $PY -m benchmarks.methods_speed \
       --corpus $BUNDLE/data/builtin --rows "$spec" --batch "${bn%:*}" --num "${bn#*:}" \
       $DEEP_ARGS --precision "$DEEP_PRECISION" --out "$WORK/$name.json"
   done
@@ -245,14 +245,14 @@ for spec in $WHERE_ROWS; do  # batch 1 (the host round trips show at batch 1)
   name=where_$(echo "${spec%@*}" | tr -c 'a-zA-Z0-9.\n' _)_b${bn%:*}
   WHERE_JSONS+="${WHERE_JSONS:+,}$WORK/$name.json"
   XLA_FLAGS="$DECODE_FLAGS" JAXTTS_SAMPLING_FALLBACK=where launch "$name" "$LIMIT" \
-    $PY benchmarks/methods_speed.py --corpus $BUNDLE/data/builtin --rows "$spec" \
+    $PY -m benchmarks.methods_speed --corpus $BUNDLE/data/builtin --rows "$spec" \
     --batch "${bn%:*}" --num "${bn#*:}" $DEEP_ARGS --out "$WORK/$name.json"
 done
-launch cond "$LIMIT" $PY benchmarks/cond_cost.py --out "$WORK/cond.json"
-XLA_FLAGS="$DECODE_FLAGS" launch paper "$LIMIT" $PY benchmarks/decode.py $PAPER_ARGS \
+launch cond "$LIMIT" $PY -m benchmarks.cond_cost --out "$WORK/cond.json"
+XLA_FLAGS="$DECODE_FLAGS" launch paper "$LIMIT" $PY -m benchmarks.decode $PAPER_ARGS \
   --out "$WORK/paper.json"
-launch train "$LIMIT" $PY benchmarks/train_throughput.py $TRAIN_ARGS --out "$WORK/train.json"
-launch calibrate "$LIMIT" $PY benchmarks/roofline.py calibrate --depths "${CAL_DEPTHS:-1,4}" \
+launch train "$LIMIT" $PY -m benchmarks.train_throughput $TRAIN_ARGS --out "$WORK/train.json"
+launch calibrate "$LIMIT" $PY -m benchmarks.roofline calibrate --depths "${CAL_DEPTHS:-1,4}" \
   --weights_mb $CAL_MB --out "$WORK/calibration.json"
 # float32 matmuls at full precision: the tests compare decodes token for token (on the GPU:
 # JAX_PLATFORMS empty, so tests/conftest.py does not pin the CPU); registered with timing_lock,
@@ -276,12 +276,12 @@ echo
 echo "=== results $(date -u +%T)"
 for f in "$WORK"/tests_*.log; do [ -f "$f" ] && echo "$(basename "$f"): $(tail -n 1 "$f")"; done
 if want deep; then
-  $PY benchmarks/methods_speed.py --combine "$DEEP_JSONS" --out "$OUT/speed_deep.json"
+  $PY -m benchmarks.methods_speed --combine "$DEEP_JSONS" --out "$OUT/speed_deep.json"
   grep -h "warm-up\|timing lock" "$WORK"/deep_*.log | head -40
 fi
 if want where; then
   echo "sampling fallback by jnp.where instead of lax.cond (JAXTTS_SAMPLING_FALLBACK=where):"
-  $PY benchmarks/methods_speed.py --combine "$WHERE_JSONS" --out "$OUT/speed_where.json"
+  $PY -m benchmarks.methods_speed --combine "$WHERE_JSONS" --out "$OUT/speed_where.json"
 fi
 [ -f "$WORK/cond.log" ] && tail -n 1 "$WORK/cond.log"
 [ -f "$WORK/paper.json" ] && sed -n '/^| strategy/,$p' "$WORK/paper.log"
@@ -294,7 +294,7 @@ if [ -f "$WORK/calibration.json" ]; then
 print({k: c[k] for k in ('device', 'bw', 'bw_stream', 'o_f', 'o_l', 'peak_bf16')}); \
 print('matmul FLOP/s by rows:', [(m, f'{f:.3g}') for m, f in c['curve']])"
   if [ -f "$OUT/speed_deep.json" ]; then
-    timeout 60 $PY benchmarks/roofline.py check --speed "$OUT/speed_deep.json" \
+    timeout 60 $PY -m benchmarks.roofline check --speed "$OUT/speed_deep.json" \
       --calibration "$OUT/calibration.json" --out "$OUT/roofline_check.json"
   fi
 fi

@@ -1,7 +1,7 @@
 """Attention of a decoding step over a KV cache by key layout: keys [S, H] (the cache's layout)
 or [H, S] (transposed), per head, float32, batch 1.
 
-    python benchmarks/key_layout.py
+    python -m benchmarks.key_layout
 
 For T = 1..6 query rows (FAR, CAR c, SSD's verify of L = T - 1 drafts) and a cache of S slots,
 the softmax attention of `jaxtts.nn.attention.attend` (batch and heads folded into one axis,
@@ -14,12 +14,8 @@ precision ("Tried and not adopted") has the numbers and the end-to-end result.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.precision import _ms  # noqa: E402
+from benchmarks.precision import _ms
 
 
 def main(argv=None) -> int:

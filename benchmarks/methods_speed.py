@@ -1,6 +1,6 @@
 """One command, one table: every method's speed against FAR on the same backbone, with its WER.
 
-    python benchmarks/methods_speed.py \
+    python -m benchmarks.methods_speed \
         --rows far@pretrained/car_deep,car:2@pretrained/car_deep,car:3@pretrained/car_deep \
         --eval out/eval_deep/results.json --num 40 --rounds 3 --batch 1,8
 
@@ -37,9 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.timing_lock import exclusive  # noqa: E402
+from benchmarks.timing_lock import exclusive
 
 # (strategy prefix, the paper's speed-up over its AR baseline, this project's target at batch
 # 1, the WER allowance over FAR in points); first match wins

@@ -1,6 +1,6 @@
 """What the prediction heads cost in a decoding step, and whether batching the MTP heads helps.
 
-    python benchmarks/mtp_heads.py --workdir pretrained/car_deep --precision bfloat16
+    python -m benchmarks.mtp_heads --workdir pretrained/car_deep --precision bfloat16
 
 A step of `car:c` runs heads 1..c on each row's last hidden state (`TTSLM.heads`): the base
 head, then each additional head's `mtp_blocks` residual blocks and its vocabulary projection,
@@ -17,12 +17,9 @@ no lever").
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def batched_heads(params, hidden, num: int, blocks: int, out_vocab: int, dtype):

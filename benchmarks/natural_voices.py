@@ -1,7 +1,7 @@
 """The voice table: Whisper WER of each corpus voice's ground truth and of the tokenizer's round
 trip, per text part, and the same on the real-speech smoke set.
 
-    python benchmarks/natural_voices.py --corpus data/natural \
+    python -m benchmarks.natural_voices --corpus data/natural \
         [--tokenizer pretrained/car_deep/tokenizer] [--num 0] [--gl_iters 32] \
         [--out benchmarks/results/natural_voices.json]
 
@@ -177,7 +177,7 @@ def main() -> int:
             "mel_l1": l1,
         }
     result = {
-        "command": "python benchmarks/natural_voices.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.natural_voices " + " ".join(sys.argv[1:]),
         "commit": _commit(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "date": time.strftime("%Y-%m-%d"),

@@ -1,7 +1,7 @@
 """Why configs/palle.py:small turns RoPE on: a synthetic stage-one (PAR) task that needs
 span-relative positions, learned with and without rotary embeddings in the transformer.
 
-    python benchmarks/palle_positions.py --steps 300
+    python -m benchmarks.palle_positions --steps 300
 
 Rows count upwards (token t = start + t mod V), so every masked span is predictable from the
 last visible token and the distance to it: exactly the left-context continuation PAR training
@@ -13,10 +13,7 @@ model has to infer the distance to the mask boundary from absolute positions.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run(rope: float, steps: int, seed: int = 0) -> list[tuple[int, float]]:

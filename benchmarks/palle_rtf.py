@@ -1,7 +1,7 @@
 """LM-RTF against utterance length: the AR backbone (steps grow with length) against PALLE
 (fixed steps), batch 1, on texts of 2-20 s built from test sentences.
 
-    python benchmarks/palle_rtf.py --ar pretrained/car_small --palle runs/palle_refine \
+    python -m benchmarks.palle_rtf --ar pretrained/car_small --palle runs/palle_refine \
         --strategies far,par,palle --out benchmarks/palle_rtf
 
 Each text is one or more test sentences joined (no splitting: `max_seconds` 24); every
@@ -17,8 +17,6 @@ import json
 import os
 import statistics
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> int:

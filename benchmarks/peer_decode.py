@@ -1,7 +1,7 @@
 """jaxtts decoding against Hugging Face `generate` on a same-size Qwen2 (CosyVoice 2's LM).
 
     pip install -e ".[bench]"          # torch + transformers (never core dependencies)
-    python benchmarks/peer_decode.py --batch 1,8,32 --rounds 3
+    python -m benchmarks.peer_decode --batch 1,8,32 --rounds 3
 
 Both models get the `small` LM's shapes (D 256, 4 layers, 4 heads of 64, FFN 1024, SwiGLU,
 RMSNorm, RoPE), random weights, float32 on the CPU, the same prefix (a 64-symbol text + BOS +
@@ -28,9 +28,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from decode import random_batch  # noqa: E402  (benchmarks/decode.py)
+from benchmarks.decode import random_batch
 
 D, LAYERS, HEADS, HEAD_DIM, FFN, K_TOK, N_TEXT, MTP = 256, 4, 4, 64, 1024, 1024, 64, 4
 

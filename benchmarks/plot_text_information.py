@@ -1,7 +1,7 @@
 """Plot text-information curves: the gap (nats per token, other row's transcript minus the
 right one) against the training step, one line per run, from `text_conditioning.py --out` files.
 
-    python benchmarks/plot_text_information.py out/textinfo_palle_*.json \
+    python -m benchmarks.plot_text_information out/textinfo_palle_*.json \
         --out benchmarks/palle_text_layout.png
 """
 

@@ -1,6 +1,6 @@
 """What a matmul and a cached forward cost at float32 and at bfloat16, by rows per step.
 
-    python benchmarks/precision.py --workdir pretrained/car_deep
+    python -m benchmarks.precision --workdir pretrained/car_deep
 
 Two tables, batch 1, 2 CPU cores (or whatever device JAX has):
 1. `stack`: 12 layers of the backbone's matmul shapes (q, k, v, o: 256 x 256; SwiGLU
@@ -17,12 +17,9 @@ Each cell: the median over `--repeats` timed runs, ms per forward.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _ms(fn, *args, repeats: int, inner: int = 20) -> float:

@@ -2,7 +2,7 @@
 compare rows with each other, not with the domain-LM tables): the first `--num` test sentences
 with their zero-shot prompts, batch 8, seed 0, one row per `<strategy>@<run folder>`.
 
-    python benchmarks/quick_ctc_wer.py --rows far@pretrained/car_deep,car:3@pretrained/car_deep \
+    python -m benchmarks.quick_ctc_wer --rows far@pretrained/car_deep,car:3@pretrained/car_deep \
         --num 40 --out out/ctc_wer_deep.json
 
 Writes `--out` in the row layout of an evaluate results.json (`rows[*].name` '<strategy>
@@ -16,8 +16,6 @@ import os
 import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> int:

@@ -3,12 +3,12 @@ model configs and the strategy's shapes, steps per audio second from the shipped
 statistics, time per step as max(compute, memory) plus a fixed per-forward overhead.
 
     # 1. calibrate on this machine (achieved matmul FLOP/s by rows, bandwidth, overheads)
-    python benchmarks/roofline.py calibrate --out out/roofline_cpu.json
+    python -m benchmarks.roofline calibrate --out out/roofline_cpu.json
     # 2. check: predicted vs measured LM-RTF for every row of a methods_speed.py JSON
-    python benchmarks/roofline.py check --speed out/methods_speed_deep.json \
+    python -m benchmarks.roofline check --speed out/methods_speed_deep.json \
         --calibration out/roofline_cpu.json
     # 3. predict on accelerators (H100, TPU v5e) for the small / deep / paper configs
-    python benchmarks/roofline.py predict --speed out/methods_speed_deep.json \
+    python -m benchmarks.roofline predict --speed out/methods_speed_deep.json \
         --out out/roofline_predict.json --plot benchmarks/roofline_speedup.png
 
 The model (one decode step of a strategy = a list of `Forward`s):
@@ -35,7 +35,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import signal
 import sys
 import time
@@ -43,9 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.timing_lock import exclusive  # noqa: E402
+from benchmarks.timing_lock import exclusive
 
 DEVICES = {
     # name: (peak FLOP/s, bandwidth B/s, bytes per weight, per-forward s, per-layer s)

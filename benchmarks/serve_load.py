@@ -1,7 +1,7 @@
 """Load generator for `python -m jaxtts.serve`: time to first audio, latency and throughput
 against the number of concurrent clients, on the loopback interface.
 
-    python benchmarks/serve_load.py --workdir pretrained/car_small --strategies far,car:3 \
+    python -m benchmarks.serve_load --workdir pretrained/car_small --strategies far,car:3 \
         --clients 1,2,4,8 --requests 16 --out out/serve_load
 
 Starts the server in this process (uvicorn on a free loopback port, warmed up first) unless
@@ -24,8 +24,6 @@ import threading
 import time
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SENTENCES = [
     "The old farmer sold three cows at the market on Monday.",

@@ -1,7 +1,7 @@
 """Where a served request's time goes, without HTTP: the parts of time to first audio at one
 client, and the host's audio work per row and segment at a full slot loop.
 
-    python benchmarks/serve_profile.py --workdir pretrained/car_small --strategy far
+    python -m benchmarks.serve_profile --workdir pretrained/car_small --strategy far
 
 Prints one JSON object (times: median of `--rounds`):
 - `text_rows_ms`: the text front-end (phonemes -> ids) of a 10-word sentence;
@@ -19,20 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 
 import jax
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.serve_load import SENTENCES  # noqa: E402
-from jaxtts import cli  # noqa: E402
-from jaxtts.decode.slots import Slots  # noqa: E402
-from jaxtts.stream import MelStream, VocoderStream, push_many, push_mels  # noqa: E402
-from jaxtts.synthesize import Synthesizer, _bucket, piece_keys, resolve_prompt  # noqa: E402
+from benchmarks.serve_load import SENTENCES
+from jaxtts import cli
+from jaxtts.decode.slots import Slots
+from jaxtts.stream import MelStream, VocoderStream, push_many, push_mels
+from jaxtts.synthesize import Synthesizer, _bucket, piece_keys, resolve_prompt
 
 
 def _ms(f, rounds: int) -> float:

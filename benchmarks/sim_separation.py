@@ -1,6 +1,6 @@
 """Speaker-encoder separation on the TEST split (incl. the held-out speaker never trained on).
 
-    python benchmarks/sim_separation.py [--corpus data/builtin] [--split test]
+    python -m benchmarks.sim_separation [--corpus data/builtin] [--split test]
         [--jax-workdir runs/speaker_encoder] [--encoders jax,resemblyzer]
 
 For every encoder: cosine similarity of same-speaker vs different-speaker pairs of whole

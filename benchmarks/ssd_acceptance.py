@@ -4,7 +4,7 @@ sentences with their zero-shot prompts (the run's sampling settings); and the sh
 accepted drafts that the target's filtered distribution gives probability 0 (outside its top-p
 nucleus: only the tolerance let them in; 0 at beta = 0).
 
-    python benchmarks/ssd_acceptance.py --workdir pretrained/ssd_deep --num 40 \
+    python -m benchmarks.ssd_acceptance --workdir pretrained/ssd_deep --num 40 \
         --L 1,2,3,4,5 --beta 0,0.1,0.2,0.4,0.6
 
 (A batch whose padded shape is new is decoded twice, compile then timed, with the same keys:
@@ -17,8 +17,6 @@ import argparse
 import json
 import os
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> int:

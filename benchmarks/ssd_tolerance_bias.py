@@ -11,7 +11,7 @@ Prints per-token means: entropies H(p), H(q), H(o), TV(p, q), TV(o, q) and the m
 outside the target's nucleus (q = 0). Only the first draft position of a step, with the true
 prefix: later drafts see drafted prefixes, which this does not model.
 
-    python benchmarks/ssd_tolerance_bias.py --drafts pretrained/ssd_deep,runs/ssd_untrained
+    python -m benchmarks.ssd_tolerance_bias --drafts pretrained/ssd_deep,runs/ssd_untrained
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> int:

@@ -1,6 +1,6 @@
 """Where a multi-token step's extra time goes, measured by ablation instead of the profiler.
 
-    python benchmarks/step_ablation.py --workdir pretrained/car_deep --precision bfloat16
+    python -m benchmarks.step_ablation --workdir pretrained/car_deep --precision bfloat16
 
 Under `jax.profiler` every XLA thunk pays the tracer's cost, and a FAR step (many small thunks)
 reads up to 1.5x its real time (`benchmarks/step_parts.py`: 4.4 ms a FAR step at 66 tokens,
@@ -26,14 +26,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.timing_lock import exclusive  # noqa: E402
+from benchmarks.timing_lock import exclusive
 
 
 def variants(chunk: int) -> dict:

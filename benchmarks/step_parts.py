@@ -1,6 +1,6 @@
 """Where a decoding step's time goes: an XLA profile of the compiled decode loop, by model part.
 
-    python benchmarks/step_parts.py --precision bfloat16 --rows \\
+    python -m benchmarks.step_parts --precision bfloat16 --rows \\
         far@pretrained/car_deep,car:3@pretrained/car_deep,dcar:sample@pretrained/dcar_deep
 
 For each `<strategy>@<run folder>` row: a fixed-length decode (EOS suppressed: `--tokens` per
@@ -30,8 +30,6 @@ import re
 import sys
 import tempfile
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ATTN_DOTS = {  # `jaxtts.nn.attention.attend`'s einsums (keys [S, H] or [H, S]; a deferred block R)
     "ZTH,ZSH->ZTS": "logits",

@@ -1,6 +1,6 @@
 """Per-piece timing of one decoding step (FAR) of the `small` LM shapes on this machine.
 
-    python benchmarks/step_profile.py --batch 32 --filled 225 --budget 351
+    python -m benchmarks.step_profile --batch 32 --filled 225 --budget 351
 
 A cache of `--budget` speech slots (prompt 100 + 250 tokens + BOS) holds `--filled` valid
 slots (the middle of a 250-token generation). Timed separately, each jitted and run
@@ -16,12 +16,9 @@ the prediction heads, and sampling. Random weights; the numbers are per step of 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _time(fn, *args, repeats: int) -> float:

@@ -3,7 +3,7 @@ and steps per audio second at batch 1 and 8, on the first N test utterances with
 zero-shot prompts (the evaluation's), run's own sampling settings. Vocoder and ASR excluded;
 each (strategy, batch shape) is compiled once before timing.
 
-    python benchmarks/strategy_speed.py --workdir pretrained/dcar_deep \
+    python -m benchmarks.strategy_speed --workdir pretrained/dcar_deep \
         --strategies far,car:2,car:3,car:4,vadusa:2,vadusa:3,dcar --batch 1,8 --num 40
 
 Run it on a quiet machine: every number is wall time.
@@ -16,8 +16,6 @@ import json
 import os
 import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> int:

@@ -1,7 +1,7 @@
 """What streaming costs: the streamed audio against the whole-utterance audio, per lookahead,
 and the time to first audio.
 
-    python benchmarks/stream_quality.py --workdir pretrained/car_small --strategies far,car:3 \
+    python -m benchmarks.stream_quality --workdir pretrained/car_small --strategies far,car:3 \
         --lookahead 5,2,0 --num 20 --out out/stream_quality.json
 
 For the first `--num` test sentences with their zero-shot prompts (seed 0, batch 1): the
@@ -17,14 +17,11 @@ the audio that the first chunk holds, and the wall time to the last chunk.
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> int:

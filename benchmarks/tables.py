@@ -1,7 +1,7 @@
 """Tables generated from measurements: the docs' marked blocks, rewritten from benchmarks/results/.
 
-    python benchmarks/tables.py --check     # exit 1 naming every block that differs from its JSON
-    python benchmarks/tables.py --write     # rewrite the blocks from the JSON
+    python -m benchmarks.tables --check     # exit 1 naming every block that differs from its JSON
+    python -m benchmarks.tables --write     # rewrite the blocks from the JSON
 
 A block in a markdown file is the text between `<!-- table:NAME -->` and `<!-- /table -->`;
 `TABLES[NAME]` makes it from the JSON files under `benchmarks/results/` (each written by the
@@ -244,7 +244,7 @@ def main(argv=None) -> int:
         print(
             "error: tables differ from benchmarks/results/: "
             + "; ".join(stale)
-            + " (python benchmarks/tables.py --write)",
+            + " (python -m benchmarks.tables --write)",
             file=sys.stderr,
         )
         return 1

@@ -4,10 +4,10 @@ with another row's transcript (the batch's texts rolled by one row), per MTP hea
 extractor's CE (`jaxtts.methods.tldr.task.text_information`), the stage's masked span CE
 (`jaxtts.methods.palle.task.text_information`), one row each.
 
-    python benchmarks/text_conditioning.py --workdir runs/car_small [--step N] [--split dev]
-    python benchmarks/text_conditioning.py --workdir pretrained/car_small --corpus data/builtin
-    python benchmarks/text_conditioning.py --workdir runs/car_small_noalign --step 1000 --align
-    python benchmarks/text_conditioning.py --workdir runs/palle_stretch --step 1000
+    python -m benchmarks.text_conditioning --workdir runs/car_small [--step N] [--split dev]
+    python -m benchmarks.text_conditioning --workdir pretrained/car_small --corpus data/builtin
+    python -m benchmarks.text_conditioning --workdir runs/car_small_noalign --step 1000 --align
+    python -m benchmarks.text_conditioning --workdir runs/palle_stretch --step 1000
 
 A model that has learned to align speech with text predicts its tokens much better from the
 right text; a model that only continues the speaker prompt's acoustics (babble) does not care.
@@ -24,8 +24,6 @@ import argparse
 import json
 import os
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main():

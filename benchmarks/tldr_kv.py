@@ -1,7 +1,7 @@
 """Global KV-cache bytes against output duration: the token-level backbone (FAR) against TLDR
 with patch sizes P (the backbone caches one slot per patch), one row, a 2 s prompt.
 
-    python benchmarks/tldr_kv.py --backbone pretrained/car_small --patches 2,4,8 \
+    python -m benchmarks.tldr_kv --backbone pretrained/car_small --patches 2,4,8 \
         --out benchmarks/tldr_kv
 
 The text prefix (prompt transcript + target text, phonemes) grows with the duration at
@@ -17,10 +17,7 @@ Writes `<out>.png`; prints a markdown table (MiB, and TLDR / FAR).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> int:

@@ -1,8 +1,8 @@
 """LM decoding speed of TLDR's variants against FAR on their shared frozen backbone, at a fixed
 output length: tokens/s, LM-RTF and backbone forwards per audio second, batch 1 and 8.
 
-    python benchmarks/tldr_speed.py                          # every variant of configs/tldr.py
-    python benchmarks/tldr_speed.py --variants deep_p2 --runs pretrained/tldr_deep
+    python -m benchmarks.tldr_speed                          # every variant of configs/tldr.py
+    python -m benchmarks.tldr_speed --variants deep_p2 --runs pretrained/tldr_deep
 
 Speed does not depend on the weights once the length is fixed: EOS is suppressed until
 `--tokens` (`SamplingConfig.min_tokens`), so every row of every variant generates exactly
@@ -23,9 +23,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from decode import random_batch, time_decode  # noqa: E402  (benchmarks/decode.py)
+from benchmarks.decode import random_batch, time_decode
 
 
 def _variant(name: str, base):

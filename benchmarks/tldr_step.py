@@ -1,6 +1,6 @@
 """Where a TLDR decoding step's time goes: its parts left out, one at a time, in the real loop.
 
-    python benchmarks/tldr_step.py --workdir pretrained/tldr_deep_p4 --batch 1,8 \\
+    python -m benchmarks.tldr_step --workdir pretrained/tldr_deep_p4 --batch 1,8 \\
         --precision bfloat16
 
 A fixed-length decode (EOS suppressed: `--tokens` per row, random text and prompt of the
@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.decode import random_batch, time_decode  # noqa: E402
+from benchmarks.decode import random_batch, time_decode
 
 VARIANTS = ("full", "no_compressor", "backbone_only", "no_backbone")
 

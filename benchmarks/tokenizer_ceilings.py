@@ -1,6 +1,6 @@
 """Benchmark: the token round-trip ceiling of k-means tokenizers at 50 / 25 Hz and K = 1024 / 2048.
 
-    python benchmarks/tokenizer_ceilings.py [--corpus data/builtin] [--num 240] [--k 1024,2048]
+    python -m benchmarks.tokenizer_ceilings [--corpus data/builtin] [--num 240] [--k 1024,2048]
         [--frames 1,2] [--out out/tokenizer_ceilings] [--asr_workers 1]
 
 Fits (or finds cached) `kmeans<K>[x<frames>]` on the corpus's train split, exactly as
@@ -19,13 +19,12 @@ import sys
 import time
 from pathlib import Path
 
+import ml_collections as mlc
+
+from jaxtts.data.manifest import read_split
+from jaxtts.train.prepare import tokenizer_for
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import ml_collections as mlc  # noqa: E402
-
-from jaxtts.data.manifest import read_split  # noqa: E402
-from jaxtts.train.prepare import tokenizer_for  # noqa: E402
 
 
 def main() -> int:

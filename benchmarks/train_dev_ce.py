@@ -2,9 +2,9 @@
 Separates a method's underfitting (high CE on the utterances it trained on) from its
 overfitting (the train -> dev gap beyond the backbone's).
 
-    python benchmarks/train_dev_ce.py --corpus data/builtin-n20000-s0 \\
+    python -m benchmarks.train_dev_ce --corpus data/builtin-n20000-s0 \\
         --backbone pretrained/car_deep --tldr pretrained/tldr_deep_p4 --num 120
-    python benchmarks/train_dev_ce.py --backbone pretrained/car_small,pretrained/car_deep --tldr ""
+    python -m benchmarks.train_dev_ce --backbone pretrained/car_small,pretrained/car_deep --tldr ""
 
 Train utterances: `--num` drawn with a fixed seed from the corpus's train split; dev: its
 first `--num`. Prompts: other utterances of the same speaker, as in training
@@ -15,10 +15,7 @@ backbone's FAR head, and its K heads in brackets.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> int:

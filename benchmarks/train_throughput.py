@@ -1,8 +1,8 @@
 """Training throughput of the TTS LM on the available devices: tokens/s per step, step time,
 achieved FLOP/s and (on accelerators) model FLOPs utilisation against a measured matmul rate.
 
-    python benchmarks/train_throughput.py --config configs/car.py:small
-    python benchmarks/train_throughput.py --config configs/car.py:paper --batch 64 \
+    python -m benchmarks.train_throughput --config configs/car.py:small
+    python -m benchmarks.train_throughput --config configs/car.py:paper --batch 64 \
         --mesh fsdp=-1 --dtype bfloat16                     # on a GPU / TPU host
 
 Batches are synthetic with the shapes of real ones (`--text` text ids + `--speech` prompt and
@@ -21,9 +21,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.timing_lock import exclusive  # noqa: E402
+from benchmarks.timing_lock import exclusive
 
 # dense bf16 FLOP/s by the vendors' datasheets (SXM parts), matched against device_kind
 DATASHEET_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "TPU v5 lite": 197e12}

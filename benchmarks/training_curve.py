@@ -1,6 +1,6 @@
 """Loss / accuracy curve of a training run: markdown table + PNG.
 
-    python benchmarks/training_curve.py --workdir runs/car_small --every 100 \
+    python -m benchmarks.training_curve --workdir runs/car_small --every 100 \
         --png benchmarks/car_small_curve.png
 
 Train rows: loss and per-head top-1 accuracy (means over the logging window); wall minutes are

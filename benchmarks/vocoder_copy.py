@@ -1,6 +1,6 @@
 """Copy synthesis and speed of the neural vocoder against Griffin-Lim.
 
-    python benchmarks/vocoder_copy.py --vocoder pretrained/vocoder --corpus data/natural \
+    python -m benchmarks.vocoder_copy --vocoder pretrained/vocoder --corpus data/natural \
         [--num 0] [--tokenizer DIR] [--out benchmarks/results/vocoder.json]
 
 For each test utterance of the corpus: its ground-truth log-mel through Griffin-Lim
@@ -132,7 +132,7 @@ def main() -> int:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
     result = {
-        "command": "python benchmarks/vocoder_copy.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.vocoder_copy " + " ".join(sys.argv[1:]),
         "commit": commit,
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "date": time.strftime("%Y-%m-%d"),

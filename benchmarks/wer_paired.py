@@ -1,7 +1,7 @@
 """Is method A's WER within a margin of method B's? A paired bootstrap over the test
 utterances, from `jaxtts.evaluate` results (one or more results.json, any number of seeds).
 
-    python benchmarks/wer_paired.py out/eval_far6/results.json out/eval_tl012/results.json \
+    python -m benchmarks.wer_paired out/eval_far6/results.json out/eval_tl012/results.json \
         out/eval_tl345/results.json --a "tldr @tldr_deep_p4_tl" --b "far " --margin 0.01
 
 (an evaluation's rows are named '<strategy> [@<run folder>] precision=... [seed=N]'; FAR rows
@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from jaxtts.cli import die  # noqa: E402
-from jaxtts.eval.metrics import paired_wer  # noqa: E402
+from jaxtts.cli import die
+from jaxtts.eval.metrics import paired_wer
 
 
 def _rows(paths: list[str]) -> list[tuple[str, dict]]:

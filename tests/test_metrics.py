@@ -4,7 +4,6 @@ import math
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,13 +61,9 @@ def test_paired_wer_exact_values():
 
 
 def test_wer_paired_cli(tmp_path, capsys):
-    import importlib.util
     import json
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "wer_paired.py"
-    spec = importlib.util.spec_from_file_location("wer_paired", path)
-    wer_paired = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(wer_paired)
+    from benchmarks import wer_paired
 
     def row(name, errs):
         utts = [{"id": f"u{i}", "errors_domain": e, "words_domain": 4} for i, e in enumerate(errs)]

@@ -2,10 +2,8 @@
 step counts against a real decode, and the time formula with its fixed terms."""
 
 import dataclasses
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def roofline():
-    spec = importlib.util.spec_from_file_location("roofline", ROOT / "benchmarks" / "roofline.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["roofline"] = mod  # its dataclasses resolve their module while defined
-    spec.loader.exec_module(mod)
-    return mod
+    from benchmarks import roofline
+
+    return roofline
 
 
 def test_tiny_lm_shape_counted_by_hand(roofline):
@@ -128,11 +124,7 @@ def test_methods_speed_combine_joins_one_rows_batch_sizes(tmp_path, capsys):
     """gpu_check.sh times every row and batch size in its own process; `methods_speed.py
     --combine` makes one table row per (strategy, folder) with all its batch sizes, each
     against FAR's at the same batch size."""
-    spec = importlib.util.spec_from_file_location(
-        "methods_speed", ROOT / "benchmarks" / "methods_speed.py"
-    )
-    ms = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ms)
+    from benchmarks import methods_speed as ms
 
     def entry(strategy, b, rtf):
         m = dict(lm_rtf=rtf, steps_per_audio_s=25.0, kv_mb_per_audio_s=1.0)
@@ -174,11 +166,7 @@ def test_methods_speed_reports_each_rounds_ratio_and_the_rounds_that_meet_the_ta
     """Beside the median ratio, the table gives the lowest and highest of the interleaved
     rounds' own ratios (round r of the row against round r of FAR) and says in how many rounds
     the speed target (CAR c=3: 2.2x) was met."""
-    spec = importlib.util.spec_from_file_location(
-        "methods_speed", ROOT / "benchmarks" / "methods_speed.py"
-    )
-    ms = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ms)
+    from benchmarks import methods_speed as ms
 
     def rounds(*rtfs):
         return [dict(lm_rtf=r, steps_per_audio_s=25.0, kv_mb_per_audio_s=1.0) for r in rtfs]
@@ -234,11 +222,8 @@ def test_shipped_dcar_policy_is_linear_in_the_model(roofline):
 def test_methods_speed_bad_rows_are_one_line_errors(capsys):
     """A row's sampling setting that is not one, or a strategy the folder does not know: one
     line naming the row, exit 2 (the first before any model loads)."""
-    spec = importlib.util.spec_from_file_location(
-        "methods_speed", ROOT / "benchmarks" / "methods_speed.py"
-    )
-    ms = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ms)
+    from benchmarks import methods_speed as ms
+
     folder = str(ROOT / "pretrained" / "car_deep")
     assert ms.main(["--rows", f"far+bogus@{folder}", "--batch", "1"]) == 2
     err = capsys.readouterr().err.strip()

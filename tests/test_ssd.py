@@ -129,12 +129,8 @@ def test_profiles_name_the_draft_apart_from_the_verify(params, draft_params):
     """benchmarks/step_parts.py attributes the draft's ops (its forwards, head and draws) to one
     part and the verify forward's to the layer parts: the SSD step's named scopes reach the
     compiled program's metadata."""
-    import importlib.util
+    from benchmarks import step_parts as parts
 
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "step_parts.py")
-    spec = importlib.util.spec_from_file_location("step_parts", path)
-    parts = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(parts)
     names = set(parts.op_names(_compiled_ssd(params, draft_params, 1, max_new=12)).values())
     draft = {parts.part(n) for n in names if "/ssd_draft/" in n}
     verify = {parts.part(n) for n in names if "/ssd_verify/" in n}

@@ -2,8 +2,6 @@
 FAR with several draws, decode FAR's own tokens (the added part changes nothing else); CAR
 forwarding one of its tokens takes CAR's steps."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def ablation():
-    path = ROOT / "benchmarks" / "step_ablation.py"
-    spec = importlib.util.spec_from_file_location("step_ablation", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["step_ablation"] = mod  # its dataclasses resolve their module while defined
-    spec.loader.exec_module(mod)
-    return mod
+    from benchmarks import step_ablation
+
+    return step_ablation
 
 
 def test_ablated_steps_keep_the_parent_tokens_and_steps(ablation):
