@@ -1,5 +1,5 @@
 """DCAR: a chunk-size policy on the frozen TTS backbone, trained with DCPO (GRPO) on the CTC
-reward ASR (jaxtts/methods/dcar/dcpo.py; METHODS.md section 1).
+reward ASR (jaxtts/methods/dcar/dcpo.py; docs/methods/car_dcar.md).
 
 Variants (`--config configs/dcar.py:<variant>`):
   tiny   tests and smoke runs: 2 steps of 4 prompts x 2 rollouts, 1 s cap, 40-utterance corpus

@@ -1,5 +1,5 @@
 """PALLE: pseudo-autoregressive span generation (stage one), then NAR confidence refinement
-(stage two); METHODS.md section 4, jaxtts/methods/palle/.
+(stage two); docs/methods/palle.md, jaxtts/methods/palle/.
 
 Variants (`--config configs/palle.py:<variant>`):
   tiny          tests: 40-utterance corpus, 2-layer model, a few steps (stage one)

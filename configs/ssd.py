@@ -1,5 +1,5 @@
 """SSD draft: a shallower LM made of the target's own layers, trained on next-token CE with
-everything but its first layers and output head frozen (jaxtts/methods/ssd/; METHODS.md 2).
+everything but its first layers and output head frozen (jaxtts/methods/ssd/; docs/methods/ssd.md).
 
 Variants (`--config configs/ssd.py:<variant>`):
   tiny   tests: 2 steps on a 40-utterance corpus, target pretrained/car_small

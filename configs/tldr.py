@@ -1,5 +1,5 @@
 """TLDR: patch-level AR on the frozen TTS LM with LoRA, a token-to-patch compressor and a
-speaker-conditioned patch-to-token extractor (jaxtts/methods/tldr/; METHODS.md section 5).
+speaker-conditioned patch-to-token extractor (jaxtts/methods/tldr/; docs/methods/tldr.md).
 
 Variants (`--config configs/tldr.py:<variant>`):
   tiny         tests: 1 step on a 40-utterance corpus, small modules, backbone

@@ -1,4 +1,4 @@
-"""DCAR (METHODS.md section 1): a chunk-size policy on the frozen multi-head TTS LM.
+"""DCAR (docs/methods/car_dcar.md): a chunk-size policy on the frozen multi-head TTS LM.
 
 policy.py      ChunkPolicy: one causal transformer layer + linear over chunk sizes 1..K
 strategies.py  `dcar` (per-row dynamic chunk) and the `vadusa:<tau>` baseline

@@ -1,6 +1,6 @@
 """Decoder-only TTS language model with multi-token prediction heads (FAR / CAR / DCAR backbone).
 
-Sequence (METHODS.md section 0): `[text prompt + target text] [BOS] [speech prompt] [speech]`.
+Sequence (docs/methods/car_dcar.md): `[text prompt + target text] [BOS] [speech prompt] [speech]`.
 It is held as two padded segments, so rows of different lengths never need re-packing:
   text   int32 [B, Lx]  symbol ids, valid where index < text_len (0 = PAD)
   speech int32 [B, Ly]  [BOS, speech prompt tokens, target tokens], valid where index < speech_len

@@ -1,4 +1,4 @@
-"""MDM (METHODS.md section 3): a masked-diffusion decoder over quantised mels with decoding
+"""MDM (docs/methods/mdm.md): a masked-diffusion decoder over quantised mels with decoding
 orders, on a Grad-TTS-style acoustic model, and the Grad-TTS baseline on the same encoder.
 
   model.py    MDMConfig, the text encoder (prior + durations), the MDM decoder (DMoL head)

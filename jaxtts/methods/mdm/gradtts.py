@@ -1,4 +1,4 @@
-"""The Grad-TTS baseline (Popov et al. 2021; MDM's comparison in METHODS.md section 3): a
+"""The Grad-TTS baseline (Popov et al. 2021; MDM's comparison in docs/methods/mdm.md): a
 score-based diffusion decoder on the SAME text encoder, durations and prior as the MDM decoder.
 
 Diffusion (in the normalised mel space of `model.py`, y in [-1, 1]; terminal distribution

@@ -1,4 +1,4 @@
-"""MDM's acoustic model (METHODS.md section 3): a Grad-TTS-style text encoder with a per-phone
+"""MDM's acoustic model (docs/methods/mdm.md): a Grad-TTS-style text encoder with a per-phone
 mel prior and a duration predictor, and the masked-diffusion decoder over quantised mels.
 
   encoder    phone ids [B, X] (+ a speaker embedding) -> a bidirectional transformer (RoPE,

@@ -1,4 +1,4 @@
-"""MDM's training objective (METHODS.md section 3): Grad-TTS's encoder losses + the
+"""MDM's training objective (docs/methods/mdm.md): Grad-TTS's encoder losses + the
 order-agnostic ELBO of the masked-diffusion decoder, in one loss.
 
 For a batch of (phones, log-mel, speaker embedding):

@@ -1,4 +1,4 @@
-"""PALLE (METHODS.md section 4): pseudo-autoregressive span generation at fixed steps, then
+"""PALLE (docs/methods/palle.md): pseudo-autoregressive span generation at fixed steps, then
 NAR confidence refinement, on a masked generative transformer.
 
   model.py    MaskedGenTransformer (text ConvNeXt V2 + sinusoidal/conv positions + full attention)

@@ -1,4 +1,4 @@
-"""The masked generative transformer of PALLE (both stages; METHODS.md section 4).
+"""The masked generative transformer of PALLE (both stages; docs/methods/palle.md).
 
 Two equal-length streams over the T speech positions of a row (prompt tokens, then the
 tokens to generate):

@@ -1,4 +1,4 @@
-"""The SSD draft: a shallower TTSLM made of the target's own layers (METHODS.md section 2).
+"""The SSD draft: a shallower TTSLM made of the target's own layers (docs/methods/ssd.md).
 
 The paper's draft is 8 of CosyVoice 2's 24 layers: the first two and the last six, sharing the
 embeddings; only the draft's first layers and its output head train. Here the draft is its own

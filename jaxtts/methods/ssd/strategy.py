@@ -1,4 +1,4 @@
-r"""`ssd`: speech speculative decoding (METHODS.md section 2, Algorithm 1 of the SSD paper) for
+r"""`ssd`: speech speculative decoding (docs/methods/ssd.md, Algorithm 1 of the SSD paper) for
 the generic decode driver. models {"target": TTSLM, "draft": TTSLM (a shallower model made
 from the target's own layers, `jaxtts.methods.ssd.draft`)}.
 

@@ -1,4 +1,4 @@
-"""TLDR (METHODS.md section 5): patch-level AR on a frozen TTS LM with LoRA.
+"""TLDR (docs/methods/tldr.md): patch-level AR on a frozen TTS LM with LoRA.
 
 model.py     patch grid, compressor, extractor, TLDRModel (training forward, prefill, extend)
 strategy.py  `tldr` for the generic decode driver (one backbone forward per patch)

@@ -1,4 +1,4 @@
-"""TLDR (METHODS.md section 5): patch-level autoregression on a frozen TTS LM with LoRA, a
+"""TLDR (docs/methods/tldr.md): patch-level autoregression on a frozen TTS LM with LoRA, a
 token-to-patch compressor and a speaker-conditioned patch-to-token extractor.
 
 Patches. The speech stream of a row is its prompt tokens, then its target tokens + EOS. Each
