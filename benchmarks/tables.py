@@ -166,13 +166,21 @@ def codec_round_trip(root: Path) -> str:
             f"{_pct(_pooled(rows, 'round_trip'))} | {_pct(_pooled(old, 'round_trip'))} | "
             f"{l1(rows)} | {l1(old)} |"
         )
+    split = _load(root, "codec_test_split")
+    for s, rows in _by_speaker(split).items():
+        lines.append(
+            f"| {s}, its {sum(r['ground_truth']['n'] for r in rows)} test-split utterances | "
+            f"{rows[0]['role']} | {_pct(_pooled(rows, 'ground_truth'))} | "
+            f"{_pct(_pooled(rows, 'round_trip'))} | | "
+            f"{sum(r['round_trip']['mel_l1'] for r in rows) / len(rows):.3f} | |"
+        )
     real, real_km = new["values"]["real_speech"], km["values"]["real_speech"]
     lines.append(
         f"| real speech (12 clips) | check | {_pct(real['ground_truth']['wer'])} | "
         f"{_pct(real['round_trip']['wer'])} | {_pct(real_km['round_trip']['wer'])} | "
         f"{real['round_trip']['mel_l1']:.3f} | {real_km['round_trip']['mel_l1']:.3f} |"
     )
-    return "\n".join(lines) + "\n\n" + _footer(new, km)
+    return "\n".join(lines) + "\n\n" + _footer(new, split, km)
 
 
 def natural_voices_80(root: Path) -> str:
