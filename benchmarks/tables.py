@@ -148,11 +148,13 @@ def vocoder(root: Path) -> str:
 def codec_round_trip(root: Path) -> str:
     """The learned tokenizer's round trip per voice, beside the k-means refit's (same sentences)."""
     new, km = _load(root, "codec_round_trip"), _load(root, "natural_voices")
-    by_new, by_km = _by_speaker(new), _by_speaker(km)
+    plain = _load(root, "codec_round_trip_nocond")
+    by_new, by_km, by_plain = _by_speaker(new), _by_speaker(km), _by_speaker(plain)
     lines = [
-        "| voice | role | ground truth % | round trip % (codec) | round trip % (k-means refit) "
-        "| decoded-mel L1 codec | decoded-mel L1 k-means |",
-        "|---|---|--:|--:|--:|--:|--:|",
+        "| voice | role | ground truth % | round trip % (codec) | round trip % (codec without "
+        "the voice) | round trip % (k-means refit) | decoded-mel L1 codec | decoded-mel L1 "
+        "k-means |",
+        "|---|---|--:|--:|--:|--:|--:|--:|",
     ]
     for s in sorted(by_new, key=lambda s: (by_new[s][0]["engine"] == "espeak", s)):
         rows, old = by_new[s], by_km.get(s, [])
@@ -163,24 +165,27 @@ def codec_round_trip(root: Path) -> str:
 
         lines.append(
             f"| {s} | {rows[0]['role']} | {_pct(_pooled(rows, 'ground_truth'))} | "
-            f"{_pct(_pooled(rows, 'round_trip'))} | {_pct(_pooled(old, 'round_trip'))} | "
-            f"{l1(rows)} | {l1(old)} |"
+            f"{_pct(_pooled(rows, 'round_trip'))} | "
+            f"{_pct(_pooled(by_plain.get(s, []), 'round_trip'))} | "
+            f"{_pct(_pooled(old, 'round_trip'))} | {l1(rows)} | {l1(old)} |"
         )
     split = _load(root, "codec_test_split")
     for s, rows in _by_speaker(split).items():
         lines.append(
             f"| {s}, its {sum(r['ground_truth']['n'] for r in rows)} test-split utterances | "
             f"{rows[0]['role']} | {_pct(_pooled(rows, 'ground_truth'))} | "
-            f"{_pct(_pooled(rows, 'round_trip'))} | | "
+            f"{_pct(_pooled(rows, 'round_trip'))} | | | "
             f"{sum(r['round_trip']['mel_l1'] for r in rows) / len(rows):.3f} | |"
         )
     real, real_km = new["values"]["real_speech"], km["values"]["real_speech"]
+    real_plain = plain["values"]["real_speech"]
     lines.append(
         f"| real speech (12 clips) | check | {_pct(real['ground_truth']['wer'])} | "
-        f"{_pct(real['round_trip']['wer'])} | {_pct(real_km['round_trip']['wer'])} | "
+        f"{_pct(real['round_trip']['wer'])} | {_pct(real_plain['round_trip']['wer'])} | "
+        f"{_pct(real_km['round_trip']['wer'])} | "
         f"{real['round_trip']['mel_l1']:.3f} | {real_km['round_trip']['mel_l1']:.3f} |"
     )
-    return "\n".join(lines) + "\n\n" + _footer(new, split, km)
+    return "\n".join(lines) + "\n\n" + _footer(new, plain, split, km)
 
 
 def natural_voices_80(root: Path) -> str:
