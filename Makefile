@@ -4,7 +4,7 @@
 PY ?= python3
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 
-.PHONY: setup demo test lint fmt
+.PHONY: setup demo test test-fast lint fmt
 
 setup:
 	bash scripts/setup.sh
@@ -14,6 +14,10 @@ demo: setup
 
 test: setup
 	bash scripts/test.sh
+
+# the unit tests alone (no module marked slow): ~2 min on 2 cores
+test-fast: setup
+	bash scripts/test.sh -n 2 --dist loadfile -m "not slow" tests
 
 # lint and layout (ruff, configured in pyproject.toml; tests/test_style.py runs the same checks)
 lint:

@@ -18,6 +18,8 @@ from jaxtts.train.align import (
     prior_weight,
 )
 
+pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
+
 
 def test_beta_binomial_prior_hand_computed():
     # N = 3 text tokens (n = 2), M = 2 frames, scaling 1. Frame 1: a=1, b=2 ->

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from bad_inputs import CASES
 
+pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -5,6 +5,10 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -10,6 +10,8 @@ import jax
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -15,6 +15,8 @@ from jaxtts.data.tokenizers import KMeansTokenizer
 from jaxtts.errors import ConfigError, DataError
 from jaxtts.methods.codec import CodecTask, ctc_phones
 
+pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
+
 LEVELS = (8, 5, 5, 5)
 
 

@@ -24,6 +24,8 @@ from jaxtts.methods.dcar.policy import (
 )
 from jaxtts.methods.lm.model import TTSLM
 
+pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
+
 GREEDY = SamplingConfig(greedy=True)
 SAMPLE = SamplingConfig(temperature=1.0, top_k=8)
 PCFG = PolicyConfig(

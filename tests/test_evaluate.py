@@ -13,7 +13,10 @@ from scipy.signal import resample_poly
 
 pytest.importorskip("pocketsphinx")
 pytest.importorskip("jaxtts.data.audio")  # load_audio / log_mel (issue #2)
-pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="no espeak-ng")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="no espeak-ng"),
+    pytest.mark.slow,  # integration: `make test-fast` skips it
+]
 
 from jaxtts.data.manifest import Utterance, write_manifest  # noqa: E402
 from jaxtts.errors import ConfigError, TextError  # noqa: E402

@@ -22,6 +22,8 @@ from jaxtts.errors import ConfigError
 from jaxtts.methods.lm.model import TTSLM
 from jaxtts.train import losses
 
+pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
+
 GREEDY = SamplingConfig(greedy=True)
 
 

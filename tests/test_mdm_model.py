@@ -20,6 +20,8 @@ from jaxtts.methods.mdm.decode import mdm_decode, predicted_durations
 from jaxtts.methods.mdm.model import AcousticModel, MDMConfig, upsample
 from jaxtts.methods.mdm.task import mdm_loss
 
+pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
+
 CFG = MDMConfig(
     num_text_symbols=12,
     n_mels=6,

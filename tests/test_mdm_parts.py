@@ -16,6 +16,8 @@ from jaxtts.errors import ConfigError
 from jaxtts.methods.mdm import dmol, orders
 from jaxtts.methods.mdm.mas import monotonic_alignment
 
+pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
+
 
 def _brute_force(lp: np.ndarray) -> tuple[float, np.ndarray]:
     """Best monotonic alignment of lp [N, T] by enumerating all durations (each >= 1)."""

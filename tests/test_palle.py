@@ -15,6 +15,8 @@ from jaxtts.methods.palle import decode as dec
 from jaxtts.methods.palle import masking
 from jaxtts.methods.palle.model import MaskedGenTransformer, PALLEConfig, init_params
 
+pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
+
 CFG = PALLEConfig(
     num_text_symbols=20,
     num_speech_tokens=30,

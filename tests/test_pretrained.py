@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
+
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED = ROOT / "pretrained"
 MAX_BYTES = 20 * 2**20

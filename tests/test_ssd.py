@@ -20,6 +20,8 @@ from jaxtts.errors import ConfigError
 from jaxtts.methods.lm.model import TTSLM, with_bos
 from jaxtts.methods.ssd.strategy import SSD, residual, verify
 
+pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
+
 GREEDY = SamplingConfig(greedy=True)
 DRAFT = dataclasses.replace(TINY, num_layers=1, num_mtp_heads=1)
 

@@ -29,6 +29,8 @@ from jaxtts.methods.tldr.model import (
 from jaxtts.methods.tldr.strategy import TLDR
 from jaxtts.trees import tree_from_flat, tree_to_flat
 
+pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
+
 K = 40  # speech tokens
 LM = LMConfig(
     num_text_symbols=20,

@@ -19,6 +19,8 @@ from jaxtts.errors import CheckpointError, ConfigError
 from jaxtts.train import loop
 from jaxtts.train import mesh as mesh_lib
 
+pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
+
 MESHES = [
     {"data": 8, "fsdp": 1, "tensor": 1},
     {"data": 1, "fsdp": 8, "tensor": 1},

@@ -13,6 +13,8 @@ from jaxtts.methods.vocoder import VocoderTask
 from jaxtts.vocoders import make_vocoder
 from jaxtts.vocoders.vocos import VocosGenerator, istft, jax_log_mel, stft_mag
 
+pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
+
 
 def _tone(n: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
