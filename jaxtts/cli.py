@@ -141,3 +141,24 @@ def run(main: Callable[[list[str]], None]) -> None:
             sys.exit(0)
 
     app.run(wrapped, flags_parser=_flags_parser)
+
+
+def export_main(prog: str, doc: str, export: Callable[..., int], what: str) -> int:
+    """`python -m <prog> export SRC DEST [--dtype float16]`: ship a run folder with `export`
+    (returns the params file's size); a JaxttsError is one line on stderr, exit 2."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog=f"python -m {prog}", description=doc)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("export", help=what)
+    e.add_argument("src")
+    e.add_argument("dest")
+    e.add_argument("--dtype", default="float16")
+    a = ap.parse_args()
+    try:
+        n = export(a.src, a.dest, a.dtype)
+    except JaxttsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{a.dest}/params.msgpack: {n / 1e6:.1f} MB")
+    return 0
