@@ -68,6 +68,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             # one is cropped to the last bucket (its CTC term skipped)
             buckets=((128, 24), (256, 12), (384, 8)),
             eval_batches=4,
+            vtlp=0.0,  # > 0: training mels' axis warped by factors in [1 - vtlp, 1 + vtlp]
             limit_train=0,
             limit_dev=0,
             seed=0,

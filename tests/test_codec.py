@@ -116,6 +116,17 @@ def test_voice_vector_exact_and_conditioning():
     assert np.abs(np.asarray(other - zero)).max() > 1e-3
 
 
+def test_warp_mel_axis_exact_values():
+    from jaxtts.methods.codec import warp_mel_axis
+
+    mel = np.tile(np.arange(80, dtype=np.float32) * 2.0, (3, 1))  # [T, M]: bin j holds 2 j
+    np.testing.assert_array_equal(warp_mel_axis(mel, 1.0), mel)
+    half = warp_mel_axis(mel, 0.5)  # bin j reads bin j / 2: 2 * j / 2 = j
+    np.testing.assert_allclose(half[0], np.arange(80), atol=1e-5)
+    up = warp_mel_axis(mel, 1.25)  # bin j reads min(1.25 j, 79)
+    np.testing.assert_allclose(up[0], 2 * np.minimum(1.25 * np.arange(80), 79), atol=1e-4)
+
+
 def test_ctc_phones_drop_stress_and_word_gaps():
     assert ctc_phones(["ɐ", "b", "ˌ", "aʊ", "t", " ", "ˈ", "ɪ"]) == ["ɐ", "b", "aʊ", "t", "ɪ"]
 
@@ -257,3 +268,25 @@ def test_lm_trains_on_codec_tokens_and_synthesizes(tiny_run, tiny_corpus, tmp_pa
     for a, b in zip(batched, single, strict=True):
         assert len(a.wav) > 0
         np.testing.assert_allclose(a.wav, b.wav, atol=1e-4)
+
+
+def test_bucket_source_is_a_function_of_the_step_and_vtlp_warps(tiny_corpus):
+    from jaxtts.data.audio import MelConfig, MelStats
+    from jaxtts.data.manifest import read_split
+    from jaxtts.data.text import SymbolTable
+    from jaxtts.methods.codec import BucketSource
+
+    utts = read_split(tiny_corpus, "train")
+    table = SymbolTable.build(ctc_phones(u.phonemes) for u in utts)
+    stats = MelStats(np.zeros(80, np.float32), np.ones(80, np.float32))
+
+    def source(vtlp):
+        return BucketSource(utts, ((128, 8), (256, 8)), MelConfig(), stats, table, 2, 0, vtlp)
+
+    a, b, w = source(0.0).get_batch(3), source(0.0).get_batch(3), source(0.1).get_batch(3)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])  # (seed, step) decide the batch
+    np.testing.assert_array_equal(a["mask"], w["mask"])  # the same utterances, warped
+    np.testing.assert_array_equal(a["phones"], w["phones"])
+    assert np.abs(a["mel"] - w["mel"]).max() > 0.1
+    assert a["phones_len"].min() > 0 and set(np.unique(a["mask"])) == {0.0, 1.0}

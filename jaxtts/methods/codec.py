@@ -11,6 +11,8 @@ The phoneme targets are the manifest's espeak phonemes without stress marks and 
 Batches come from length buckets (`config.data.buckets`, (frames, rows)): each step draws a
 bucket (in proportion to its utterances) and its rows, a pure function of (seed, step); an
 utterance longer than the last bucket is cropped at random and its CTC term skipped.
+`data.vtlp` > 0 warps each training utterance's mel axis by a factor drawn in [1 - vtlp,
+1 + vtlp] (`warp_mel_axis`; a speaker augmentation against the few training voices).
 Axis letters: B batch, T frames, S tokens, M mel bins, L phonemes, P phoneme classes.
 """
 
@@ -35,12 +37,24 @@ from jaxtts.train import loop
 
 log = logging.getLogger("jaxtts.codec")
 
-__all__ = ["BucketSource", "CodecTask", "ctc_phones", "train"]
+__all__ = ["BucketSource", "CodecTask", "ctc_phones", "train", "warp_mel_axis"]
 
 
 def ctc_phones(phonemes) -> list[str]:
     """A manifest's phoneme symbols without stress marks and word gaps (the CTC targets)."""
     return [p for p in phonemes if p not in STRESS_MARKS and p.strip()]
+
+
+def warp_mel_axis(mel: np.ndarray, alpha: float) -> np.ndarray:
+    """Vocal-tract-length perturbation on a log-mel [T, M]: bin j reads bin j * alpha of the
+    input (linear interpolation, clipped at the top bin); alpha 1 is the identity. A speaker
+    augmentation: alpha > 1 moves the spectral envelope down, < 1 up."""
+    m = mel.shape[1]
+    src = np.clip(np.arange(m) * float(alpha), 0.0, m - 1.0)
+    lo = np.floor(src).astype(np.int64)
+    hi = np.minimum(lo + 1, m - 1)
+    w = (src - lo).astype(mel.dtype)
+    return mel[:, lo] * (1 - w) + mel[:, hi] * w
 
 
 class CodecTask:
@@ -83,11 +97,14 @@ class CodecTask:
 class BucketSource:
     """Length-bucketed batches of whole utterances (see the module docstring)."""
 
-    def __init__(self, utts, buckets, mel_cfg: MelConfig, stats: MelStats, table, stride, seed):
+    def __init__(
+        self, utts, buckets, mel_cfg: MelConfig, stats: MelStats, table, stride, seed, vtlp=0.0
+    ):
         self.buckets = [(int(t), int(b)) for t, b in buckets]
         if any(t % stride for t, _ in self.buckets):
             raise ConfigError(f"data.buckets={buckets}: frame counts must be multiples of {stride}")
         self.mel_cfg, self.stats, self.table, self.seed = mel_cfg, stats, table, int(seed)
+        self.vtlp = float(vtlp)  # warp factors drawn in [1 - vtlp, 1 + vtlp] (0: none)
         edges = [t for t, _ in self.buckets]
         self.members: list[list] = [[] for _ in self.buckets]
         for u in utts:
@@ -110,9 +127,10 @@ class BucketSource:
         phones_len = np.zeros((b,), np.int32)
         for i, j in enumerate(rng.integers(0, len(self.members[k]), b)):
             u = self.members[k][j]
-            x = self.stats.normalize(
-                log_mel(load_audio(u.path, self.mel_cfg.sample_rate), self.mel_cfg)
-            )
+            x = log_mel(load_audio(u.path, self.mel_cfg.sample_rate), self.mel_cfg)
+            if self.vtlp:
+                x = warp_mel_axis(x, rng.uniform(1 - self.vtlp, 1 + self.vtlp))
+            x = self.stats.normalize(x)
             whole = len(x) <= t
             if not whole:
                 start = int(rng.integers(0, len(x) - t + 1))
@@ -156,7 +174,9 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     stats = MelStats(np.asarray(s["mean"], np.float32), np.asarray(s["std"], np.float32))
     task = CodecTask(config)
     stride = int(config.model.stride)
-    source = BucketSource(tr, d.buckets, mel_cfg, stats, table, stride, d.seed)
+    source = BucketSource(
+        tr, d.buckets, mel_cfg, stats, table, stride, d.seed, vtlp=float(d.get("vtlp", 0.0))
+    )
     dev_source = BucketSource(dev, d.buckets, mel_cfg, stats, table, stride, d.seed + 1)
     n_eval = int(d.eval_batches)
     return loop.train_and_evaluate(
