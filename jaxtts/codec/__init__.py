@@ -234,24 +234,23 @@ def export(src: str | os.PathLike, dest: str | os.PathLike, dtype: str = "float1
     return n
 
 
+def _json_field(path: Path, key: str):
+    """`key` of a JSON file (None when the file is absent); malformed: one-line DataError."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text()).get(key)
+    except (json.JSONDecodeError, AttributeError) as e:
+        raise DataError(f"{path}: malformed JSON ({e})") from None
+
+
 def load_tokenizer(directory: str | os.PathLike) -> SpeechTokenizer:
-    """Any saved tokenizer: a codec (run folder or export) or a `jaxtts.data.tokenizers` kind."""
+    """Any saved tokenizer: a codec (run folder or export) or a `jaxtts.data.tokenizers` kind
+    (whose loader's one-line error names a missing tokenizer.json)."""
     directory = Path(directory)
-    meta = directory / _META
-    if meta.is_file():
-        try:
-            kind = json.loads(meta.read_text()).get("kind")
-        except json.JSONDecodeError as e:
-            raise DataError(f"{meta}: malformed tokenizer file ({e})") from None
-        if kind == "codec":
-            return CodecTokenizer(directory)
-        return load_classic(directory)
-    cfg = directory / "config.json"
-    if cfg.is_file():
-        try:
-            task = json.loads(cfg.read_text()).get("task")
-        except json.JSONDecodeError as e:
-            raise DataError(f"{cfg}: not valid JSON ({e})") from None
-        if task == "codec":
-            return CodecTokenizer(directory)
-    return load_classic(directory)  # its one-line error names the missing tokenizer.json
+    kind = _json_field(directory / _META, "kind")
+    if kind == "codec" or (
+        kind is None and _json_field(directory / "config.json", "task") == "codec"
+    ):
+        return CodecTokenizer(directory)
+    return load_classic(directory)
