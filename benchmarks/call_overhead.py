@@ -23,7 +23,6 @@ negative fixed cost; the loop's own fit reads what a step costs inside a running
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import sys
 import time
@@ -44,14 +43,15 @@ def _setup(engine, spec: str, precision: str):
     import jax
 
     from jaxtts.decode import registry
+    from jaxtts.engine import resolve
 
-    opts = engine.options(strategy=spec, precision=precision)
+    plan = resolve(engine, spec, precision=precision)
     _, models, params = engine.at_precision(
-        None, engine.decode_models(), engine.decode_params(), opts
+        None, engine.decode_models(), engine.decode_params(), plan.options
     )
-    one = dataclasses.replace(opts, max_seconds=1.0 / engine.frame_rate)
+    one = resolve(engine, spec, precision=precision, max_seconds=1.0 / engine.frame_rate)
     strategy = registry.get(spec).bind(models)
-    n_max = engine.max_new_units(opts)
+    n_max = engine.max_new_units(plan.options)
 
     def init(p, b):  # what `decode` runs before the loop (the split prefill: + widen_text)
         carry = strategy.init(models, p, b, n_max)
@@ -59,7 +59,7 @@ def _setup(engine, spec: str, precision: str):
             carry = strategy.widen_text(models, carry, b.text_width)
         return carry
 
-    return opts, one, params, jax.jit(init)
+    return plan, one, params, jax.jit(init)
 
 
 def _measure(engine, spec: str, batches, keys, repeats: int, precision: str = "float32"):
@@ -145,12 +145,13 @@ def _phases(engine, spec: str, batches, keys, repeats: int, precision: str):
     import numpy as np
 
     from jaxtts.decode import driver
+    from jaxtts.engine import resolve
 
-    opts = engine.options(strategy=spec, precision=precision)
-    strategy, models, params = engine.decode_plan(batches[0], opts)
+    plan = resolve(engine, spec, precision=precision)
+    strategy, models, params = engine.decode_plan(batches[0], plan)
     strategy, params = strategy.bind(models), dict(params)
     kw = dict(strategy=strategy, models=tuple(sorted(models.items())))
-    n, sampling = engine.max_new_units(opts), opts.sampling.traced()
+    n, sampling = engine.max_new_units(plan.options), plan.options.sampling.traced()
 
     def run(b):
         t0 = time.perf_counter()
@@ -231,8 +232,8 @@ def main(argv=None) -> int:
     prompts = prompts_from_utterances(pool, utts)
     batches = []  # each sentence's first piece as `Synthesizer` builds its batch of one
     for i, (u, p) in enumerate(zip(utts, prompts, strict=True)):
-        row = synth._text_rows(i, u.text, *engine.encode_prompt(p))[0]
-        batches.append(synth._prompt_batch([row], 1, 0)[0])
+        row = synth.text_rows(i, u.text, *engine.encode_prompt(p))[0]
+        batches.append(synth.prompt_batch([row], 1, 0)[0])
     keys = row_keys(0, [0])
     print(
         f"{args.workdir}: {len(utts)} test sentences, batch 1, {args.precision}, "

@@ -209,7 +209,7 @@ def main(argv=None) -> int:
     try:
         synths = {f: Synthesizer.from_workdir(f) for f in sorted({f for _, f in rows})}
         for strategy, folder in rows:
-            synths[folder].engine.check_strategy(strategy.split("+")[0])
+            synths[folder].plan(strategy.split("+")[0])
     except JaxttsError as e:
         print(f"error: --rows: {e}", file=sys.stderr)
         return 2

@@ -59,22 +59,22 @@ def main() -> None:
     engine = synth.engine
     prompt = resolve_prompt(args.workdir, speaker="spk03")
     p_ids, p_units = engine.encode_prompt(prompt)
-    options = engine.options(strategy=args.strategy)
+    plan = synth.plan(args.strategy)
     text = SENTENCES[1]
     out = {"strategy": args.strategy, "slots": args.slots, "segment_steps": args.segment_steps}
-    out["text_rows_ms"] = _ms(lambda: synth._text_rows(0, text, p_ids, p_units), args.rounds)
-    rows = synth._text_rows(0, text, p_ids, p_units)
-    strat, models, params = engine.decode_plan(None, options)
+    out["text_rows_ms"] = _ms(lambda: synth.text_rows(0, text, p_ids, p_units), args.rounds)
+    rows = synth.text_rows(0, text, p_ids, p_units)
+    strat, models, params = engine.decode_plan(None, plan)
     pool = Slots(
         strat,
         models,
         params,
         num_slots=args.slots,
         text_width=_bucket(engine.max_text_symbols + 64, 64),
-        prompt_width=synth._prompt_bucket,
+        prompt_width=synth.prompt_bucket,
         prompt_example=p_units,
-        max_new_tokens=engine.max_new_units(options),
-        sampling=options.sampling,
+        max_new_tokens=engine.max_new_units(plan.options),
+        sampling=plan.options.sampling,
         prefill_bucket=args.prefill_bucket,
     )
     _, _, ids, units, n_ptext = rows[0]

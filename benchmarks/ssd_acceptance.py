@@ -46,8 +46,8 @@ def main(argv=None) -> int:
         for beta in [float(x) for x in args.beta.split(",")]:
             stats = {"acc": 0, "prop": 0, "out": 0}
 
-            def gen(batch, keys, options, stats=stats):
-                out = orig(batch, keys, options)
+            def gen(batch, keys, plan, stats=stats):
+                out = orig(batch, keys, plan)
                 n = int(batch.text.shape[0])
                 stats["acc"] += int(out.stats["accepted_drafts"][:n].sum())
                 stats["prop"] += int(out.stats["proposed_drafts"][:n].sum())

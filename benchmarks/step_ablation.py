@@ -109,12 +109,12 @@ def main(argv=None) -> int:
     from benchmarks.decode import random_batch
     from jaxtts.decode.driver import decode
     from jaxtts.decode.sampling import SamplingConfig
-    from jaxtts.engine import load_engine
+    from jaxtts.engine import load_engine, resolve
     from jaxtts.errors import JaxttsError
 
     try:
         eng = load_engine(args.workdir)
-        eng.check_strategy(f"car:{args.chunk}")  # a token LM with enough heads
+        resolve(eng, f"car:{args.chunk}")  # a token LM with enough heads
     except JaxttsError as e:
         print(f"error: --workdir {args.workdir}: {e}", file=sys.stderr)
         return 2
@@ -127,9 +127,7 @@ def main(argv=None) -> int:
     samp = SamplingConfig(temperature=1.0, top_p=0.6, min_tokens=args.tokens).traced()
     runs = {}
     for name, (spec, replacement) in variants(args.chunk).items():
-        strat, models, params = eng.decode_plan(
-            batch, eng.options(strategy=spec, precision=args.precision)
-        )
+        strat, models, params = eng.decode_plan(batch, resolve(eng, spec, precision=args.precision))
         runs[name] = (replacement or strat, models, params)
 
     def run(name):

@@ -120,14 +120,13 @@ def profile_row(strategy: str, folder: str, args) -> dict:
     from benchmarks.decode import random_batch
     from jaxtts.decode.driver import _decode
     from jaxtts.decode.sampling import SamplingConfig
-    from jaxtts.engine import load_engine
+    from jaxtts.engine import load_engine, resolve
 
     eng = load_engine(folder)
     batch, keys = random_batch(
         np.random.default_rng(0), eng.cfg, args.batch, args.text_len, args.prompt_len
     )
-    opts = eng.options(strategy=strategy, precision=args.precision)
-    strat, models, params = eng.decode_plan(batch, opts)
+    strat, models, params = eng.decode_plan(batch, resolve(eng, strategy, precision=args.precision))
     samp = SamplingConfig(temperature=1.0, top_p=0.6, min_tokens=args.tokens).traced()
     kw = dict(
         strategy=strat.bind(models),

@@ -5,8 +5,9 @@ per-row keys, timing, the vocoder, wav + JSONL writing) and talks to a model onl
 `Engine`:
 
     engine = load_engine("runs/car_small")           # the family from config.json's `task`
+    plan = resolve(engine, "car:3", top_k=50)        # strategy + options, checked once
     ids, units = engine.encode_prompt(prompt)        # prompt transcript ids, prompt units
-    out = engine.generate(batch, keys, options)      # units [B, N, ...], lengths, steps, stats
+    out = engine.generate(batch, keys, plan)         # units [B, N, ...], lengths, steps, stats
     mel = engine.units_to_mel(out.units[0, :out.length[0]])
 
 Units are whatever the family generates: speech tokens [N] (the token LM, PALLE, TLDR) or
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -28,7 +29,8 @@ from jaxtts.data.audio import log_mel, resample
 from jaxtts.decode.driver import PromptBatch
 from jaxtts.decode.options import DecodeOptions
 from jaxtts.errors import CheckpointError, ConfigError, DataError
-from jaxtts.families import family, resolve
+from jaxtts.families import family
+from jaxtts.families import resolve as resolve_target
 from jaxtts.run_folder import RunFolder
 
 if TYPE_CHECKING:
@@ -47,6 +49,32 @@ class Generated:
     steps: np.ndarray  # int [B] decoding steps (model forwards after the prefill) of the row
     hit_max: np.ndarray  # bool [B] stopped by the length cap
     stats: dict = dataclasses.field(default_factory=dict)  # strategy statistics of the batch
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What a request decodes with, built and checked once by `resolve`: every layer after it
+    (Synthesizer, stream, server, the engine's `generate`) takes the Plan and re-checks
+    nothing."""
+
+    strategy: Any  # the object the loop runs (e.g. `ChunkedAR(chunk=3)`), checked on the models
+    options: DecodeOptions  # the run's decode options with the overrides; .strategy canonical
+
+    @property
+    def name(self) -> str:
+        """The canonical spec ("car:3" for " car:03"): one compile key, one name in outputs."""
+        return self.options.strategy
+
+
+def resolve(engine: Engine, spec: str | None = None, **overrides) -> Plan:
+    """The Plan of a request: `spec` (None: the run's default strategy) and option overrides
+    (max_seconds, temperature, top_k, top_p, greedy, precision, ...; None keeps the run's),
+    each a one-line ConfigError when this engine cannot run it."""
+    options = engine.options(strategy=spec, **overrides)
+    strategy = engine.parse_strategy(options.strategy)
+    plan = Plan(strategy, dataclasses.replace(options, strategy=strategy.name))
+    engine.check_plan(plan)
+    return plan
 
 
 class Engine(abc.ABC):
@@ -84,12 +112,17 @@ class Engine(abc.ABC):
 
     # -- decoding
     @abc.abstractmethod
-    def check_strategy(self, spec: str) -> str:
-        """The strategy's canonical name; ConfigError if this model cannot run it."""
+    def parse_strategy(self, spec: str):
+        """The strategy object `spec` names (from `jaxtts.decode.registry`, with a canonical
+        `.name`), checked against this model; ConfigError if it cannot run it. Called once per
+        request, by `resolve`."""
+
+    def check_plan(self, plan: Plan) -> None:  # noqa: B027 - optional hook
+        """ConfigError if the options do not apply to the strategy (e.g. top_k on MDM)."""
 
     @abc.abstractmethod
-    def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
-        """Decode a padded batch (numpy arrays); keys: [B] per-row PRNG keys."""
+    def generate(self, batch: PromptBatch, keys: jax.Array, plan: Plan) -> Generated:
+        """Decode a padded batch (numpy arrays) as `plan` says; keys: [B] per-row PRNG keys."""
 
     def memory_bytes(
         self, text_len: int, prompt_len: int, length: int, strategy: str | None = None
@@ -148,7 +181,7 @@ def load_engine(workdir, step: int | None = None) -> Engine:
             f"{run.config_path}: a {task!r} run ({fam.what}) does not "
             "synthesize speech; pass the run folder of a TTS model"
         )
-    return resolve(fam.engine).from_run(run, step)
+    return resolve_target(fam.engine).from_run(run, step)
 
 
-__all__ = ["Engine", "Generated", "PromptBatch", "load_engine"]
+__all__ = ["Engine", "Generated", "Plan", "PromptBatch", "load_engine", "resolve"]

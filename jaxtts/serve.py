@@ -105,9 +105,8 @@ class Job:
     id: str
     text: str
     prompt: object  # Prompt | None
-    strategy: str
+    plan: object  # jaxtts.engine.Plan: the strategy and options, checked by `Server.parse`
     seed: int
-    max_seconds: float | None
     format: str = "wav"  # response_format: wav | pcm
     stream: bool = True  # send chunks as they decode
     warm_up: bool = False  # the server's own compile run: not in the metrics
@@ -125,7 +124,7 @@ class Job:
         return {
             "id": self.id,
             "status": self.status,
-            "strategy": self.strategy,
+            "strategy": self.plan.name,
             "seed": self.seed,
             "tokens": self.tokens,
             "first_audio_ms": None if self.first_audio_s is None else 1e3 * self.first_audio_s,
@@ -193,7 +192,7 @@ class Server:
         out = [default]
         for s in ("far", "car:2", "car:3", "vadusa:2", "dcar", "dcar:sample", "tldr"):
             try:
-                self.engine.check_strategy(s)
+                self.engine.parse_strategy(s)
             except JaxttsError:
                 continue
             if s not in out:
@@ -230,18 +229,15 @@ class Server:
             self.encode_prompt(p)
         prompt = next(iter(self.voices.values()), None)
         for s in strategies or self.strategies:
+            plan = self.synth.plan(s, max_seconds=seconds)
             if self.batching:  # a request through the slots: prefill, insert, advance, free
-                job = Job("warm-up", "Warm up.", prompt, s, 0, seconds, warm_up=True)
+                job = Job("warm-up", "Warm up.", prompt, plan, 0, warm_up=True)
                 self.submit(job, count=False)
                 while job.chunks.get() is not _DONE:
                     pass
                 continue
             for _ in self.synth.stream(
-                "Warm up.",
-                prompt,
-                strategy=s,
-                max_seconds=seconds,
-                segment_steps=self.segment_steps,
+                "Warm up.", prompt, plan=plan, segment_steps=self.segment_steps
             ):
                 pass
         self.compiles.mark()
@@ -265,11 +261,6 @@ class Server:
         strategy = body.get("strategy") or self.strategies[0]
         if not isinstance(strategy, str):
             raise RequestError(400, "strategy: expected a string")
-        try:
-            self.engine.check_strategy(strategy)
-            self.engine.options(strategy=strategy)
-        except JaxttsError as e:
-            raise RequestError(400, f"strategy: {e}") from None
         fmt = body.get("response_format", "wav")
         if fmt not in FORMATS:
             raise RequestError(400, f"response_format: {fmt!r}, expected one of {list(FORMATS)}")
@@ -283,6 +274,10 @@ class Server:
             raise RequestError(
                 400, f"max_seconds: {max_s!r}, expected a number in (0, {self.max_seconds:g}]"
             )
+        try:
+            plan = self.synth.plan(strategy, max_seconds=max_s)
+        except JaxttsError as e:
+            raise RequestError(400, f"strategy: {e}") from None
         voice = body.get("voice")
         if voice is None:
             prompt = None
@@ -306,7 +301,7 @@ class Server:
         stream = body.get("stream", True)
         if not isinstance(stream, bool):
             raise RequestError(400, f"stream: {stream!r}, expected true or false")
-        return Job(f"req{next(self.ids)}", text.strip(), prompt, strategy, seed, max_s, fmt, stream)
+        return Job(f"req{next(self.ids)}", text.strip(), prompt, plan, seed, fmt, stream)
 
     def _decode_wav(self, b64: str) -> np.ndarray:
         try:
@@ -399,12 +394,7 @@ class Server:
         job.status = "running"
         try:
             for chunk in self.synth.stream(
-                job.text,
-                job.prompt,
-                strategy=job.strategy,
-                seed=job.seed,
-                segment_steps=self.segment_steps,
-                max_seconds=job.max_seconds,
+                job.text, job.prompt, plan=job.plan, seed=job.seed, segment_steps=self.segment_steps
             ):
                 if job.cancelled.is_set():  # the client left: free the device now
                     return self._end(job, "cancelled")
@@ -493,22 +483,25 @@ class SlotScheduler:
         synth = server.synth
         # widths every request fits: the longest text piece plus a prompt's transcript share
         # (64 ids: ~5 s of speech), and full-length prompts
-        from jaxtts.synthesize import _bucket  # start-up: jax 820 ms
+        from jaxtts.synthesize import bucket  # start-up: jax 820 ms
 
-        self.text_width = _bucket(server.engine.max_text_symbols + 64, 64)
-        self.prompt_width = synth._prompt_bucket
+        self.text_width = bucket(server.engine.max_text_symbols + 64, 64)
+        self.prompt_width = synth.prompt_bucket
 
     def active_ids(self) -> list[str]:
         return [r.job.id for r in self.rows.values()]
 
-    def pool(self, strategy: str, options):
-        if strategy not in self.pools:
+    def pool(self, plan):
+        """The Slots of `plan`'s strategy (made by its first request), for the server's
+        longest request."""
+        if plan.name not in self.pools:
             from jaxtts.decode.slots import Slots  # start-up: jax 820 ms
 
             engine = self.server.engine
             _, units = engine.encode_prompt(None)
-            strat, models, params = engine.decode_plan(None, options)
-            self.pools[strategy] = Slots(
+            strat, models, params = engine.decode_plan(None, plan)
+            longest = dataclasses.replace(plan.options, max_seconds=self.server.max_seconds)
+            self.pools[plan.name] = Slots(
                 strat,
                 models,
                 params,
@@ -516,12 +509,10 @@ class SlotScheduler:
                 text_width=self.text_width,
                 prompt_width=self.prompt_width,
                 prompt_example=units,
-                max_new_tokens=engine.max_new_units(
-                    engine.options(strategy=strategy, max_seconds=self.server.max_seconds)
-                ),
-                sampling=options.sampling,
+                max_new_tokens=engine.max_new_units(longest),
+                sampling=plan.options.sampling,
             )
-        return self.pools[strategy]
+        return self.pools[plan.name]
 
     def work(self) -> None:
         server = self.server
@@ -573,15 +564,15 @@ class SlotScheduler:
             server._end(job, "cancelled")
             return server._finish(job)
         try:
-            options = engine.options(strategy=job.strategy, max_seconds=job.max_seconds or None)
-            rows = server.synth._text_rows(
+            name = job.plan.name
+            rows = server.synth.text_rows(
                 0, job.text, *server.encode_prompt(job.prompt), pieces=job.pieces
             )
             if not rows:
                 raise ConfigError("input: no pronounceable text")
-            pool = self.pool(options.strategy, options)
-            slot = next(i for i in range(self.num_slots) if (options.strategy, i) not in self.rows)
-            r = _Row(job, rows, engine.max_new_units(options), slot, pool)
+            pool = self.pool(job.plan)
+            slot = next(i for i in range(self.num_slots) if (name, i) not in self.rows)
+            r = _Row(job, rows, engine.max_new_units(job.plan.options), slot, pool)
             self._start_piece(r)
         except Exception as e:  # noqa: BLE001 - a bad request must not stop the worker
             if not isinstance(e, JaxttsError):
@@ -589,7 +580,7 @@ class SlotScheduler:
             server._end(job, "failed", e)
             return server._finish(job)
         job.status = "running"
-        self.rows[(options.strategy, slot)] = r
+        self.rows[(name, slot)] = r
         self.peak = max(self.peak, len(self.rows))
 
     def _start_piece(self, r: _Row) -> None:

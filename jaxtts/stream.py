@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
@@ -41,6 +42,9 @@ import numpy as np
 from jaxtts.data.prompt import Prompt
 from jaxtts.decode import driver
 from jaxtts.errors import ConfigError
+
+if TYPE_CHECKING:
+    from jaxtts.engine import Plan
 
 __all__ = [
     "MelStream",
@@ -328,15 +332,15 @@ def stream(
     lookahead: int | None = None,
     min_frames: int = 1,
     n_iter: int | None = None,
-    max_seconds: float | None = None,
     line: int = 0,
-    **sampling_overrides,
+    plan: Plan | None = None,
+    **overrides,
 ) -> Iterator[StreamChunk]:
-    """Synthesize one text as a stream of `StreamChunk`s (`Synthesizer.stream`). The tokens are
-    those the offline `synth.synthesize(texts, prompts, seed=seed)` gives the text at index
-    `line` (a row's sampling key is (seed, line, piece)); the audio differs from the offline
-    audio by the windowed vocoder (and `lookahead` < R). `min_frames`, `n_iter`: see
-    `VocoderStream`."""
+    """Synthesize one text as a stream of `StreamChunk`s (`Synthesizer.stream`), decoded as
+    `plan` says (or `synth.plan(strategy, **overrides)`). The tokens are those the offline
+    `synth.synthesize(texts, prompts, seed=seed)` gives the text at index `line` (a row's
+    sampling key is (seed, line, piece)); the audio differs from the offline audio by the
+    windowed vocoder (and `lookahead` < R). `min_frames`, `n_iter`: see `VocoderStream`."""
     t0 = time.perf_counter()
     engine = synth.engine
     if not hasattr(engine, "decode_plan"):
@@ -346,11 +350,12 @@ def stream(
         )
     if segment_steps < 1:
         raise ConfigError(f"segment_steps={segment_steps}: expected >= 1")
-    options = engine.options(
-        strategy=strategy, max_seconds=max_seconds or None, **sampling_overrides
-    )
-    engine.check_strategy(options.strategy)
-    rows = synth._text_rows(line, text, *engine.encode_prompt(prompt))
+    if plan is None:
+        plan = synth.plan(strategy, **overrides)
+    elif strategy is not None or overrides:
+        raise ConfigError("pass either plan= or a strategy and option overrides, not both")
+    options = plan.options
+    rows = synth.text_rows(line, text, *engine.encode_prompt(prompt))
     if not rows:
         raise ConfigError("stream: empty text")
     gap = np.zeros(int(synth.join_silence_s * synth.sample_rate), np.float32)
@@ -358,8 +363,8 @@ def stream(
     for j, row in enumerate(rows):
         if j:
             yield StreamChunk(gap, 0, False, time.perf_counter() - t0)
-        batch, keys = synth._prompt_batch([row], 1, seed)
-        strat, models, params = engine.decode_plan(batch, options)
+        batch, keys = synth.prompt_batch([row], 1, seed)
+        strat, models, params = engine.decode_plan(batch, plan)
         run = driver.start(
             strat, models, params, batch, max_new_tokens=engine.max_new_units(options)
         )

@@ -2,6 +2,8 @@
 
     synth = Synthesizer.from_workdir("runs/car")     # any family's run folder (an `Engine`)
     results = synth.synthesize(["Hello there.", ...], prompt, strategy="car:3", batch_size=16)
+    plan = synth.plan("car:3", top_k=50)             # or: resolve once, pass the Plan around
+    results = synth.synthesize(texts, prompt, plan=plan)
     synth.write(results, "out/")          # 0000.wav ... + results.jsonl
 
 What happens to a batch of lines:
@@ -53,9 +55,8 @@ from jaxtts.data.manifest import read_split
 from jaxtts.data.prompt import Prompt
 from jaxtts.data.text import speech_warnings
 from jaxtts.decode.driver import PromptBatch
-from jaxtts.decode.options import DecodeOptions
 from jaxtts.decode.sampling import row_keys
-from jaxtts.engine import Engine, load_engine
+from jaxtts.engine import Engine, Plan, load_engine, resolve
 from jaxtts.errors import CheckpointError, ConfigError, DataError, TextError
 from jaxtts.run_folder import CHECKPOINTS, RunFolder, resolve_run
 from jaxtts.stream import stream
@@ -161,7 +162,8 @@ def piece_keys(seed: int, rows, pad: int = 0, first_line: int = 0):
     return row_keys(seed, ids + [0] * pad)
 
 
-def _bucket(n: int, step: int) -> int:
+def bucket(n: int, step: int) -> int:
+    """n rounded up to a multiple of `step` (at least `step`): the padded widths."""
     return max(step, -(-n // step) * step)
 
 
@@ -174,7 +176,7 @@ class Synthesizer:
         self.sample_rate = int(self.vocoder.sample_rate)
         self.join_silence_s = 0.15
         n_prompt = int(round(engine.prompt_seconds * engine.frame_rate))
-        self._prompt_bucket = max(16, n_prompt)  # full-length prompts: one width
+        self.prompt_bucket = max(16, n_prompt)  # prompt widths: full-length prompts, one
         self.compile_times: dict[tuple, float] = {}  # compiled shape -> seconds (once each)
         # True: a batch whose text width has no compiled program yet takes the narrowest wider
         # one already compiled (same strategy, rows and prompt width), its text padded: one
@@ -191,6 +193,13 @@ class Synthesizer:
         return cls(load_engine(workdir, step), vocoder)
 
     # -- synthesis
+    def plan(self, strategy: str | None = None, **overrides) -> Plan:
+        """`jaxtts.engine.resolve` on this synthesizer's engine: the strategy (None: the run's
+        default) and option overrides (max_seconds, temperature, top_k, ...), checked once."""
+        if overrides.get("max_seconds") == 0:
+            overrides["max_seconds"] = None  # 0: the run's cap
+        return resolve(self.engine, strategy, **overrides)
+
     def synthesize(
         self,
         texts: Sequence[str],
@@ -198,23 +207,24 @@ class Synthesizer:
         strategy: str | None = None,
         batch_size: int = 8,
         seed: int = 0,
-        max_seconds: float | None = None,
         progress: bool = True,
         vocode: bool = True,
         first_line: int = 0,
-        **sampling_overrides,
+        plan: Plan | None = None,
+        **overrides,
     ) -> list[SynthResult]:
-        """Synthesize every text (one `SynthResult` per text, in order). `vocode=False`: the
-        tokens only (no mel, no audio; `duration` from the token count): LM benchmarks.
-        `first_line`: texts[i] draws with the key of line first_line + i, so a text file
-        synthesized one line per call (evaluation) draws what one call over all of it would."""
+        """Synthesize every text (one `SynthResult` per text, in order), decoded as `plan`
+        says, or as `self.plan(strategy, **overrides)` (max_seconds, temperature, ...).
+        `vocode=False`: the tokens only (no mel, no audio; `duration` from the token count):
+        LM benchmarks. `first_line`: texts[i] draws with the key of line first_line + i, so a
+        text file synthesized one line per call (evaluation) draws what one call over all of
+        it would."""
         engine = self.engine
-        options = engine.options(
-            strategy=strategy, max_seconds=max_seconds or None, **sampling_overrides
-        )
-        name = engine.check_strategy(options.strategy)
-        # from here on the canonical spec ("car:3" for " car:03"): one compile key, one name
-        options = dataclasses.replace(options, strategy=name)
+        if plan is None:
+            plan = self.plan(strategy, **overrides)
+        elif strategy is not None or overrides:
+            raise ConfigError("pass either plan= or a strategy and option overrides, not both")
+        name = plan.name
         if batch_size < 1:
             raise ConfigError(f"batch_size={batch_size}: expected >= 1")
         if isinstance(prompts, Prompt) or prompts is None:
@@ -228,15 +238,15 @@ class Synthesizer:
         cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for i, (text, prompt) in enumerate(zip(texts, prompts, strict=True)):
             if not text or not text.strip():
-                results[i] = self._skipped(i, text, "empty line")
+                results[i] = self.skipped(i, text, "empty line")
                 continue
             key = id(prompt)
             if key not in cache:
                 cache[key] = engine.encode_prompt(prompt)
             try:
-                line_rows = self._text_rows(i, text, *cache[key])
+                line_rows = self.text_rows(i, text, *cache[key])
             except TextError as e:
-                results[i] = self._skipped(i, text, str(e))
+                results[i] = self.skipped(i, text, str(e))
                 continue
             pieces_of[i] = len(line_rows)
             rows += line_rows
@@ -250,9 +260,7 @@ class Synthesizer:
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             outputs.update(
-                self._run_batch(
-                    [rows[r] for r in idx], options, seed, batch_size, vocode, first_line
-                )
+                self._run_batch([rows[r] for r in idx], plan, seed, batch_size, vocode, first_line)
             )
             bar.update(len(idx))
         bar.close()
@@ -288,7 +296,7 @@ class Synthesizer:
             info["wall_s"] = info["lm_s"] + info["vocoder_s"]
             info["rtf"] = info["wall_s"] / audio_s if audio_s > 0 else None
             info["capped_pieces"] = int(sum(p["hit_max"] for p in parts))
-            info["max_seconds"] = options.max_seconds
+            info["max_seconds"] = plan.options.max_seconds
             if "chunk_hist" in parts[0]:  # [K] decisions per chunk size 1..K
                 info["chunk_hist"] = [int(v) for v in sum(p["chunk_hist"] for p in parts)]
             tokens = np.concatenate([p["tokens"] for p in parts])
@@ -309,7 +317,7 @@ class Synthesizer:
 
         return [encode(p) for p in split_text(text, lambda s: len(encode(s)) <= limit)]
 
-    def _text_rows(
+    def text_rows(
         self,
         i: int,
         text: str,
@@ -318,8 +326,8 @@ class Synthesizer:
         pieces: list[np.ndarray] | None = None,
     ) -> list:
         """Line i -> its rows (i, piece, prompt + piece text ids, prompt units, prompt
-        transcript length): pieces that fit the model's text length (`text_pieces`, or
-        `pieces` already made from it). TextError: unspeakable."""
+        transcript length), the unit `prompt_batch` packs: pieces that fit the model's text
+        length (`text_pieces`, or `pieces` already made from it). TextError: unspeakable."""
         pieces = self.text_pieces(text) if pieces is None else pieces
         return [
             (i, j, np.concatenate([p_ids, ids]).astype(np.int32), p_units, p_ids.size)
@@ -330,7 +338,8 @@ class Synthesizer:
         """One text as audio chunks while it decodes: `jaxtts.stream.stream` (its arguments)."""
         return stream(self, text, prompt, **kw)
 
-    def _skipped(self, i: int, text: str, reason: str) -> SynthResult:
+    def skipped(self, i: int, text: str, reason: str) -> SynthResult:
+        """The result of line i that was not synthesized (`reason`), logged as a warning."""
         log.warning("line %d: skipped (%s)", i + 1, reason)
         return SynthResult(
             i,
@@ -341,7 +350,7 @@ class Synthesizer:
             skipped=reason,
         )
 
-    def _prompt_batch(
+    def prompt_batch(
         self, rows, batch_size: int, seed: int, compile_key=None, first_line: int = 0
     ) -> tuple[PromptBatch, object]:
         """Rows (line, piece, prompt + target text ids, prompt units, prompt transcript
@@ -356,9 +365,9 @@ class Synthesizer:
         n = len(rows)
         b = max(n, batch_size)
         longest = max(r[2].size for r in rows)
-        x = _bucket(longest, self.engine.text_bucket)  # the loop's text width
-        xp = min(_bucket(longest, self.engine.prefill_bucket), x)  # the prefill's
-        p = _bucket(max(len(r[3]) for r in rows), self._prompt_bucket)
+        x = bucket(longest, self.engine.text_bucket)  # the loop's text width
+        xp = min(bucket(longest, self.engine.prefill_bucket), x)  # the prefill's
+        p = bucket(max(len(r[3]) for r in rows), self.prompt_bucket)
         if self.reuse_wider:  # one program per width; the prefill at it too (no split)
             if compile_key is not None:
                 shapes = [
@@ -389,7 +398,7 @@ class Synthesizer:
     def _run_batch(
         self,
         rows,
-        options: DecodeOptions,
+        plan: Plan,
         seed: int,
         batch_size: int,
         vocode: bool = True,
@@ -397,22 +406,21 @@ class Synthesizer:
     ):
         engine = self.engine
         n = len(rows)
-        batch, keys = self._prompt_batch(
-            rows, batch_size, seed, engine.compile_key(options), first_line
-        )
+        key = engine.compile_key(plan.options)
+        batch, keys = self.prompt_batch(rows, batch_size, seed, key, first_line)
         b, xp = batch.text.shape
         x, p = batch.text_width or xp, batch.prompt.shape[1]
 
         # (strategy, rows, loop text width, prompt width, prefill text width)
-        shape = (engine.compile_key(options), b, x, p, xp)
+        shape = (key, b, x, p, xp)
         compile_s = 0.0
         if shape not in self.compile_times:  # first call of a shape compiles: not in RTF
             t0 = time.perf_counter()
-            engine.generate(batch, keys, options)
+            engine.generate(batch, keys, plan)
             compile_s = time.perf_counter() - t0
             self.compile_times[shape] = compile_s
         t0 = time.perf_counter()
-        out = engine.generate(batch, keys, options)
+        out = engine.generate(batch, keys, plan)
         lm_s = (time.perf_counter() - t0) / n
         res = {}
         t1 = time.perf_counter()
@@ -433,9 +441,7 @@ class Synthesizer:
                 "hit_max": bool(out.hit_max[k]),
                 "lm_s": lm_s,
                 "compile_s": compile_s,
-                "kv_cache_bytes": engine.memory_bytes(
-                    ids.size, len(unit), length, options.strategy
-                ),
+                "kv_cache_bytes": engine.memory_bytes(ids.size, len(unit), length, plan.name),
             }
             if "chunk_hist" in out.stats:  # DCAR: how often the row took each chunk size
                 res[(line, piece)]["chunk_hist"] = np.asarray(out.stats["chunk_hist"][k])
@@ -538,19 +544,17 @@ def make_synthesizer(
     line j, so each utterance of a split has its own key)."""
     synth = Synthesizer.from_workdir(workdir, vocoder=vocoder)
     synth.reuse_wider = True  # one compiled text width per row (evaluate warms up the longest)
-    synth.engine.check_strategy(strategy)
-    synth.engine.options(strategy=strategy, **sampling)  # bad values: one-line errors now
+    plan = synth.plan(strategy, **sampling)  # bad values: one-line errors now
 
     def run(texts, prompts, first_line: int = 0):
         res = synth.synthesize(
             texts,
             prompts,
-            strategy=strategy,
+            plan=plan,
             batch_size=len(texts),
             progress=False,
             seed=seed,
             first_line=first_line,
-            **sampling,
         )
         return [(r.wav, r.info) for r in res]
 
@@ -656,8 +660,7 @@ def run_infer(
     synth = Synthesizer.from_workdir(workdir, step, vocoder)
     # every flag checked before anything is written or synthesized: a bad strategy or
     # sampling value leaves no folder behind
-    opts = synth.engine.options(strategy=strategy, max_seconds=max_seconds, **sampling)
-    synth.engine.check_strategy(opts.strategy)
+    plan = resolve(synth.engine, strategy, max_seconds=max_seconds or None, **sampling)
     prompt = resolve_prompt(workdir, speaker, speaker_wav, speaker_text)
     if stream and not hasattr(synth.engine, "decode_plan"):
         raise ConfigError(
@@ -666,18 +669,8 @@ def run_infer(
         )
     prepare_out_dir(out_dir)
     if stream:
-        return _stream_lines(
-            synth, lines, prompt, out_dir, strategy, seed, max_seconds, sampling, warned
-        )
-    results = synth.synthesize(
-        lines,
-        prompt,
-        strategy=strategy,
-        batch_size=batch_size,
-        seed=seed,
-        max_seconds=max_seconds,
-        **sampling,
-    )
+        return _stream_lines(synth, lines, prompt, out_dir, plan, seed, warned)
+    results = synth.synthesize(lines, prompt, plan=plan, batch_size=batch_size, seed=seed)
     for i, w in warned.items():
         results[i].info["text_warnings"] = w
     synth.write(results, out_dir, extra={"prompt": prompt.id if prompt else None})
@@ -701,7 +694,7 @@ def run_infer(
     return results
 
 
-def _stream_lines(synth, lines, prompt, out_dir, strategy, seed, max_seconds, sampling, warned):
+def _stream_lines(synth, lines, prompt, out_dir, plan: Plan, seed, warned):
     """`infer.py --stream`: each line's wav is written chunk by chunk as it decodes (the
     header gets its length when the line ends); results.jsonl records the time to first audio."""
     rows, results = [], []
@@ -712,20 +705,13 @@ def _stream_lines(synth, lines, prompt, out_dir, strategy, seed, max_seconds, sa
             row["text_warnings"] = warned[i]
         if not text or not text.strip():
             rows.append(dict(row, skipped="empty line", wav=None))
-            results.append(synth._skipped(i, text, "empty line"))
+            results.append(synth.skipped(i, text, "empty line"))
             continue
         chunks, samples = 0, []
         try:
             with sf.SoundFile(path, "w", synth.sample_rate, 1, "PCM_16") as f:
-                for c in synth.stream(
-                    text,
-                    prompt,
-                    strategy=strategy,
-                    seed=seed,
-                    max_seconds=max_seconds,
-                    line=i,  # the sampling key of line i, as without --stream
-                    **sampling,
-                ):
+                # the sampling key of line i, as without --stream
+                for c in synth.stream(text, prompt, plan=plan, seed=seed, line=i):
                     if chunks == 0:
                         first = c.elapsed_s
                     if c.audio.size:
@@ -737,7 +723,7 @@ def _stream_lines(synth, lines, prompt, out_dir, strategy, seed, max_seconds, sa
         except TextError as e:
             path.unlink(missing_ok=True)
             rows.append(dict(row, skipped=str(e), wav=None))
-            results.append(synth._skipped(i, text, str(e)))
+            results.append(synth.skipped(i, text, str(e)))
             continue
         wav = np.concatenate(samples) if samples else np.zeros((0,), np.float32)
         info = {

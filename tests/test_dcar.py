@@ -15,6 +15,7 @@ from lm_reference import TINY, batch_of, init_params, random_rows, run
 from jaxtts.decode import registry
 from jaxtts.decode.driver import decode
 from jaxtts.decode.sampling import SamplingConfig, row_keys
+from jaxtts.engine import resolve
 from jaxtts.errors import ConfigError
 from jaxtts.methods.dcar.policy import (
     FEATURE_GAIN,
@@ -712,7 +713,7 @@ def test_dcar_engine_synthesizes_and_checks_its_backbone(tiny_run, tmp_path):
     check_synthesizes(eng, "dcar", same_as_batch_1=False)  # 2 DCPO steps: near-uniform policy
     # batch-N == batch-1 of VADUSA: test_vadusa_batch_n_equals_batch_1 (one compile less here)
     check_synthesizes(eng, "vadusa:2", same_as_batch_1=False)
-    assert eng.check_strategy("vadusa:2") == "vadusa:2"
+    assert resolve(eng, "vadusa:2").name == "vadusa:2"
     bad = tmp_path / "bad"
     shutil.copytree(wd, bad)
     info = json.loads((bad / "data.json").read_text())

@@ -3,6 +3,7 @@ shared batching, prompts, per-row keys, vocoder and writer run unchanged on a fa
 outputs mel frames (as MDM will), not tokens."""
 
 import json
+import types
 
 import jax
 import numpy as np
@@ -40,14 +41,14 @@ class FixedMelEngine(Engine):
     def units_to_mel(self, units):
         return np.asarray(units, np.float32)
 
-    def check_strategy(self, spec):
+    def parse_strategy(self, spec):
         if spec != "fixed":
             raise ConfigError(f"--strategy {spec!r}: this engine has only 'fixed'")
-        return "fixed"
+        return types.SimpleNamespace(name="fixed")
 
-    def generate(self, batch, keys, options):
+    def generate(self, batch, keys, plan):
         self.calls.append((batch.text.shape, batch.prompt.shape))
-        n_max = self.max_new_units(options)
+        n_max = self.max_new_units(plan.options)
         b = batch.text.shape[0]
         length = np.minimum(6 * np.asarray(batch.text_len), n_max)
         level = np.asarray(jax.vmap(lambda k: jax.random.uniform(k))(keys))  # [B]

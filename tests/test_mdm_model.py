@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxtts.engine import resolve
 from jaxtts.errors import ConfigError
 from jaxtts.methods.mdm import gradtts
 from jaxtts.methods.mdm.decode import mdm_decode, predicted_durations
@@ -213,12 +214,12 @@ def test_tiny_recipe_trains_and_synthesizes(tmp_path, tiny_corpus):
     config.train.update(steps=1, eval_every=0)
     train(config, str(tmp_path / "run"), progress=False)
     eng = load_engine(tmp_path / "run")
-    assert eng.family == "mdm" and eng.check_strategy("top1*") == "mdm:top1*"
-    assert eng.check_strategy("gradtts") == "gradtts:100"  # tiny trains the Grad-TTS decoder
-    assert eng.check_strategy("gradtts:length") == "gradtts:length"
+    assert eng.family == "mdm" and resolve(eng, "top1*").name == "mdm:top1*"
+    assert resolve(eng, "gradtts").name == "gradtts:100"  # tiny trains the Grad-TTS decoder
+    assert resolve(eng, "gradtts:length").name == "gradtts:length"
     for bad in ("swap:2", "topk:0", "mdm:sideways", "gradtts:0", "gradtts:fast"):
         with pytest.raises(ConfigError):
-            eng.check_strategy(bad)
+            resolve(eng, bad)
     (gt,) = Synthesizer(eng).synthesize(
         ["The cat sat."], None, strategy="gradtts:3", max_seconds=1.0, progress=False
     )

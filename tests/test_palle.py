@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from jaxtts.decode.sampling import SamplingConfig, row_keys
+from jaxtts.engine import resolve
 from jaxtts.errors import ConfigError, DataError
 from jaxtts.methods.palle import decode as dec
 from jaxtts.methods.palle import masking
@@ -339,7 +340,7 @@ def test_tiny_two_stages_train_and_synthesize(tiny_runs):
     losses = [h["train/loss"] for h in res.history if "train/loss" in h]
     assert losses and np.all(np.isfinite(losses)), res.history
     eng = load_engine(ref)
-    assert eng.check_strategy("palle") == "palle:steps=100,ratio=0.01,refine=7,gamma=0.05,scale=1"
+    assert resolve(eng, "palle").name == "palle:steps=100,ratio=0.01,refine=7,gamma=0.05,scale=1"
     synth = Synthesizer(eng, vocoder="griffin_lim")
     texts = ["the cat sat", "a much longer sentence about the weather today"]
     out = synth.synthesize(
@@ -354,8 +355,8 @@ def test_tiny_two_stages_train_and_synthesize(tiny_runs):
         assert np.array_equal(a.tokens, b.tokens)
     par_eng = load_engine(par)
     with pytest.raises(ConfigError, match="stage-two run"):
-        par_eng.check_strategy("palle")
-    assert par_eng.check_strategy("nar").startswith("nar:")
+        resolve(par_eng, "palle")
+    assert resolve(par_eng, "nar").name.startswith("nar:")
 
 
 def test_explicit_lengths_are_checked(tiny_runs):
@@ -369,7 +370,7 @@ def test_explicit_lengths_are_checked(tiny_runs):
         np.zeros((1, 4), np.int32),
         np.array([4], np.int32),
     )
-    opts = eng.options(strategy="palle:steps=4,refine=1")
+    opts = resolve(eng, "palle:steps=4,refine=1")
     out = eng.generate(batch, row_keys(0, [0]), opts, total_len=np.array([20]))
     assert out.length.tolist() == [16]
     for total, msg in (

@@ -142,11 +142,11 @@ def test_engine_casts_once_per_precision():
     what it runs."""
     from pathlib import Path
 
-    from jaxtts.engine import load_engine
+    from jaxtts.engine import load_engine, resolve
 
     run = Path(__file__).resolve().parents[1] / "pretrained" / "car_small"
     engine = load_engine(run)
-    bf16 = engine.options(strategy="car:3", precision="bfloat16")
+    bf16 = resolve(engine, "car:3", precision="bfloat16")
     _, models, params = engine.decode_plan(None, bf16)
     _, _, again = engine.decode_plan(None, bf16)
     assert again["target"] is params["target"]
@@ -154,7 +154,7 @@ def test_engine_casts_once_per_precision():
     assert engine.model.cfg.dtype == "float32"
     kernel = params["target"]["stack"]["layer_0"]["mlp"]["wo"]["kernel"]
     assert kernel.dtype == jnp.bfloat16
-    f32_opts = engine.options(strategy="car:3")
+    f32_opts = resolve(engine, "car:3")
     _, m32, f32 = engine.decode_plan(None, f32_opts)
     assert m32["target"].cfg.fused_projections and not engine.model.cfg.fused_projections
     assert f32["target"]["stack"]["layer_0"]["attn"]["qkv"]["kernel"].dtype == jnp.float32

@@ -21,7 +21,7 @@ class _Engine:
     family = "lm"
     decode_config = {"strategy": "far"}
 
-    def check_strategy(self, s):
+    def parse_strategy(self, s):
         from jaxtts.errors import ConfigError
 
         if s not in ("far", "car:3"):
@@ -43,7 +43,15 @@ class _Synth:
         self.release = threading.Semaphore(0)
         self.started = threading.Event()
 
-    def stream(self, text, prompt, strategy=None, seed=0, **kw):
+    def plan(self, strategy=None, **kw):
+        import types
+
+        from jaxtts.engine import Plan
+
+        self.engine.parse_strategy(strategy)
+        return Plan(types.SimpleNamespace(name=strategy), self.engine.options(strategy=strategy))
+
+    def stream(self, text, prompt, plan=None, seed=0, **kw):
         from jaxtts.stream import StreamChunk
 
         self.started.set()

@@ -231,8 +231,9 @@ def _initial_state(strategy, models, params, batch: PromptBatch, max_new_tokens,
     )
 
 
-def _body(strategy, models, params, keys, sampling, max_new_tokens):
-    """One loop iteration: the strategy's step, committed."""
+def loop_body(strategy, models, params, keys, sampling, max_new_tokens):
+    """The `lax.while_loop` body of every decode (a step of `strategy`, committed): public for
+    drivers that run the loop their own way (`jaxtts.decode.slots`)."""
     eos = strategy.eos(models)
 
     def body(s: DecodeState) -> DecodeState:
@@ -257,7 +258,7 @@ def _output(strategy, models, state: DecodeState, max_new_tokens) -> DecodeOutpu
 def _run_windows(strategy, models, params, keys, sampling, max_new_tokens, state, windows):
     """The decoding loop from `state`: one `while_loop` per cache window."""
     max_steps = strategy.max_steps(max_new_tokens)
-    body = _body(strategy, models, params, keys, sampling, max_new_tokens)
+    body = loop_body(strategy, models, params, keys, sampling, max_new_tokens)
     for i, window in enumerate(windows):
         if i:
             state = state.replace(carry=strategy.resize(models, state.carry, window))
@@ -395,7 +396,9 @@ class Resumable:
 
 
 @functools.partial(jax.jit, static_argnames=("strategy", "models", "max_new_tokens"))
-def _start(params, batch: PromptBatch, *, strategy, models, max_new_tokens) -> DecodeState:
+def start_state(params, batch: PromptBatch, *, strategy, models, max_new_tokens) -> DecodeState:
+    """The prefilled loop state of `batch` (jitted; `models` as a sorted tuple), its caches at
+    the full budget: what `start` and `jaxtts.decode.slots` begin from."""
     models = dict(models)
     carry = strategy.init(models, params, batch, max_new_tokens)
     if batch.text_width is not None:
@@ -427,7 +430,7 @@ def _advance(
     def cond(s: DecodeState):
         return ~jnp.all(s.done) & (s.step < max_steps) & (s.step < stop)
 
-    body = _body(strategy, models, params, keys, sampling, max_new_tokens)
+    body = loop_body(strategy, models, params, keys, sampling, max_new_tokens)
     return jax.lax.while_loop(cond, body, state)
 
 
@@ -443,7 +446,7 @@ def start(
     strategy = strategy.bind(models)
     strategy.check(models)
     models_t = tuple(sorted(models.items()))
-    state = _start(
+    state = start_state(
         dict(params), batch, strategy=strategy, models=models_t, max_new_tokens=int(max_new_tokens)
     )
     return Resumable(state, strategy, models_t, int(max_new_tokens))

@@ -40,8 +40,8 @@ from jaxtts.decode.driver import (
     DecodeState,
     PromptBatch,
     Strategy,
-    _body,
-    _start,
+    loop_body,
+    start_state,
 )
 from jaxtts.decode.sampling import SamplingConfig
 
@@ -73,7 +73,7 @@ def _advance(state, params, keys, num_steps, *, strategy, models, max_new_tokens
     end by EOS or their length cap, and the loop counter runs on across requests)."""
     models = dict(models)
     stop = state.step + num_steps
-    body = _body(strategy, models, params, keys, sampling, max_new_tokens)
+    body = loop_body(strategy, models, params, keys, sampling, max_new_tokens)
     return jax.lax.while_loop(lambda s: ~jnp.all(s.done) & (s.step < stop), body, state)
 
 
@@ -139,7 +139,7 @@ class Slots:
         return PromptBatch(text, text_len, prompt, prompt_len, ptext, text_width=self.text_width)
 
     def _start(self, batch: PromptBatch) -> DecodeState:
-        return _start(
+        return start_state(
             self.params,
             batch,
             strategy=self.strategy,

@@ -15,7 +15,7 @@ from jaxtts.decode import registry
 from jaxtts.decode.driver import PromptBatch, Strategy, decode
 from jaxtts.decode.options import PRECISIONS, DecodeOptions
 from jaxtts.decode.precision import at_precision
-from jaxtts.engine import Engine, Generated
+from jaxtts.engine import Engine, Generated, Plan
 from jaxtts.errors import CheckpointError, ConfigError
 from jaxtts.methods.lm.model import TTSLM, LMConfig
 from jaxtts.run_folder import RunFolder, check_vocab_files, resolve_run
@@ -107,7 +107,7 @@ class LMEngine(Engine):
             options.precision,
         )
 
-    def check_strategy(self, spec: str) -> str:
+    def parse_strategy(self, spec: str) -> Strategy:
         models = self.decode_models()
         strategy = registry.get(spec)
         if not isinstance(strategy, Strategy):
@@ -117,13 +117,13 @@ class LMEngine(Engine):
             raise ConfigError(f"--strategy {spec!r}: a {self.family} run decodes with {offered}")
         strategy = strategy.bind(models)
         strategy.check(models)
-        return strategy.name
+        return strategy
 
-    def decode_plan(self, batch: PromptBatch, options: DecodeOptions) -> tuple:
-        """(strategy, models, params) that decode `options.strategy` for `batch`: what
-        `generate` runs in one call and `jaxtts.stream` runs segment by segment."""
+    def decode_plan(self, batch: PromptBatch, plan: Plan) -> tuple:
+        """(strategy, models, params) that decode `plan` for `batch`: what `generate` runs in
+        one call and `jaxtts.stream` runs segment by segment."""
         return self.at_precision(
-            registry.get(options.strategy), self.decode_models(), self.decode_params(), options
+            plan.strategy, self.decode_models(), self.decode_params(), plan.options
         )
 
     def at_precision(self, strategy, models: dict, params: dict, options: DecodeOptions):
@@ -143,8 +143,8 @@ class LMEngine(Engine):
             self._cast_key = key
         return (strategy, *self._cast)
 
-    def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
-        return self._generate(*self.decode_plan(batch, options), batch, keys, options)
+    def generate(self, batch: PromptBatch, keys: jax.Array, plan: Plan) -> Generated:
+        return self._generate(*self.decode_plan(batch, plan), batch, keys, plan.options)
 
     def _generate(self, strategy, models, params, batch, keys, options) -> Generated:
         out = jax.device_get(

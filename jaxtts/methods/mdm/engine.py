@@ -25,8 +25,7 @@ from jaxtts.data.audio import MelConfig
 from jaxtts.data.text import TextFrontend
 from jaxtts.decode import registry
 from jaxtts.decode.driver import PromptBatch
-from jaxtts.decode.options import DecodeOptions
-from jaxtts.engine import Engine, Generated
+from jaxtts.engine import Engine, Generated, Plan
 from jaxtts.errors import CheckpointError, ConfigError, DataError
 from jaxtts.methods.mdm.decode import mdm_decode, num_steps, predicted_durations
 from jaxtts.methods.mdm.gradtts import GradTTS, gradtts_decode
@@ -96,14 +95,23 @@ class MDMEngine(Engine):
         return np.zeros((0,), np.int32), mel
 
     # -- decoding
-    def check_strategy(self, spec: str) -> str:
+    def parse_strategy(self, spec: str) -> MDMOrder | GradTTS:
         st = resolve(spec)
         if isinstance(st, GradTTS) and not self.cfg.score_layers:
             raise ConfigError(
                 f"strategy {spec!r}: this run has no Grad-TTS decoder "
                 "(trained with model.score_layers=0)"
             )
-        return st.name
+        return st
+
+    def check_plan(self, plan: Plan) -> None:
+        s = plan.options.sampling
+        if s.top_k or s.top_p < 1.0:
+            raise ConfigError(
+                f"{plan.name}: top_k / top_p do not apply to MDM's mixture sampling or "
+                "Grad-TTS (decode.temperature is MDM's tau_2; Grad-TTS's tau is "
+                "mdm.gradtts_tau)"
+            )
 
     def speaker_embeddings(self, batch: PromptBatch) -> jax.Array | None:
         if not self.cfg.speaker_dim:
@@ -116,16 +124,8 @@ class MDMEngine(Engine):
         emb = np.asarray(self.speaker.embed_mels(prompt, np.maximum(p_len, 1)))
         return jnp.asarray(np.where(p_len[:, None] > 0, emb, 0.0), jnp.float32)
 
-    def generate(self, batch: PromptBatch, keys: jax.Array, options: DecodeOptions) -> Generated:
-        spec = self.check_strategy(options.strategy)
-        st = resolve(spec)
-        s = options.sampling
-        if s.top_k or s.top_p < 1.0:
-            raise ConfigError(
-                f"{spec}: top_k / top_p do not apply to MDM's mixture sampling or "
-                "Grad-TTS (decode.temperature is MDM's tau_2; Grad-TTS's tau is "
-                "mdm.gradtts_tau)"
-            )
+    def generate(self, batch: PromptBatch, keys: jax.Array, plan: Plan) -> Generated:
+        st, options = plan.strategy, plan.options
         text, text_len = jnp.asarray(batch.text), jnp.asarray(batch.text_len)
         spk = self.speaker_embeddings(batch)
         scale = float(self.mdm.get("length_scale", 1.0))

@@ -35,8 +35,7 @@ from jaxtts.codec import load_tokenizer
 from jaxtts.data.text import TextFrontend
 from jaxtts.decode import registry
 from jaxtts.decode.driver import PromptBatch
-from jaxtts.decode.options import DecodeOptions
-from jaxtts.engine import Engine, Generated
+from jaxtts.engine import Engine, Generated, Plan
 from jaxtts.errors import CheckpointError, ConfigError, DataError
 from jaxtts.methods.palle import decode as dec
 from jaxtts.methods.palle.model import MaskedGenTransformer, PALLEConfig, init_params
@@ -179,8 +178,8 @@ class PALLEEngine(Engine):
         return self.tokenizer.decode(np.asarray(units, np.int32))
 
     # -- decoding
-    def check_strategy(self, spec: str) -> str:
-        name, settings = parse_spec(spec)
+    def parse_strategy(self, spec: str):
+        name, _ = parse_spec(spec)
         if name in ("par", "palle") and self.par is None:
             raise ConfigError(
                 f"strategy {name!r}: this {self.stage!r} run has no stage-one model "
@@ -191,7 +190,7 @@ class PALLEEngine(Engine):
                 f"strategy 'palle' needs a stage-two run (palle.stage='refine'); "
                 f"this is a {self.stage!r} run: use 'par' or 'nar'"
             )
-        return registry.get(spec).name
+        return registry.get(spec)
 
     def lengths(self, batch: PromptBatch, scale: float, cap: int) -> tuple[np.ndarray, np.ndarray]:
         """(generated lengths G [B], capped [B]) estimated from the prompts' speaking rate."""
@@ -211,11 +210,10 @@ class PALLEEngine(Engine):
         self,
         batch: PromptBatch,
         keys: jax.Array,
-        options: DecodeOptions,
+        plan: Plan,
         total_len: np.ndarray | None = None,
     ) -> Generated:
-        name, s = parse_spec(options.strategy)
-        self.check_strategy(options.strategy)
+        name, s, options = plan.strategy.kind, dict(plan.strategy.settings), plan.options
         p = np.asarray(batch.prompt_len).astype(np.int32)
         text_len = np.asarray(batch.text_len)
         if total_len is None:

@@ -69,17 +69,19 @@ class SSDEngine(LMEngine):
     def decode_params(self) -> dict:
         return {"target": self.params, "draft": self.draft_params}
 
-    def check_strategy(self, spec: str) -> str:
-        if isinstance(registry.get(spec), Draft):
-            return "draft"
-        return super().check_strategy(spec)
+    def parse_strategy(self, spec: str):
+        strategy = registry.get(spec)
+        if isinstance(strategy, Draft):
+            return strategy
+        return super().parse_strategy(spec)
 
-    def decode_plan(self, batch, options):
-        if not isinstance(registry.get(options.strategy), Draft):
-            return super().decode_plan(batch, options)
+    def decode_plan(self, batch, plan):
+        if not isinstance(plan.strategy, Draft):
+            return super().decode_plan(batch, plan)
         # `draft`: the draft alone decodes FAR (its own quality)
+        far = registry.get("far")
         return self.at_precision(
-            registry.get("far"), {"target": self.draft}, {"target": self.draft_params}, options
+            far, {"target": self.draft}, {"target": self.draft_params}, plan.options
         )
 
 
