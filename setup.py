@@ -44,8 +44,8 @@ EXTRAS = {
         "ipykernel>=6.29",
         "httpx>=0.27",  # tests/test_serve.py: FastAPI's TestClient and a streaming client
     ],
-    # benchmarks/peer_decode.py: HF `generate` as the peer (torch 2.13.0 is the CPU build
-    # that pip finds on these machines; never a core dependency)
+    # benchmarks/diagnostics/peer_decode.py: HF `generate` as the peer (torch 2.13.0 is the CPU
+    # build that pip finds on these machines; never a core dependency)
     "bench": ["torch==2.13.0", "transformers>=5,<6"],
 }
 EXTRAS["test"] = EXTRAS["tfds"] + EXTRAS["dev"]

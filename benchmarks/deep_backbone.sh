@@ -53,15 +53,15 @@ if run ssd; then
 fi
 if run ssd_grid; then
   for s in 13 22; do
-    python -m benchmarks.ssd_acceptance --workdir runs/ssd_deep$s --num 40 --L 1,2,3,4,5 \
+    python -m benchmarks.diagnostics.ssd_acceptance --workdir runs/ssd_deep$s --num 40 --L 1,2,3,4,5 \
       --beta 0,0.2,0.4,0.6 --out out/ssd_acceptance_deep$s.json
   done
 fi
 if run dcar; then
   python train.py --config configs/dcar.py:deep --workdir runs/dcar_deep
-  python -m benchmarks.dcar_report --runs runs/dcar_deep --policy runs/dcar_deep --num 60 \
+  python -m benchmarks.diagnostics.dcar_report --runs runs/dcar_deep --policy runs/dcar_deep --num 60 \
     --out out/dcar_deep
-  python -m benchmarks.dcar_report --runs "" --policy runs/dcar_deep --num 60 --sample \
+  python -m benchmarks.diagnostics.dcar_report --runs "" --policy runs/dcar_deep --num 60 --sample \
     --out out/dcar_deep_sample
 fi
 if run eval_methods; then

@@ -248,10 +248,10 @@ for spec in $WHERE_ROWS; do  # batch 1 (the host round trips show at batch 1)
     $PY -m benchmarks.methods_speed --corpus $BUNDLE/data/builtin --rows "$spec" \
     --batch "${bn%:*}" --num "${bn#*:}" $DEEP_ARGS --out "$WORK/$name.json"
 done
-launch cond "$LIMIT" $PY -m benchmarks.cond_cost --out "$WORK/cond.json"
+launch cond "$LIMIT" $PY -m benchmarks.diagnostics.cond_cost --out "$WORK/cond.json"
 XLA_FLAGS="$DECODE_FLAGS" launch paper "$LIMIT" $PY -m benchmarks.decode $PAPER_ARGS \
   --out "$WORK/paper.json"
-launch train "$LIMIT" $PY -m benchmarks.train_throughput $TRAIN_ARGS --out "$WORK/train.json"
+launch train "$LIMIT" $PY -m benchmarks.diagnostics.train_throughput $TRAIN_ARGS --out "$WORK/train.json"
 launch calibrate "$LIMIT" $PY -m benchmarks.roofline calibrate --depths "${CAL_DEPTHS:-1,4}" \
   --weights_mb $CAL_MB --out "$WORK/calibration.json"
 # float32 matmuls at full precision: the tests compare decodes token for token (on the GPU:

@@ -8,7 +8,7 @@ Variants (`--config configs/speaker_encoder.py:<variant>`):
   python -m jaxtts.methods.speaker_encoder train --config configs/speaker_encoder.py:small \
       --workdir runs/speaker_encoder
   python train.py --config configs/speaker_encoder.py:small --workdir runs/speaker_encoder
-  python -m benchmarks.sim_separation --jax-workdir runs/speaker_encoder
+  python -m benchmarks.diagnostics.sim_separation --jax-workdir runs/speaker_encoder
 """
 
 import ml_collections as mlc

@@ -128,10 +128,10 @@ def test_ssd_loop_writes_the_caches_in_place(params, draft_params, rows):
 
 
 def test_profiles_name_the_draft_apart_from_the_verify(params, draft_params):
-    """benchmarks/step_parts.py attributes the draft's ops (its forwards, head and draws) to one
-    part and the verify forward's to the layer parts: the SSD step's named scopes reach the
-    compiled program's metadata."""
-    from benchmarks import step_parts as parts
+    """benchmarks/diagnostics/step_parts.py attributes the draft's ops (its forwards, head and
+    draws) to one part and the verify forward's to the layer parts: the SSD step's named scopes
+    reach the compiled program's metadata."""
+    from benchmarks.diagnostics import step_parts as parts
 
     names = set(parts.op_names(_compiled_ssd(params, draft_params, 1, max_new=12)).values())
     draft = {parts.part(n) for n in names if "/ssd_draft/" in n}

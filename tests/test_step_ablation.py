@@ -1,6 +1,6 @@
-"""benchmarks/step_ablation.py's variants time what they claim: FAR with the extra heads, and
-FAR with several draws, decode FAR's own tokens (the added part changes nothing else); CAR
-forwarding one of its tokens takes CAR's steps."""
+"""benchmarks/diagnostics/step_ablation.py's variants time what they claim: FAR with the extra
+heads, and FAR with several draws, decode FAR's own tokens (the added part changes nothing else);
+CAR forwarding one of its tokens takes CAR's steps."""
 
 from pathlib import Path
 
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def ablation():
-    from benchmarks import step_ablation
+    from benchmarks.diagnostics import step_ablation
 
     return step_ablation
 

@@ -356,7 +356,7 @@ def load_params(workdir: str | os.PathLike, step: int | None = None) -> tuple[di
 
 
 # ------------------------------------------------------------------------------------------
-# Separation metrics (used in training evals, tests and benchmarks/sim_separation.py)
+# Separation metrics (used in training evals, tests and benchmarks/diagnostics/sim_separation.py)
 # ------------------------------------------------------------------------------------------
 
 

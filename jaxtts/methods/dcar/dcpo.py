@@ -24,7 +24,7 @@ One step (`RolloutSource.get_batch`, on-policy: it reads the current policy from
    ground truth's), and `dcpo.speed_weight` > 0 adds speed_weight x the rollout's mean chunk
    size: two deviations from the paper, for a weak reward ASR whose per-sentence WER is too
    coarse to rank chunk sizes and a backbone whose WER-best size is the smallest one
-   (benchmarks/dcar_reward_noise.py, RESULTS §deep-dcar).
+   (benchmarks/diagnostics/dcar_reward_noise.py, RESULTS §deep-dcar).
 4. Group-normalised advantages (`group_advantages`), one per rollout, broadcast over its
    decisions, then the batch: the recorded policy inputs [N, S, D (+ F)] (backbone hidden
    states at decision positions; with `policy.features = confidence` also the heads'
@@ -110,7 +110,7 @@ def rewards(wer_gen, wer_gt, dist, gamma: float, mean_chunk=None, speed: float =
     """R = -(WER(gen) - WER(gt)) - gamma * dist [+ speed * mean chunk], float32 [N] (WERs as
     fractions). The speed term (`dcpo.speed_weight`, 0 in the paper) pays for tokens per step:
     without it the reward is maximal at the WER-best size, and on this backbone that is the
-    smallest guidance size (benchmarks/dcar_reward_noise.py)."""
+    smallest guidance size (benchmarks/diagnostics/dcar_reward_noise.py)."""
     r = -(np.asarray(wer_gen) - np.asarray(wer_gt)) - gamma * np.asarray(dist)
     if speed:
         r = r + speed * np.asarray(mean_chunk)
@@ -355,7 +355,7 @@ class RolloutSource:
     def rollout(self, policy_params, step: int, pick=None, forced=None) -> tuple[dict, dict]:
         """Decode P*G rows with the policy; -> (batch, host stats incl. texts). `pick` ([P]
         row indices) and `forced` ([P*G] fixed chunk sizes, 0 = the policy's) override the
-        step's own draw (benchmarks/dcar_reward_noise.py)."""
+        step's own draw (benchmarks/diagnostics/dcar_reward_noise.py)."""
         rng = np.random.default_rng([self.seed, step])
         drawn = rng.choice(len(self.rows), self.prompts, replace=False)
         pick = drawn if pick is None else np.asarray(pick)

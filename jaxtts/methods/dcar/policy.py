@@ -13,12 +13,13 @@ The output layer starts at zero: an untrained policy is uniform over {1..K}.
 `features = "confidence"` (not the paper's, which reads h_t only): the input vector of decision
 j is [h_{t_j} ; f_j], f_j = the top probability and the entropy of each of the K heads'
 next-token distributions at h_{t_j} (2K numbers, `head_confidence`), the quantities that
-predict whether head k's draft will pass the base head's check (benchmarks/dcar_acceptance.py:
-draft 2 passes 43 % of the time in the lowest quintile of head 2's top probability, 99.7 % in
-the highest). f enters twice: projected into the layer's input (h + W_f f) and linearly into
-the logits (a zero-initialised layer), so that a confidence threshold is one step away from
-the uniform start. A policy with features costs the K heads' logits before the choice; the
-decode step then samples from them (`dynamic_chunk_step(logits=...)`), so no head runs twice.
+predict whether head k's draft will pass the base head's check
+(benchmarks/diagnostics/dcar_acceptance.py: draft 2 passes 43 % of the time in the lowest quintile
+of head 2's top probability, 99.7 % in the highest). f enters twice: projected into the layer's
+input (h + W_f f) and linearly into the logits (a zero-initialised layer), so that a confidence
+threshold is one step away from the uniform start. A policy with features costs the K heads' logits
+before the choice; the decode step then samples from them (`dynamic_chunk_step(logits=...)`), so no
+head runs twice.
 
 `num_layers = 0` (not the paper's, which has one causal layer): no layer and no history, the
 logits are a linear function of [h_t ; f] (`out(h_t) + feat_out(gain f)`); the policy then costs
@@ -197,9 +198,9 @@ def threshold_prior(params, cfg: PolicyConfig, theta: float, gain: float):
     gain x sum_{k=2..c} (top_k - theta), top_k = head k's top probability at h_t (size 1: 0),
     and h_t's own path (`out`'s kernel) at zero. Its argmax takes c = 1 + the leading heads
     2..c above theta (exactly so unless a head below theta is outweighed by later ones above);
-    its draws are spread over sizes whose heads sit near theta. benchmarks/dcar_acceptance.py:
-    theta 0.4 keeps 3.27 tokens a decision at 0.128 failed drafts a token (CAR c=3: 3.00 /
-    0.160). Not the paper's (its policy starts uniform)."""
+    its draws are spread over sizes whose heads sit near theta.
+    benchmarks/diagnostics/dcar_acceptance.py: theta 0.4 keeps 3.27 tokens a decision at 0.128
+    failed drafts a token (CAR c=3: 3.00 / 0.160). Not the paper's (its policy starts uniform)."""
     if cfg.features != "confidence":
         raise ConfigError(
             f"dcpo.prior_threshold={theta}: needs policy.features='confidence', "

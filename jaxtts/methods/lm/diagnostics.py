@@ -4,8 +4,8 @@ rows). A model that aligns speech with text predicts its tokens much better from
 text; one that only continues the prompt's acoustics (babble) does not care. The gap, in nats
 per token, is the information the model takes from the text.
 
-Used by `benchmarks/text_conditioning.py` (the curve over checkpoints) and by the shipped-model
-test (`tests/test_pretrained.py`: only a model that reads its text passes).
+Used by `benchmarks/diagnostics/text_conditioning.py` (the curve over checkpoints) and by the
+shipped-model test (`tests/test_pretrained.py`: only a model that reads its text passes).
 """
 
 from __future__ import annotations

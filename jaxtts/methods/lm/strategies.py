@@ -165,7 +165,7 @@ def dynamic_chunk_step(
 
     write_in_branch=True is the earlier step: each branch runs `chunk_step`, which writes the
     cache. Same tokens; on a CPU it copies the cache every step, on a GPU it launches fewer
-    kernels (benchmarks/dcar_step.py compares both).
+    kernels (benchmarks/diagnostics/dcar_step.py compares both).
 
     logits [B, max_chunk, V]: every head's `chunk_logits`, when the caller computed them already
     (a DCAR policy that reads the heads' confidence); the branches sample from their first c

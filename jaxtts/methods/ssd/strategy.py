@@ -213,7 +213,9 @@ class SSD(Strategy):
         fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
 
         # 1. draft: pending tokens (1 or 2 per row), then L - 1 more single-token forwards
-        with jax.named_scope("ssd_draft"):  # profiles (benchmarks/step_parts.py) name the draft
+        with jax.named_scope(
+            "ssd_draft"
+        ):  # profiles (benchmarks/diagnostics/step_parts.py) name the draft
             d_start = c.draft.speech_len
             h, dcache = dm.apply(dp, c.pending, c.draft, method="extend")  # [B, 2, D]
             dcache = dcache.rollback(d_start + c.n_pending)
