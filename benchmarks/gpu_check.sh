@@ -149,7 +149,7 @@ WORK=${WORK:-$OUT/parts}
 [ $DRY = 0 ] && WORK=/tmp/gpu_check_parts
 rm -rf "$WORK" && mkdir -p "$WORK"
 exec > >(tee -a "$OUT/gpu_check.log") 2>&1
-# measured on earlier leases: paper and train (RESULTS §gpu-check-2), where and cond (-3)
+# measured on earlier leases: paper and train (docs/history/speed.md §gpu-check-2), where and cond (-3)
 PARTS=${PARTS:-deep calibrate tests}
 want() { for p in $PARTS; do [[ $1 == "$p"* ]] && return 0; done; return 1; }
 launch() {  # launch <name> <limit s> <command...>: in the background, output to $WORK/<name>.log

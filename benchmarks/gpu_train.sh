@@ -17,7 +17,7 @@
 #
 # A GPU compiles the training step once per batch shape, ~60 s each on an H200 with two runs
 # compiling side by side (lease 5's first call: 40 steps in 460 s, every new length bucket a
-# new compile; RESULTS §gpu-train), so the gpu_* variants pad every batch to one shape (`tldr.fixed_shapes`).
+# new compile; docs/history/speed.md §gpu-train), so the gpu_* variants pad every batch to one shape (`tldr.fixed_shapes`).
 # With one shape, one run alone took 0.29 s a step at batch 64 (XLA_FLAGS=--xla_gpu_autotune_level=0
 # compiles faster). TRAIN_ARGS adds train.py flags to every run (e.g. a warm start carried from out/).
 #

@@ -27,11 +27,11 @@ Variants (`--config configs/tldr.py:<variant>`):
                deep_prev's settings, 400 steps at 3e-4 (WER 11.3 %)
   deep_ft2     stage 2: from the deep_ft run (runs/tldr_ft), a fresh Adam, 1200 steps at 2e-4
                as the previous model's own last stage: WER 9.5 %, pretrained/tldr_deep_p4
-               until stage 3 (benchmarks/RESULTS.md#deep-ft-methods)
+               until stage 3 (docs/history/deep.md#deep-ft-methods)
   deep_ft3     stage 3: from pretrained/tldr_deep_p4 as stage 2 shipped it (git 655841d; the
                folder now holds this stage's result), a fresh Adam and a fresh data order
                (`data_seed=1`), 1200 steps at 1e-4: dev CE 0.989, WER 8.9 %, the shipped
-               pretrained/tldr_deep_p4 (benchmarks/RESULTS.md#deep-ft-methods)
+               pretrained/tldr_deep_p4 (docs/history/deep.md#deep-ft-methods)
   deep_ft_p2   the previous pretrained/tldr_deep (P = 2, runs/prev as above) moved the same
                way, with `ext_prev=2` added (at most P; its table starts at zero: the same
                function at step 0), 300 steps at 3e-4: the shipped pretrained/tldr_deep
@@ -40,7 +40,7 @@ Variants (`--config configs/tldr.py:<variant>`):
                global KV cache at 12 s is 0.25x FAR's (0.53x with the text uncompressed);
                started from pretrained/tldr_deep_p4 (the text compressor fresh), 2800 steps:
                dev CE 1.103 (below the shipped model's 1.164) but WER 26.8 %, not shipped
-               (benchmarks/RESULTS.md#deep-tldr-text)
+               (docs/history/deep.md#deep-tldr-text)
   deep_text_order  deep_text + `text_slot_order`: the text compressor sees each symbol's
                place in its slot (zero-initialised, so the warm start, the deep_text run
                at step 2800 in runs/tldr_deep_text, is the same function at step 0);
@@ -73,7 +73,7 @@ Variants (`--config configs/tldr.py:<variant>`):
   deep_ft_text_layers  deep_text_layers on today's backbone: from the shipped
                pretrained/tldr_deep_p4 (WER 8.9 %, the 32 h corpus), a fresh data order
                (`data_seed=2`), 1500 steps at 4e-4 (not finished: 2026-12-05's session
-               ended after step 500, dev CE 1.109 there; benchmarks/RESULTS.md#deep-tldr-text)
+               ended after step 500, dev CE 1.109 there; docs/history/deep.md#deep-tldr-text)
   deep_kd_text_layers  the text in 4 layers distilled from the shipped model with the text in
                every layer (`tldr.teacher`, `tldr.distill` = 0.9: 0.1 CE + 0.9 KL; not in the
                paper), 1000 steps at 3e-4, data_seed 3: dev CE 1.007, KL 0.044, WER 9.8 %
@@ -81,7 +81,7 @@ Variants (`--config configs/tldr.py:<variant>`):
                KV 0.28x; not shipped. Then 500 steps on the reverse KL
                (`tldr.distill_kl=reverse`, the command in pretrained/tldr_deep_p4_tl's card):
                9.24 % (six seeds: 9.07 %, FAR + 0.88 pp), shipped as
-               pretrained/tldr_deep_p4_tl (benchmarks/RESULTS.md#deep-tldr-text)
+               pretrained/tldr_deep_p4_tl (docs/history/deep.md#deep-tldr-text)
   gpu_text_layers / gpu_text3  for one GPU (benchmarks/gpu_train.sh): deep_text_layers /
                deep_text3 (Q = 3 with the slot order) started from pretrained/tldr_deep_p4,
                batch 64 (the CPU runs: 16) padded to one shape (`fixed_shapes`: the first

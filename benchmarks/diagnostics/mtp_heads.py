@@ -10,8 +10,8 @@ additional heads' weights and runs each residual block for all of them in one ei
 `lax.fori_loop` (no dispatch per call, as in the decode loop), in turn within each repeat, ms
 per step, the median over `--repeats`; the maximum absolute difference of their logits is
 printed beside them.
-Not used by the library: a measurement (RESULTS §deep-speed-fresh, "Batching the MTP heads is
-no lever").
+Not used by the library: a measurement (docs/history/deep.md §deep-speed-fresh, "Batching the MTP
+heads is no lever").
 """
 
 from __future__ import annotations

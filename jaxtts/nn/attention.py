@@ -24,7 +24,7 @@ queries against [S, H] keys contract the minor axis of both operands, a slow pat
 queries over 512 slots); against [H, S] keys they are a row-major matmul (35 us). One-row
 steps keep [B, N, S, H]: their logits are fused without a matmul, and a one-slot write of a
 transposed key is a strided column (RESULTS keys-t). A prefill (8 or more queries) reads a
-head-major buffer through `k.swapaxes(2, 3)` for the same reason (RESULTS §deep-call).
+head-major buffer through `k.swapaxes(2, 3)` for the same reason (docs/history/deep.md §deep-call).
 
 Axis letters: B batch, T query length, S key length, D width, N heads, H head dim.
 """
@@ -294,7 +294,7 @@ class Attention(nn.Module):
         if cache is not None and not keys_t and block is None and q.shape[1] >= _KEYS_T_QUERIES:
             # A prefill's many queries against head-major keys: their logits are faster as a
             # row-major matmul against k^T (one transpose of the keys, -4-5 % a 12-layer
-            # prefill on 2 CPU cores, the same values: RESULTS §deep-call).
+            # prefill on 2 CPU cores, the same values: docs/history/deep.md §deep-call).
             k, keys_t = k.swapaxes(2, 3), True  # [B, N, H, S]
         out, logits = attend(q, k, v, mask, bias, block, keys_t)  # [B, T, N, H], [B, N, T, S]
         if capture:

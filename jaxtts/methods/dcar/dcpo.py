@@ -24,7 +24,7 @@ One step (`RolloutSource.get_batch`, on-policy: it reads the current policy from
    ground truth's), and `dcpo.speed_weight` > 0 adds speed_weight x the rollout's mean chunk
    size: two deviations from the paper, for a weak reward ASR whose per-sentence WER is too
    coarse to rank chunk sizes and a backbone whose WER-best size is the smallest one
-   (benchmarks/diagnostics/dcar_reward_noise.py, RESULTS §deep-dcar).
+   (benchmarks/diagnostics/dcar_reward_noise.py, docs/history/deep.md §deep-dcar).
 4. Group-normalised advantages (`group_advantages`), one per rollout, broadcast over its
    decisions, then the batch: the recorded policy inputs [N, S, D (+ F)] (backbone hidden
    states at decision positions; with `policy.features = confidence` also the heads'
@@ -42,7 +42,7 @@ One step (`RolloutSource.get_batch`, on-policy: it reads the current policy from
    rewards are normalised over each group's decisions (`process_advantages`) and added,
    weighted, to the rollout's outcome advantage: A[n, d] = A_n + weight * A~_{n,d}. A deviation
    from the paper: its one ASR reward per rollout cannot tell the policy *where* a large chunk
-   is safe (RESULTS §deep-dcar), which is what a dynamic policy needs.
+   is safe (docs/history/deep.md §deep-dcar), which is what a dynamic policy needs.
 
 Loss (`DCPOTask.loss`): the policy re-run over the recorded inputs, clipped ratio (eps), k3 KL
 to the frozen reference with beta warmed up linearly from 0 over `dcpo.kl_warmup_steps`,

@@ -91,7 +91,8 @@ FEATURES = ("hidden", "confidence")
 # The direct path reads the features times this gain: Adam moves a weight by about the learning
 # rate per step, so with features in [0, 1] a logit would move by ~lr x F per step; the gain
 # lets a few dozen DCPO steps move it by O(1) (a reparametrisation: a 40x learning rate there;
-# at 10, 80 steps moved the size logits by only ~0.5 over the features' range, RESULTS §deep-dcar).
+# at 10, 80 steps moved the size logits by only ~0.5 over the features' range, docs/history/deep.md
+# §deep-dcar).
 FEATURE_GAIN = 40.0
 
 

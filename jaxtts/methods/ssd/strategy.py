@@ -21,8 +21,8 @@ accept x_i iff it is the target's argmax, then the target's argmax: exactly gree
 The prefill leaves each row's last speech-prompt input (BOS or the last prompt token) out of
 both caches: it is the first pending token, so every step has the same shape.
 
-Cost (batch 1 on a CPU, RESULTS §ssd-windows): both caches grow window by window as FAR's do
-(`cache_windows`), so the draft's and the verify's attention follow the valid length rather
+Cost (batch 1 on a CPU, docs/history/deep.md §ssd-windows): both caches grow window by window as
+FAR's do (`cache_windows`), so the draft's and the verify's attention follow the valid length rather
 than the 12 s budget; the target holds its keys transposed for the verify's L + 1 query rows
 (`multi_row_keys`); the prefill computes its last layer at one row (its hidden states are not
 read). The windows give the tokens of full-size caches exactly (tested); the transposed keys

@@ -40,7 +40,7 @@ k sits at RoPE position Q k (its first symbol's), the speech slots stay at text_
 (text_len counts symbols; `KVCache.text_stride`), so the backbone caches ceil(X / Q) text
 slots. The backbone then reads the text only through LoRA and these vectors: a warm start from
 a Q = 1 model is not the same function at step 0 (unlike `ext_prev`). Measured at Q = 4
-(benchmarks/RESULTS.md#deep-tldr-text): KV 0.25x FAR's at 12 s but WER 26.8 %; a slot's vector
+(docs/history/deep.md#deep-tldr-text): KV 0.25x FAR's at 12 s but WER 26.8 %; a slot's vector
 is nearly order-free inside the slot (mean query, position-free cross-attention, bidirectional
 local layer), the likely cause. `text_slot_order` (default True) gives the slot its order: a
 learned position-in-slot table before the local layer and an order-aware linear map of the Q
