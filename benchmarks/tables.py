@@ -211,7 +211,46 @@ def natural_voices_80(root: Path) -> str:
     return "\n".join(lines) + "\n\n" + _footer(res)
 
 
+def _ratio(cell) -> str:
+    """[median, lo, hi] -> '2.20x (2.12-2.23)'; [lo, hi] -> '1.43-2.02x'; None -> '-'."""
+    if not cell:
+        return "-"
+    if len(cell) == 2:
+        return f"{cell[0]:.2f}x" if cell[0] == cell[1] else f"{cell[0]:.2f}-{cell[1]:.2f}x"
+    med, lo, hi = cell
+    return f"{med:.2f}x" if lo == hi == med else f"{med:.2f}x ({lo:.2f}-{hi:.2f})"
+
+
+def methods(root: Path) -> str:
+    """The README's Methods table: one number per cell (the median, its range over runs)."""
+    res = _load(root, "methods")
+    hist = {"deep-speed", "deep-speed-spr", "deep-dcar-ablations", "ssd-windows"}
+    hist |= {"deep-ft-methods", "deep-tldr-text"}
+    lines = [
+        "| method | what it is | WER % | vs FAR, 2 CPU cores, batch 1 (range over runs) | "
+        "batch 8 | H200 batch 1 / 8 | the paper | holds? |",
+        "|---|---|--:|--:|--:|--:|---|---|",
+    ]
+    for r in res["values"]["rows"]:
+        a = r["anchor"]
+        if a in hist:
+            link = f"docs/history/deep.md#{a}"
+        elif a == "16f":
+            link = f"docs/history/mdm.md#{a}"
+        else:
+            link = f"benchmarks/RESULTS.md#{a}"
+        holds = f"**{r['holds']}**: {r['why']} " if r["holds"] else f"{r['why']} "
+        lines.append(
+            f"| {r['method']} | {r['what']} | {r['wer']:.1f} | {_ratio(r['b1'])} | "
+            f"{_ratio(r['b8'])} | {r['h200'] or '-'} | {r['paper'] or '-'} | "
+            f"{holds.lstrip()}([§{a}]({link})) |"
+        )
+    note = f"Speed: {res['machine']}. WER: {res['judge']}. {res['source']}\n"
+    return "\n".join(lines) + "\n\n" + note + _footer(res)
+
+
 TABLES = {
+    "methods": methods,
     "codec_round_trip": codec_round_trip,
     "natural_voices_80": natural_voices_80,
     "natural_voices": natural_voices,
