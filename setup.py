@@ -55,7 +55,7 @@ setup(
     version="0.1.0",
     description="Fast, robust autoregressive TTS (CAR/DCAR, SSD, MDM, PALLE, TLDR) in JAX/Flax",
     packages=find_packages(include=["jaxtts", "jaxtts.*"]),
-    package_data={"jaxtts": ["serve_page.html"]},
+    package_data={"jaxtts.serve": ["page.html"]},
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

@@ -252,12 +252,12 @@ def main() -> None:
     live = None
     url = args.url
     if url is None:
-        from jaxtts.serve import LiveServer, Server, create_app
+        from jaxtts.serve import LiveServer, Scheduler, create_app
         from jaxtts.synthesize import Synthesizer
 
         synth = Synthesizer.from_workdir(args.workdir)
         soak_requests = int(args.soak.split(",")[1]) if args.soak else 0
-        server = Server(
+        server = Scheduler(
             synth,
             args.workdir,
             max_queue=256,

@@ -65,9 +65,9 @@ class _Synth:
 def _client(synth, **kw):
     from fastapi.testclient import TestClient
 
-    from jaxtts.serve import Server, create_app
+    from jaxtts.serve import Scheduler, create_app
 
-    server = Server(synth, "no/such/run", **kw)
+    server = Scheduler(synth, "no/such/run", **kw)
     return server, TestClient(create_app(server))
 
 
@@ -162,7 +162,7 @@ def test_full_queue_is_503_with_retry_after_and_a_left_client_frees_the_device()
                     if len(got) >= 44 + 320:
                         break
                 # the worker is busy with request 1: one request may wait, the next is refused
-                server.submit(server.parse({"input": "two", "stream": False}))
+                server.submit(server.make_job("two", stream=False))
                 r3 = c.post("/v1/audio/speech", json={"input": "three"})
                 assert r3.status_code == 503 and r3.headers["retry-after"] == "1"
                 assert "server busy" in r3.json()["error"]
@@ -183,12 +183,12 @@ def test_full_queue_is_503_with_retry_after_and_a_left_client_frees_the_device()
 def served():
     from fastapi.testclient import TestClient
 
-    from jaxtts.serve import Server, create_app
+    from jaxtts.serve import Scheduler, create_app
     from jaxtts.synthesize import Synthesizer
 
     run = ROOT / "pretrained" / "car_small"
     synth = Synthesizer.from_workdir(run)
-    server = Server(synth, str(run), segment_steps=4)
+    server = Scheduler(synth, str(run), segment_steps=4)
     return synth, server, TestClient(create_app(server))
 
 
@@ -219,11 +219,11 @@ def test_served_tokens_are_the_offline_synthesis(served, tiny_corpus):
         and int.from_bytes(r2.content[40:44], "little") == len(r2.content) - 44
     )
     rec2 = c.get(f"/v1/requests/{r2.headers['x-request-id']}").json()
-    prompt = server._decode_wav(voice["wav_base64"])
+    prompt = server.decode_wav(voice["wav_base64"])
     # offline at the server's batch (line 0 of 8): XLA's CPU kernels may round a batch-1 step
     # differently, which can flip a top-p draw (benchmarks/RESULTS.md#serve)
     off = synth.synthesize(
-        [text] * server.scheduler.num_slots,
+        [text] * server.slots.num_slots,
         Prompt("upload", "", utt.text, prompt),
         strategy="car:3",
         seed=5,
@@ -251,20 +251,20 @@ def test_concurrent_requests_share_the_slots_keep_their_tokens_and_compile_nothi
     ]
     jobs = []
     for text, strategy, seed in texts:
-        job = server.parse({"input": text, "strategy": strategy, "seed": seed, "max_seconds": 3})
+        job = server.make_job(text, strategy=strategy, seed=seed, max_seconds=3)
         server.submit(job)
         jobs.append(job)
-    from jaxtts.serve import _DONE
+    from jaxtts.serve import DONE
 
     for job in jobs:
-        while (c := job.chunks.get(timeout=300)) is not _DONE:
+        while (c := job.chunks.get(timeout=300)) is not DONE:
             assert not isinstance(c, Exception), c
         assert job.status == "done", job.error
     m = server.snapshot()
     assert m["peak_active"] > 1 and m["compilations_since_warmup"] == 0
     for job, (text, strategy, seed) in zip(jobs, texts, strict=True):
         off = synth.synthesize(
-            [text] * server.scheduler.num_slots,
+            [text] * server.slots.num_slots,
             None,
             strategy=strategy,
             seed=seed,

@@ -78,11 +78,11 @@ class DevTools:
     BROWSER is None, reason="no Chromium: scripts/setup.sh installs chromium-headless-shell"
 )
 def test_page_streams_a_sentence_in_a_headless_browser(tmp_path):
-    from jaxtts.serve import LiveServer, Server, create_app
+    from jaxtts.serve import LiveServer, Scheduler, create_app
     from jaxtts.synthesize import Synthesizer
 
     run = ROOT / "pretrained" / "car_small"
-    server = Server(Synthesizer.from_workdir(run), os.path.relpath(run), slots=2)
+    server = Scheduler(Synthesizer.from_workdir(run), os.path.relpath(run), slots=2)
     server.warm_up(seconds=0.5, strategies=server.strategies[:1])  # the page's default
     live = LiveServer(create_app(server))
     args = [
@@ -90,17 +90,19 @@ def test_page_streams_a_sentence_in_a_headless_browser(tmp_path):
         "--no-sandbox",  # tests run as root in CI containers
         "--disable-gpu",
         "--autoplay-policy=no-user-gesture-required",
-        "--window-size=760,420",
+        "--window-size=760,560",
     ]
     browser = DevTools(BROWSER, args, {**os.environ, "HOME": str(tmp_path)})
     try:
-        url = f"{live.url}/?autoplay=1&text=Where%20did%20you%20put%20the%20keys%3F"
+        url = f"{live.url}/?autoplay=1&seed=3&text=Where%20did%20you%20put%20the%20keys%3F"
         target = browser.call("Target.createTarget", url=url)["targetId"]
         sid = browser.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         probe = (
             "JSON.stringify([document.body.dataset.firstAudioMs || null, "
             "document.body.dataset.audioSeconds || null, document.body.dataset.error || null, "
-            "document.getElementById('status').textContent])"
+            "document.getElementById('status').textContent, "
+            "document.body.dataset.spectrogramColumns || null, "
+            "document.body.dataset.download || null])"
         )
         t0, seen = time.time(), None
         while time.time() - t0 < 120:
@@ -110,10 +112,15 @@ def test_page_streams_a_sentence_in_a_headless_browser(tmp_path):
             if seen and (seen[0] or seen[2]):
                 break
             time.sleep(0.2)
-        first_ms, secs, error, status = seen
+        first_ms, secs, error, status, columns, download = seen
         assert error is None and first_ms is not None, seen
         assert 0 < int(first_ms) < 60_000 and float(secs) > 0.5
         assert status.startswith(f"time to first audio: {first_ms} ms")
+        # the spectrogram drew one column per 256 samples of what arrived (512-point frames)
+        assert int(columns) == (round(float(secs) * 16000) - 512) // 256 + 1
+        assert download.startswith("blob:")  # the download button holds the utterance's wav
+        rec = server.request("req1")
+        assert rec["seed"] == 3 and rec["status"] == "done"  # the page's seed reached the API
         assert server.snapshot()["completed"] == 1
         shot = base64.b64decode(browser.call("Page.captureScreenshot", sid, format="png")["data"])
         assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 5000
