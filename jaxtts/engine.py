@@ -107,8 +107,24 @@ class Engine(abc.ABC):
         """log-mel [T, M] of prompt audio -> prompt units [P, ...]."""
 
     @abc.abstractmethod
-    def units_to_mel(self, units: np.ndarray) -> np.ndarray:
-        """Generated units [N, ...] -> log-mel [T, M] for the vocoder."""
+    def units_to_mel(self, units: np.ndarray, ref: np.ndarray | None = None) -> np.ndarray:
+        """Generated units [N, ...] -> log-mel [T, M] for the vocoder. `ref`: the prompt's
+        log-mel [T', M] (`prompt_mel`), whose voice a decoder conditioned on one decodes in
+        (`uses_voice_ref`); others ignore it."""
+
+    @property
+    def uses_voice_ref(self) -> bool:
+        """Whether `units_to_mel` reads the prompt's voice (`ref`): a conditioned codec."""
+        return False
+
+    def prompt_mel(self, prompt: Prompt | None) -> np.ndarray | None:
+        """The prompt's whole log-mel [T, M] (the voice `units_to_mel` decodes in), or None."""
+        if prompt is None:
+            return None
+        wav = np.asarray(prompt.wav, np.float32)
+        if prompt.sample_rate != self.mel_cfg.sample_rate:
+            wav = resample(wav, prompt.sample_rate, self.mel_cfg.sample_rate)
+        return log_mel(wav, self.mel_cfg) if wav.size and np.any(wav) else None
 
     # -- decoding
     @abc.abstractmethod

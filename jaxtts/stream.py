@@ -32,6 +32,7 @@ per lookahead) and its first-chunk latency: benchmarks/stream_quality.py, benchm
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -78,9 +79,10 @@ class StreamChunk:
 class MelStream:
     """Tokens so far -> the log-mel frames that became final (see the module docstring)."""
 
-    def __init__(self, engine, lookahead: int | None = None):
+    def __init__(self, engine, lookahead: int | None = None, ref: np.ndarray | None = None):
         tok = engine.tokenizer
-        self.decode = engine.units_to_mel
+        # `ref`: the prompt's log-mel, the voice a conditioned codec decodes in
+        self.decode = functools.partial(engine.units_to_mel, ref=ref)
         self.frames_per_token = int(round(engine.mel_cfg.frame_rate / engine.frame_rate))
         self.lookahead = int(tok.lookahead_tokens if lookahead is None else lookahead)
         if self.lookahead < 0:
@@ -90,7 +92,7 @@ class MelStream:
         # a token's vector depends on the R tokens on each side (R = the tokenizer's lookahead):
         # a tokenizer that exposes its standardised vectors is decoded over a window of the
         # prefix; any other decodes the whole prefix each call
-        self.tok = tok if hasattr(tok, "decode_standardised") else None
+        self.tok = tok if hasattr(tok, "decode_standardised") and ref is None else None
         self.reach = int(tok.lookahead_tokens)
         # the postfilter's prefix mean: the sum of the final tokens' frames, and their count
         self.final_sum = np.zeros((self.n_mels,), np.float64)
@@ -356,6 +358,7 @@ def stream(
         raise ConfigError("pass either plan= or a strategy and option overrides, not both")
     options = plan.options
     rows = synth.text_rows(line, text, *engine.encode_prompt(prompt))
+    ref = engine.prompt_mel(prompt) if engine.uses_voice_ref else None
     if not rows:
         raise ConfigError("stream: empty text")
     gap = np.zeros(int(synth.join_silence_s * synth.sample_rate), np.float32)
@@ -368,7 +371,7 @@ def stream(
         run = driver.start(
             strat, models, params, batch, max_new_tokens=engine.max_new_units(options)
         )
-        mels = MelStream(engine, lookahead)
+        mels = MelStream(engine, lookahead, ref)
         voc = make_vocoder_stream(synth.vocoder, min_frames=min_frames, n_iter=n_iter)
         done = False
         while not done:

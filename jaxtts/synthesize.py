@@ -236,15 +236,18 @@ class Synthesizer:
         #    prompt transcript length)
         rows, results, pieces_of = [], {}, {}
         cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        refs: dict[int, np.ndarray | None] = {}  # line -> its prompt's log-mel (the voice ref)
         for i, (text, prompt) in enumerate(zip(texts, prompts, strict=True)):
             if not text or not text.strip():
                 results[i] = self.skipped(i, text, "empty line")
                 continue
             key = id(prompt)
             if key not in cache:
-                cache[key] = engine.encode_prompt(prompt)
+                ref = engine.prompt_mel(prompt) if engine.uses_voice_ref else None
+                cache[key] = (*engine.encode_prompt(prompt), ref)
+            refs[i] = cache[key][2]
             try:
-                line_rows = self.text_rows(i, text, *cache[key])
+                line_rows = self.text_rows(i, text, *cache[key][:2])
             except TextError as e:
                 results[i] = self.skipped(i, text, str(e))
                 continue
@@ -260,7 +263,9 @@ class Synthesizer:
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             outputs.update(
-                self._run_batch([rows[r] for r in idx], plan, seed, batch_size, vocode, first_line)
+                self._run_batch(
+                    [rows[r] for r in idx], plan, seed, batch_size, vocode, first_line, refs
+                )
             )
             bar.update(len(idx))
         bar.close()
@@ -403,6 +408,7 @@ class Synthesizer:
         batch_size: int,
         vocode: bool = True,
         first_line: int = 0,
+        refs: dict | None = None,
     ):
         engine = self.engine
         n = len(rows)
@@ -431,7 +437,8 @@ class Synthesizer:
             gen = np.asarray(out.units[k, :length])
             wav = np.zeros((0,), np.float32)
             if length and vocode:
-                wav = self.vocoder.mel_to_audio(engine.units_to_mel(gen))
+                mel = engine.units_to_mel(gen, ref=(refs or {}).get(line))
+                wav = self.vocoder.mel_to_audio(mel)
             res[(line, piece)] = {
                 "wav": wav,
                 "tokens": gen,

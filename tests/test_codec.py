@@ -268,6 +268,22 @@ def test_lm_trains_on_codec_tokens_and_synthesizes(tiny_run, tiny_corpus, tmp_pa
     for a, b in zip(batched, single, strict=True):
         assert len(a.wav) > 0
         np.testing.assert_allclose(a.wav, b.wav, atol=1e-4)
+    # the conditioned codec decodes in the prompt's voice: exactly its decode with the prompt's
+    # whole log-mel as the reference, which differs from the corpus-average voice
+    eng = synth.engine
+    assert eng.uses_voice_ref
+    ref = eng.prompt_mel(prompt)
+    tokens = batched[1].tokens
+    mel = eng.units_to_mel(tokens, ref=ref)
+    np.testing.assert_allclose(mel, eng.tokenizer.decode(tokens, ref=ref), atol=1e-6)
+    assert np.abs(mel - eng.units_to_mel(tokens)).mean() > 1e-3
+    wav = synth.vocoder.mel_to_audio(mel)
+    np.testing.assert_allclose(batched[1].wav, wav, atol=1e-4)
+    # streamed: the same voice (the whole-prefix decode with the same reference)
+    chunks = list(
+        synth.stream(texts[1], prompt, line=1, **{k: kw[k] for k in kw if k != "progress"})
+    )
+    assert np.concatenate([c.token_ids for c in chunks if c.done]).tolist() == tokens.tolist()
 
 
 def test_bucket_source_is_a_function_of_the_step_and_vtlp_warps(tiny_corpus):

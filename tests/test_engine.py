@@ -38,7 +38,7 @@ class FixedMelEngine(Engine):
     def mel_to_units(self, mel):
         return np.asarray(mel, np.float32)  # [T, M]
 
-    def units_to_mel(self, units):
+    def units_to_mel(self, units, ref=None):
         return np.asarray(units, np.float32)
 
     def parse_strategy(self, spec):

@@ -605,7 +605,7 @@ class _Batcher:
                     if p.piece:  # the next piece of a request, after a short pause
                         gap = int(sched.synth.join_silence_s * sched.sample_rate)
                         sched.send_audio(p.job, np.zeros(gap, np.float32))
-                    streams[p.job.id] = (p.piece, *self._new_streams())
+                    streams[p.job.id] = (p.piece, *self._new_streams(p.job))
             outs = self._audio(live, streams)
             for p, audio in zip(live, outs, strict=True):
                 if isinstance(audio, Exception):
@@ -621,14 +621,15 @@ class _Batcher:
                     sched.close_job(p.job, "done")
             self.seconds["audio"] += time.perf_counter() - t0
 
-    def _new_streams(self) -> tuple:
+    def _new_streams(self, job: Job) -> tuple:
         from jaxtts.stream import MelStream, make_vocoder_stream  # start-up: jax 770 ms
 
-        sched = self.sched
+        sched, engine = self.sched, self.sched.engine
         voc = make_vocoder_stream(
             sched.synth.vocoder, min_frames=sched.vocoder_frames, n_iter=sched.vocoder_iters
         )
-        return MelStream(sched.engine), voc
+        ref = engine.prompt_mel(job.prompt) if engine.uses_voice_ref else None
+        return MelStream(engine, ref=ref), voc
 
     @staticmethod
     def _audio(live: list[_Piece], streams: dict) -> list:

@@ -88,8 +88,15 @@ class LMEngine(Engine):
     def mel_to_units(self, mel):
         return np.asarray(self.tokenizer.encode(mel), np.int32)
 
-    def units_to_mel(self, units):
-        return self.tokenizer.decode(np.asarray(units, np.int32))
+    def units_to_mel(self, units, ref=None):
+        units = np.asarray(units, np.int32)
+        if ref is not None and self.uses_voice_ref:
+            return self.tokenizer.decode(units, ref=ref)
+        return self.tokenizer.decode(units)
+
+    @property
+    def uses_voice_ref(self) -> bool:
+        return bool(getattr(self.tokenizer, "conditioned", False))
 
     def decode_models(self) -> dict:
         """The named models a strategy runs on (a DCAR engine adds its policy)."""

@@ -86,7 +86,7 @@ class MDMEngine(Engine):
     def mel_to_units(self, mel):
         return np.asarray(mel, np.float32)
 
-    def units_to_mel(self, units):
+    def units_to_mel(self, units, ref=None):
         return np.asarray(units, np.float32)
 
     def encode_prompt(self, prompt):

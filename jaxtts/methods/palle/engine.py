@@ -174,7 +174,7 @@ class PALLEEngine(Engine):
     def mel_to_units(self, mel):
         return np.asarray(self.tokenizer.encode(mel), np.int32)
 
-    def units_to_mel(self, units):
+    def units_to_mel(self, units, ref=None):
         return self.tokenizer.decode(np.asarray(units, np.int32))
 
     # -- decoding
