@@ -24,6 +24,7 @@ date, values) to `--out`.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import platform
 import subprocess
@@ -97,7 +98,10 @@ def _same_text(utts, n: int):
         for p, ts in texts.items():
             for i, t in enumerate(ts):
                 uid = f"{v.name}_{p[0]}{i:03d}"
-                path = folder / f"{uid}.wav"
+                # the cached wav is named by its text too: a rebuilt corpus's test split (other
+                # sentences at the same index) never reuses a wav of another sentence
+                digest = hashlib.sha1(t.encode()).hexdigest()[:10]
+                path = folder / f"{uid}_{digest}.wav"
                 u = Utterance(uid, str(path), t, speaker=v.name)
                 groups[(v.name, p)].append(u)
                 if not path.is_file():

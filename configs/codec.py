@@ -69,6 +69,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             buckets=((128, 24), (256, 12), (384, 8)),
             eval_batches=4,
             vtlp=0.0,  # > 0: training mels' axis warped by factors in [1 - vtlp, 1 + vtlp]
+            spec_mask=(),  # masks of the encoder input (configs/help.py); (): off
             limit_train=0,
             limit_dev=0,
             seed=0,

@@ -306,3 +306,45 @@ def test_bucket_source_is_a_function_of_the_step_and_vtlp_warps(tiny_corpus):
     np.testing.assert_array_equal(a["phones"], w["phones"])
     assert np.abs(a["mel"] - w["mel"]).max() > 0.1
     assert a["phones_len"].min() > 0 and set(np.unique(a["mask"])) == {0.0, 1.0}
+
+
+def test_mask_spans_exact_and_only_the_encoder_input_is_masked(tiny_corpus):
+    """`mask_spans` zeroes whole bands and stretches, as drawn; a spec-masked batch keeps the
+    whole mel as the target and adds the masked copy the encoder reads (`mel_in`), which the
+    model's encoder then reads instead of the target."""
+    from jaxtts.data.audio import MelConfig, MelStats
+    from jaxtts.data.manifest import read_split
+    from jaxtts.data.text import SymbolTable
+    from jaxtts.methods.codec import BucketSource, mask_spans
+
+    x = np.arange(1, 201, dtype=np.float32).reshape(20, 10)  # no zeros of its own
+    y = mask_spans(x, np.random.default_rng(0), (1, 3, 1, 4))
+    rng = np.random.default_rng(0)  # the same draws, by hand: width, start; width, start
+    wf = int(rng.integers(0, 4))
+    f0 = int(rng.integers(0, 10 - wf + 1))
+    wt = int(rng.integers(0, 5))
+    t0 = int(rng.integers(0, 20 - wt + 1))
+    want = x.copy()
+    want[:, f0 : f0 + wf] = 0
+    want[t0 : t0 + wt] = 0
+    np.testing.assert_array_equal(y, want)
+    assert mask_spans(x, np.random.default_rng(1), (0, 5, 0, 5)) is not x  # a copy, unmasked
+    np.testing.assert_array_equal(mask_spans(x, np.random.default_rng(1), (0, 5, 0, 5)), x)
+
+    utts = read_split(tiny_corpus, "train")
+    table = SymbolTable.build(ctc_phones(u.phonemes) for u in utts)
+    stats = MelStats(np.zeros(80, np.float32), np.ones(80, np.float32))
+    args = (utts, ((128, 8), (256, 8)), MelConfig(), stats, table, 2, 0)
+    plain, masked = BucketSource(*args).get_batch(5), BucketSource(*args, spec_mask=(2, 8, 2, 5))
+    masked = masked.get_batch(5)
+    assert "mel_in" not in plain
+    np.testing.assert_array_equal(plain["mel"], masked["mel"])  # the target: whole
+    zeroed = (masked["mel_in"] == 0) & (masked["mel"] != 0) & (masked["mask"][..., None] > 0)
+    assert zeroed.any() and np.all(masked["mel_in"][~zeroed] == masked["mel"][~zeroed])
+    with pytest.raises(ConfigError, match=r"data.spec_mask=\(1, 2\)"):
+        BucketSource(*args, spec_mask=(1, 2))
+    m, p = _codec(cond=True)
+    mel, mask = jnp.asarray(masked["mel"][:2, :64]), jnp.asarray(masked["mask"][:2, :64])
+    y_in, codes_in, _ = m.apply(p, mel, mask, jnp.zeros_like(mel))
+    codes_zero = m.apply(p, jnp.zeros_like(mel), mask, method="encode_codes")
+    np.testing.assert_array_equal(codes_in, codes_zero)  # the encoder read `mel_in`

@@ -173,9 +173,11 @@ class MelCodec(nn.Module):
             x = blk(x, tmask)
         return self.ctc_out(x)
 
-    def __call__(self, mel: jax.Array, mask: jax.Array):
-        """-> (reconstruction [B, T, M], codes [B, S], CTC logits [B, S, P] or None)."""
-        q, codes = self.quantize(self.encode(mel, mask))
+    def __call__(self, mel: jax.Array, mask: jax.Array, mel_in: jax.Array | None = None):
+        """-> (reconstruction [B, T, M], codes [B, S], CTC logits [B, S, P] or None).
+        `mel_in`: what the encoder reads instead of `mel` (a masked copy in training: the codes
+        must be inferred from what is left; the decoder is told the voice of `mel`)."""
+        q, codes = self.quantize(self.encode(mel if mel_in is None else mel_in, mask))
         tmask = mask[:, :: self.stride]
         logits = self.ctc_logits(q, tmask) if self.num_phones else None
         cond = voice(mel, mask) if self.cond else None

@@ -12,7 +12,9 @@ Batches come from length buckets (`config.data.buckets`, (frames, rows)): each s
 bucket (in proportion to its utterances) and its rows, a pure function of (seed, step); an
 utterance longer than the last bucket is cropped at random and its CTC term skipped.
 `data.vtlp` > 0 warps each training utterance's mel axis by a factor drawn in [1 - vtlp,
-1 + vtlp] (`warp_mel_axis`; a speaker augmentation against the few training voices).
+1 + vtlp] (`warp_mel_axis`; a speaker augmentation against the few training voices), and
+`data.spec_mask` = (n_freq, max_freq, n_time, max_time) masks bands and stretches of what the
+encoder reads (`mask_spans`, SpecAugment's masks) while the reconstruction target stays whole.
 Axis letters: B batch, T frames, S tokens, M mel bins, L phonemes, P phoneme classes.
 """
 
@@ -37,12 +39,31 @@ from jaxtts.train import loop
 
 log = logging.getLogger("jaxtts.codec")
 
-__all__ = ["BucketSource", "CodecTask", "ctc_phones", "train", "warp_mel_axis"]
+__all__ = ["BucketSource", "CodecTask", "ctc_phones", "mask_spans", "train", "warp_mel_axis"]
 
 
 def ctc_phones(phonemes) -> list[str]:
     """A manifest's phoneme symbols without stress marks and word gaps (the CTC targets)."""
     return [p for p in phonemes if p not in STRESS_MARKS and p.strip()]
+
+
+def mask_spans(mel: np.ndarray, rng: np.random.Generator, spec) -> np.ndarray:
+    """A copy of a standardised log-mel [T, M] with `spec` = (n_freq, max_freq, n_time,
+    max_time) spans set to 0 (the corpus mean): n_freq bands of 0..max_freq bins and n_time
+    stretches of 0..max_time frames, each drawn uniformly (SpecAugment's masks). The encoder
+    reads it; the reconstruction target stays whole."""
+    n_f, w_f, n_t, w_t = (int(v) for v in spec)
+    out = mel.copy()
+    t, m = out.shape
+    for _ in range(n_f):
+        w = int(rng.integers(0, w_f + 1))
+        f0 = int(rng.integers(0, max(1, m - w + 1)))
+        out[:, f0 : f0 + w] = 0.0
+    for _ in range(n_t):
+        w = int(rng.integers(0, min(w_t, t) + 1))
+        t0 = int(rng.integers(0, max(1, t - w + 1)))
+        out[t0 : t0 + w] = 0.0
+    return out
 
 
 def warp_mel_axis(mel: np.ndarray, alpha: float) -> np.ndarray:
@@ -74,7 +95,7 @@ class CodecTask:
     def loss(self, params, batch, rng, *, train: bool, step=None):
         c = self.cfg.loss
         x, mask = batch["mel"], batch["mask"]  # [B, T, M], [B, T]
-        y, codes, logits = self.model.apply({"params": params}, x, mask)
+        y, codes, logits = self.model.apply({"params": params}, x, mask, batch.get("mel_in"))
         n = jnp.maximum(mask.sum() * x.shape[-1], 1.0)
         err = (y - x) * mask[..., None]
         l1 = jnp.abs(err).sum() / n
@@ -98,13 +119,28 @@ class BucketSource:
     """Length-bucketed batches of whole utterances (see the module docstring)."""
 
     def __init__(
-        self, utts, buckets, mel_cfg: MelConfig, stats: MelStats, table, stride, seed, vtlp=0.0
+        self,
+        utts,
+        buckets,
+        mel_cfg: MelConfig,
+        stats: MelStats,
+        table,
+        stride,
+        seed,
+        vtlp=0.0,
+        spec_mask=None,
     ):
         self.buckets = [(int(t), int(b)) for t, b in buckets]
         if any(t % stride for t, _ in self.buckets):
             raise ConfigError(f"data.buckets={buckets}: frame counts must be multiples of {stride}")
         self.mel_cfg, self.stats, self.table, self.seed = mel_cfg, stats, table, int(seed)
         self.vtlp = float(vtlp)  # warp factors drawn in [1 - vtlp, 1 + vtlp] (0: none)
+        # (n_freq, max_freq, n_time, max_time) masks of the encoder's input (`mask_spans`)
+        self.spec_mask = tuple(int(v) for v in spec_mask) if spec_mask else None
+        if self.spec_mask is not None and (len(self.spec_mask) != 4 or min(self.spec_mask) < 0):
+            raise ConfigError(
+                f"data.spec_mask={spec_mask}: expected (n_freq, max_freq, n_time, max_time) >= 0"
+            )
         edges = [t for t, _ in self.buckets]
         self.members: list[list] = [[] for _ in self.buckets]
         for u in utts:
@@ -125,6 +161,7 @@ class BucketSource:
         mask = np.zeros((b, t), np.float32)
         phones = np.zeros((b, self.max_phones), np.int32)
         phones_len = np.zeros((b,), np.int32)
+        mel_in = np.zeros_like(mel) if self.spec_mask else None
         for i, j in enumerate(rng.integers(0, len(self.members[k]), b)):
             u = self.members[k][j]
             x = log_mel(load_audio(u.path, self.mel_cfg.sample_rate), self.mel_cfg)
@@ -136,10 +173,15 @@ class BucketSource:
                 start = int(rng.integers(0, len(x) - t + 1))
                 x = x[start : start + t]
             mel[i, : len(x)], mask[i, : len(x)] = x, 1.0
+            if mel_in is not None:
+                mel_in[i, : len(x)] = mask_spans(x, rng, self.spec_mask)
             ids = self.table.encode(ctc_phones(u.phonemes), unknown="drop") if whole else []
             ids = ids[: self.max_phones]
             phones[i, : len(ids)], phones_len[i] = ids, len(ids)
-        return {"mel": mel, "mask": mask, "phones": phones, "phones_len": phones_len}
+        out = {"mel": mel, "mask": mask, "phones": phones, "phones_len": phones_len}
+        if mel_in is not None:
+            out["mel_in"] = mel_in
+        return out
 
 
 def train(config, workdir: str, *, progress: bool = True, mesh=None):
@@ -175,7 +217,15 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     task = CodecTask(config)
     stride = int(config.model.stride)
     source = BucketSource(
-        tr, d.buckets, mel_cfg, stats, table, stride, d.seed, vtlp=float(d.get("vtlp", 0.0))
+        tr,
+        d.buckets,
+        mel_cfg,
+        stats,
+        table,
+        stride,
+        d.seed,
+        vtlp=float(d.get("vtlp", 0.0)),
+        spec_mask=d.get("spec_mask"),
     )
     dev_source = BucketSource(dev, d.buckets, mel_cfg, stats, table, stride, d.seed + 1)
     n_eval = int(d.eval_batches)
