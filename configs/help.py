@@ -277,7 +277,7 @@ HELP = {
     "loss.l2": "codec: weight of the standardised log-mel squared error",
     "loss.ctc": "codec: weight of the CTC phoneme loss on the quantised latent (0: no head)",
     "data.vtlp": "codec: vocal-tract-length warp of training mels, factors in [1 - v, 1 + v]",
-    "data.spec_mask": "codec: masks of the encoder input (n_freq, max_freq, n_time, max_time); () off",
+    "data.spec_mask": "codec: encoder-input masks (n_freq, max_freq, n_time, max_time); () off",
     "data.buckets": "codec: (frames, rows) length buckets; longer utterances cropped to the last",
     # eval during training
     "eval.num_samples": "dev sentences synthesised (and scored by the ASR) at each evaluation",
