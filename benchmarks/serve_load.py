@@ -288,8 +288,26 @@ def main() -> None:
         if live is not None:
             live.close()
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    import platform
+    import subprocess
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     with open(args.out + ".json", "w") as f:
-        json.dump({"workdir": args.workdir, "rows": rows, "soak": soaked}, f, indent=1)
+        json.dump(
+            {
+                "command": "python -m benchmarks.serve_load " + " ".join(sys.argv[1:]),
+                "commit": commit,
+                "machine": f"{platform.machine()} {os.cpu_count()} cores",
+                "date": time.strftime("%Y-%m-%d"),
+                "workdir": args.workdir,
+                "rows": rows,
+                "soak": soaked,
+            },
+            f,
+            indent=1,
+        )
     plot(rows, args.out + ".png")
     print(
         "| strategy | clients | first audio p50 / p99 ms | latency p50 / p99 ms | "

@@ -292,7 +292,47 @@ def codec_augment(root: Path) -> str:
     return "\n".join(lines) + "\n\n" + _footer(*(r for r, _ in runs), split)
 
 
+def serve_load(root: Path) -> str:
+    """The server under load: per strategy and client count, the median over runs (range)."""
+    res = _load(root, "serve_load")
+    cells: dict[tuple, list] = {}
+    for run in res["values"]["runs"]:
+        one = {r["strategy"]: r["throughput"] for r in run if r["clients"] == 1}
+        for r in run:
+            cells.setdefault((r["strategy"], r["clients"]), []).append(
+                (
+                    r["ttfa_ms_p50"],
+                    r["ttfa_ms_p99"],
+                    r["throughput"],
+                    r["throughput"] / one[r["strategy"]],
+                )
+            )
+
+    def med(vals, fmt):
+        v = sorted(vals)
+        m = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+        return (
+            fmt.format(m)
+            if fmt.format(v[0]) == fmt.format(v[-1])
+            else f"{fmt.format(m)} ({fmt.format(v[0])}-{fmt.format(v[-1])})"
+        )
+
+    lines = [
+        "| strategy | clients | runs | first audio p50 ms | first audio p99 ms | audio s / wall s "
+        "| vs 1 client |",
+        "|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for (strategy, clients), v in sorted(cells.items()):
+        lines.append(
+            f"| {strategy} | {clients} | {len(v)} | {med([x[0] for x in v], '{:.0f}')} | "
+            f"{med([x[1] for x in v], '{:.0f}')} | {med([x[2] for x in v], '{:.1f}')} | "
+            f"{med([x[3] for x in v], '{:.2f}x')} |"
+        )
+    return "\n".join(lines) + "\n\n" + _footer(res)
+
+
 TABLES = {
+    "serve_load": serve_load,
     "codec_augment": codec_augment,
     "methods": methods,
     "codec_round_trip": codec_round_trip,
