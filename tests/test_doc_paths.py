@@ -74,3 +74,27 @@ def test_the_scanner_finds_paths_and_skips_outputs_and_templates():
         ("jaxtts/codec/model.py", 1),
         ("pretrained/car_deep/MODEL_CARD.md", 1),
     ]
+
+
+def _anchors(path: Path) -> set[str]:
+    text = path.read_text()
+    out = set(re.findall(r'<a id="([^"]+)"></a>', text))
+    for h in re.findall(r"^#+ (.*)$", text, re.M):  # GitHub's heading slugs
+        out.add(re.sub(r"[^\w\- ]", "", h.lower()).strip().replace(" ", "-"))
+    return out
+
+
+def test_every_anchor_link_resolves():
+    """A markdown link `[..](file#anchor)` or `[..](#anchor)` in the docs names a file that
+    exists and an anchor (an `<a id>` or a heading) in it: moving a section to
+    docs/history/ cannot leave a link behind."""
+    docs = [*_docs(), *sorted((ROOT / "docs" / "history").glob("*.md"))]
+    bad, cache = [], {}
+    for doc in dict.fromkeys(docs):
+        for m in re.finditer(r"\]\(([^)\s]*?)#([\w-]+)\)", doc.read_text()):
+            target = doc if not m.group(1) else (doc.parent / m.group(1)).resolve()
+            if target not in cache:
+                cache[target] = _anchors(target) if target.is_file() else None
+            if cache[target] is None or m.group(2) not in cache[target]:
+                bad.append(f"{doc.relative_to(ROOT)}: {m.group(0)}")
+    assert bad == [], "\n".join(bad)
