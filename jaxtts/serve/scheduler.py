@@ -229,7 +229,11 @@ class Scheduler:
             raise invalid(f"response_format: {format!r}, expected one of {list(FORMATS)}")
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise invalid(f"seed: {seed!r}, expected an integer >= 0")
-        if max_seconds is not None and not 0 < max_seconds <= self.max_seconds:
+        if max_seconds is not None and (
+            not isinstance(max_seconds, int | float)
+            or isinstance(max_seconds, bool)
+            or not 0 < max_seconds <= self.max_seconds
+        ):
             raise invalid(
                 f"max_seconds: {max_seconds!r}, expected a number in (0, {self.max_seconds:g}]"
             )
