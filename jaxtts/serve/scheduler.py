@@ -603,7 +603,13 @@ class _Batcher:
                 streams.pop(job.id, None)
                 sched.close_job(job, status, error)
                 continue
-            live = [p for p in item if not p.job.cancelled.is_set()]  # the client is there
+            live = []
+            for p in item:
+                if not p.job.cancelled.is_set():
+                    live.append(p)
+                elif p.final is not None:  # left as its last piece ended: its slot is free
+                    streams.pop(p.job.id, None)
+                    sched.close_job(p.job, "cancelled")
             for p in live:
                 if streams.get(p.job.id, (None,))[0] != p.piece:
                     if p.piece:  # the next piece of a request, after a short pause
