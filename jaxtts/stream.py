@@ -352,10 +352,7 @@ def stream(
         )
     if segment_steps < 1:
         raise ConfigError(f"segment_steps={segment_steps}: expected >= 1")
-    if plan is None:
-        plan = synth.plan(strategy, **overrides)
-    elif strategy is not None or overrides:
-        raise ConfigError("pass either plan= or a strategy and option overrides, not both")
+    plan = synth.plan(strategy, plan=plan, **overrides)
     options = plan.options
     rows = synth.text_rows(line, text, *engine.encode_prompt(prompt))
     ref = engine.prompt_mel(prompt) if engine.uses_voice_ref else None

@@ -193,9 +193,14 @@ class Synthesizer:
         return cls(load_engine(workdir, step), vocoder)
 
     # -- synthesis
-    def plan(self, strategy: str | None = None, **overrides) -> Plan:
+    def plan(self, strategy: str | None = None, plan: Plan | None = None, **overrides) -> Plan:
         """`jaxtts.engine.resolve` on this synthesizer's engine: the strategy (None: the run's
-        default) and option overrides (max_seconds, temperature, top_k, ...), checked once."""
+        default) and option overrides (max_seconds, temperature, top_k, ...), checked once;
+        or `plan` itself when one is given (then neither a strategy nor overrides)."""
+        if plan is not None:
+            if strategy is not None or overrides:
+                raise ConfigError("pass either plan= or a strategy and option overrides, not both")
+            return plan
         if overrides.get("max_seconds") == 0:
             overrides["max_seconds"] = None  # 0: the run's cap
         return resolve(self.engine, strategy, **overrides)
@@ -220,10 +225,7 @@ class Synthesizer:
         text file synthesized one line per call (evaluation) draws what one call over all of
         it would."""
         engine = self.engine
-        if plan is None:
-            plan = self.plan(strategy, **overrides)
-        elif strategy is not None or overrides:
-            raise ConfigError("pass either plan= or a strategy and option overrides, not both")
+        plan = self.plan(strategy, plan=plan, **overrides)
         name = plan.name
         if batch_size < 1:
             raise ConfigError(f"batch_size={batch_size}: expected >= 1")
