@@ -18,6 +18,10 @@ Variants (`--config configs/car.py:<variant>`):
   natural  `small` on the natural-voice corpus (`python -m jaxtts.data.natural`, data/natural)
          with the learned 25 Hz tokenizer (`pretrained/codec`, FSQ 1000 codes): the start of
          the retrain on natural voices (issue 100); same steps and recipe as `small`
+  natural_deep  `natural` at 12 layers: the block expansion of `runs/car_natural`
+         (`python -m jaxtts.methods.lm.expand runs/car_natural runs/car_natural_deep_init`),
+         every parameter trained (the 4-layer model is far from converged on natural speech:
+         its dev CE still falls ~0.6 nats per 1,000 steps, train CE = dev CE), ~6 s a step
   paper  12 layers, D=1024, FFN 4096, 8 heads, K=7 heads (DCAR paper), for accelerators
 
   python train.py --config configs/car.py:small --workdir runs/car
@@ -32,6 +36,7 @@ from configs import common
 STEPS_SMALL = 3000  # ~2 h on 2 CPU cores
 STEPS_DEEP = 450  # fine-tune of the expanded car_small's new layers (~7 s a step, 2 CPU cores)
 STEPS_DEEP_FT = 750  # its continuation on the 32 h corpus (~4 s a step on Zen 4 cores)
+STEPS_NATURAL_DEEP = 900  # the natural expansion, every layer trained (~6 s a step, 2 CPU cores)
 
 MODELS = dict(
     tiny=dict(d_model=32, num_layers=2, num_heads=2, head_dim=16, d_ff=64, num_mtp_heads=4),
@@ -40,6 +45,9 @@ MODELS = dict(
     deep=dict(d_model=256, num_layers=12, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4),
     deep_ft=dict(d_model=256, num_layers=12, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4),
     natural=dict(d_model=256, num_layers=4, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4),
+    natural_deep=dict(
+        d_model=256, num_layers=12, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4
+    ),
     paper=dict(d_model=1024, num_layers=12, num_heads=8, head_dim=128, d_ff=4096, num_mtp_heads=7),
 )
 
@@ -196,6 +204,27 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
                 eval_every=250,
                 init_from="runs/car_deep_360",
             )
+    elif v == "natural_deep":
+        # the old layers 1, 2 are layers 9, 10 of the default layer map: the CTC alignment
+        # loss stays on them, the prior (a from-scratch bootstrap) is off
+        config.data.update(common.SMALL_LM_DATA)
+        config.data.update(corpus_dir="data/natural", tokenizer="codec:pretrained/codec")
+        config.train.update(
+            steps=STEPS_NATURAL_DEEP,
+            learning_rate=5e-4,
+            warmup_steps=50,
+            final_lr_fraction=0.1,
+            log_every=10,
+            eval_every=150,
+            checkpoint_every=50,
+            init_from="runs/car_natural_deep_init",
+        )
+        config.loss.update(
+            align_layers=(9, 10),
+            align_heads=(0, 1),
+            align_prior_scaling=0.0,
+            align_prior_normalize=False,
+        )
     else:  # paper
         config.data.update(batch_size=64)
         config.train.update(steps=200_000, learning_rate=3e-4, warmup_steps=4000)

@@ -1,6 +1,6 @@
 """MDM: a Grad-TTS-style acoustic model (text encoder, per-phone prior, durations by MAS) with a
-masked-diffusion decoder over quantised log-mels and six decoding orders
-(jaxtts/methods/mdm/; docs/methods/mdm.md).
+masked-diffusion decoder over quantised log-mels and eight decoding orders (random, l2r, r2l,
+swap:<lam>, top1, top1*, topk:<k>, duration; jaxtts/methods/mdm/; docs/methods/mdm.md).
 
 Variants (`--config configs/mdm.py:<variant>`):
   tiny   tests: 2 steps on the 40-utterance corpus, a 1-layer model

@@ -345,7 +345,7 @@ def stream(
     windowed vocoder (and `lookahead` < R). `min_frames`, `n_iter`: see `VocoderStream`."""
     t0 = time.perf_counter()
     engine = synth.engine
-    if not hasattr(engine, "decode_plan"):
+    if not hasattr(engine, "decode_models_for"):
         raise ConfigError(
             f"--stream: a {engine.family} run decodes whole sequences at once; streaming needs "
             "a step-wise strategy (far, car, vadusa, dcar, ssd, tldr)"
@@ -364,9 +364,9 @@ def stream(
         if j:
             yield StreamChunk(gap, 0, False, time.perf_counter() - t0)
         batch, keys = synth.prompt_batch([row], 1, seed)
-        strat, models, params = engine.decode_plan(batch, plan)
+        models, params = engine.decode_models_for(batch, plan)
         run = driver.start(
-            strat, models, params, batch, max_new_tokens=engine.max_new_units(options)
+            plan.strategy, models, params, batch, max_new_tokens=engine.max_new_units(options)
         )
         mels = MelStream(engine, lookahead, ref)
         voc = make_vocoder_stream(synth.vocoder, min_frames=min_frames, n_iter=n_iter)

@@ -671,7 +671,7 @@ def run_infer(
     # sampling value leaves no folder behind
     plan = resolve(synth.engine, strategy, max_seconds=max_seconds or None, **sampling)
     prompt = resolve_prompt(workdir, speaker, speaker_wav, speaker_text)
-    if stream and not hasattr(synth.engine, "decode_plan"):
+    if stream and not hasattr(synth.engine, "decode_models_for"):
         raise ConfigError(
             f"--stream: a {synth.engine.family} run decodes whole sequences at once; streaming "
             "needs a step-wise strategy (far, car, vadusa, dcar, ssd, tldr)"

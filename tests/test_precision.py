@@ -137,7 +137,7 @@ def test_precision_option_errors():
 
 
 def test_engine_casts_once_per_precision():
-    """`LMEngine.decode_plan` casts the parameters once and reuses them; float32 decodes the
+    """`LMEngine.decode_models_for` casts the parameters once and reuses them; float32 decodes the
     loaded parameters in the fused layout, also built once; a run of another family names
     what it runs."""
     from pathlib import Path
@@ -147,15 +147,15 @@ def test_engine_casts_once_per_precision():
     run = Path(__file__).resolve().parents[1] / "pretrained" / "car_small"
     engine = load_engine(run)
     bf16 = resolve(engine, "car:3", precision="bfloat16")
-    _, models, params = engine.decode_plan(None, bf16)
-    _, _, again = engine.decode_plan(None, bf16)
+    models, params = engine.decode_models_for(None, bf16)
+    _, again = engine.decode_models_for(None, bf16)
     assert again["target"] is params["target"]
     assert models["target"].cfg.dtype == "bfloat16"
     assert engine.model.cfg.dtype == "float32"
     kernel = params["target"]["stack"]["layer_0"]["mlp"]["wo"]["kernel"]
     assert kernel.dtype == jnp.bfloat16
     f32_opts = resolve(engine, "car:3")
-    _, m32, f32 = engine.decode_plan(None, f32_opts)
+    m32, f32 = engine.decode_models_for(None, f32_opts)
     assert m32["target"].cfg.fused_projections and not engine.model.cfg.fused_projections
     assert f32["target"]["stack"]["layer_0"]["attn"]["qkv"]["kernel"].dtype == jnp.float32
-    assert engine.decode_plan(None, f32_opts)[2]["target"] is f32["target"]
+    assert engine.decode_models_for(None, f32_opts)[1]["target"] is f32["target"]

@@ -112,12 +112,20 @@ def _layout_ab(engine, spec: str, batches, keys, repeats: int, precision: str):
     """Mean over sentences of the median whole-call LM ms with decoding's fused projections
     against the training layout (`at_precision(..., fused=False)`), timed in turn within every
     repeat, and whether both give the same tokens."""
+    import jax
     import numpy as np
 
     from jaxtts.decode import registry
+    from jaxtts.decode.driver import decode
     from jaxtts.decode.precision import at_precision
 
     opts = engine.options(strategy=spec, precision=precision)
+    n = engine.max_new_units(opts)
+
+    def generate(b, strategy, models, params):
+        out = decode(strategy, models, params, b, keys, max_new_tokens=n, sampling=opts.sampling)
+        return jax.device_get(out)
+
     strategy = registry.get(spec)
     plans = {}
     for name, fused in (("fused", True), ("plain", False)):
@@ -127,13 +135,13 @@ def _layout_ab(engine, spec: str, batches, keys, repeats: int, precision: str):
         plans[name] = (strategy.bind(models), models, params)
     ms, same = {k: [] for k in plans}, 0
     for b in batches:
-        outs = {k: engine._generate(*plan, b, keys, opts) for k, plan in plans.items()}  # compile
-        same += int(np.array_equal(outs["fused"].units, outs["plain"].units))
+        outs = {k: generate(b, *plan) for k, plan in plans.items()}  # compile
+        same += int(np.array_equal(outs["fused"].tokens, outs["plain"].tokens))
         ts = {k: [] for k in plans}
         for _ in range(repeats):
             for name, plan in plans.items():
                 t0 = time.perf_counter()
-                engine._generate(*plan, b, keys, opts)
+                generate(b, *plan)
                 ts[name].append(time.perf_counter() - t0)
         for k, v in ts.items():
             ms[k].append(1e3 * statistics.median(v))
@@ -151,8 +159,8 @@ def _phases(engine, spec: str, batches, keys, repeats: int, precision: str):
     from jaxtts.engine import resolve
 
     plan = resolve(engine, spec, precision=precision)
-    strategy, models, params = engine.decode_plan(batches[0], plan)
-    strategy, params = strategy.bind(models), dict(params)
+    models, params = engine.decode_models_for(batches[0], plan)
+    strategy, params = plan.strategy.bind(models), dict(params)
     kw = dict(strategy=strategy, models=tuple(sorted(models.items())))
     n, sampling = engine.max_new_units(plan.options), plan.options.sampling.traced()
 

@@ -64,7 +64,8 @@ def main() -> None:
     out = {"strategy": args.strategy, "slots": args.slots, "segment_steps": args.segment_steps}
     out["text_rows_ms"] = _ms(lambda: synth.text_rows(0, text, p_ids, p_units), args.rounds)
     rows = synth.text_rows(0, text, p_ids, p_units)
-    strat, models, params = engine.decode_plan(None, plan)
+    strat = plan.strategy
+    models, params = engine.decode_models_for(None, plan)
     pool = Slots(
         strat,
         models,

@@ -128,8 +128,9 @@ def main(argv=None) -> int:
     samp = SamplingConfig(temperature=1.0, top_p=0.6, min_tokens=args.tokens).traced()
     runs = {}
     for name, (spec, replacement) in variants(args.chunk).items():
-        strat, models, params = eng.decode_plan(batch, resolve(eng, spec, precision=args.precision))
-        runs[name] = (replacement or strat, models, params)
+        plan = resolve(eng, spec, precision=args.precision)
+        models, params = eng.decode_models_for(batch, plan)
+        runs[name] = (replacement or plan.strategy, models, params)
 
     def run(name):
         strat, models, params = runs[name]

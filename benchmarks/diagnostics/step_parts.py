@@ -126,7 +126,9 @@ def profile_row(strategy: str, folder: str, args) -> dict:
     batch, keys = random_batch(
         np.random.default_rng(0), eng.cfg, args.batch, args.text_len, args.prompt_len
     )
-    strat, models, params = eng.decode_plan(batch, resolve(eng, strategy, precision=args.precision))
+    plan = resolve(eng, strategy, precision=args.precision)
+    strat = plan.strategy
+    models, params = eng.decode_models_for(batch, plan)
     samp = SamplingConfig(temperature=1.0, top_p=0.6, min_tokens=args.tokens).traced()
     kw = dict(
         strategy=strat.bind(models),

@@ -126,7 +126,7 @@ class Scheduler:
         self.segment_steps, self.max_chars = segment_steps, max_chars
         # a request's longest audio: the run's decode budget (the slots are allocated for it)
         self.max_seconds = float(self.engine.options().max_seconds)
-        self.batching = slots > 0 and hasattr(self.engine, "decode_plan")
+        self.batching = slots > 0 and hasattr(self.engine, "decode_models_for")
         self.compiles = _CompileCounter()
         self.strategies = self._strategies()
         self.voices = self._voices()
@@ -477,10 +477,10 @@ class _Batcher:
 
             engine = self.sched.engine
             _, units = engine.encode_prompt(None)
-            strat, models, params = engine.decode_plan(None, plan)
+            models, params = engine.decode_models_for(None, plan)
             longest = dataclasses.replace(plan.options, max_seconds=self.sched.max_seconds)
             self.pools[plan.name] = Slots(
-                strat,
+                plan.strategy,
                 models,
                 params,
                 num_slots=self.num_slots,

@@ -117,24 +117,25 @@ class LMEngine(Engine):
     def parse_strategy(self, spec: str) -> Strategy:
         models = self.decode_models()
         strategy = registry.get(spec)
+        offered = registry.names("lm")
+        if self.family != "lm":
+            offered += registry.names(self.family)
         if not isinstance(strategy, Strategy):
-            offered = registry.names("lm")
-            if self.family != "lm":
-                offered += registry.names(self.family)
             raise ConfigError(f"--strategy {spec!r}: a {self.family} run decodes with {offered}")
         strategy = strategy.bind(models)
-        strategy.check(models)
+        strategy.check(models)  # its own one-line reason first (e.g. "needs a draft model")
+        if registry.family_of(spec) not in ("lm", self.family):
+            raise ConfigError(f"--strategy {spec!r}: a {self.family} run decodes with {offered}")
         return strategy
 
-    def decode_plan(self, batch: PromptBatch, plan: Plan) -> tuple:
-        """(strategy, models, params) that decode `plan` for `batch`: what `generate` runs in
-        one call and `jaxtts.stream` runs segment by segment."""
-        return self.at_precision(
-            plan.strategy, self.decode_models(), self.decode_params(), plan.options
-        )
+    def decode_models_for(self, batch: PromptBatch | None, plan: Plan) -> tuple[dict, dict]:
+        """(models, params) the loop runs `plan.strategy` on for `batch`, at the plan's
+        precision: what `generate` decodes with in one call and `jaxtts.stream` / the server's
+        slots segment by segment (SSD's `draft` swaps in the draft, TLDR checks the prompt)."""
+        return self.at_precision(self.decode_models(), self.decode_params(), plan.options)
 
-    def at_precision(self, strategy, models: dict, params: dict, options: DecodeOptions):
-        """(strategy, models, params) with the models' matmuls at `options.precision`
+    def at_precision(self, models: dict, params: dict, options: DecodeOptions):
+        """(models, params) with the models' matmuls at `options.precision`
         (`jaxtts.decode.precision`: also decoding's fused layout); the parameters are kept
         per precision."""
         # the key holds the source trees themselves, so their ids cannot be reused meanwhile
@@ -148,21 +149,19 @@ class LMEngine(Engine):
         ):
             self._cast = at_precision(models, params, options.precision)
             self._cast_key = key
-        return (strategy, *self._cast)
+        return self._cast
 
     def generate(self, batch: PromptBatch, keys: jax.Array, plan: Plan) -> Generated:
-        return self._generate(*self.decode_plan(batch, plan), batch, keys, plan.options)
-
-    def _generate(self, strategy, models, params, batch, keys, options) -> Generated:
+        models, params = self.decode_models_for(batch, plan)
         out = jax.device_get(
             decode(
-                strategy,
+                plan.strategy,
                 models,
                 params,
                 batch,
                 keys,
-                max_new_tokens=self.max_new_units(options),
-                sampling=options.sampling,
+                max_new_tokens=self.max_new_units(plan.options),
+                sampling=plan.options.sampling,
             )
         )
         return Generated(

@@ -13,7 +13,6 @@ import numpy as np
 
 from jaxtts.checkpoint import abstract_params
 from jaxtts.codec import load_tokenizer
-from jaxtts.decode import registry
 from jaxtts.decode.driver import decode
 from jaxtts.decode.sampling import row_keys
 from jaxtts.errors import CheckpointError
@@ -69,20 +68,12 @@ class SSDEngine(LMEngine):
     def decode_params(self) -> dict:
         return {"target": self.params, "draft": self.draft_params}
 
-    def parse_strategy(self, spec: str):
-        strategy = registry.get(spec)
-        if isinstance(strategy, Draft):
-            return strategy
-        return super().parse_strategy(spec)
-
-    def decode_plan(self, batch, plan):
-        if not isinstance(plan.strategy, Draft):
-            return super().decode_plan(batch, plan)
-        # `draft`: the draft alone decodes FAR (its own quality)
-        far = registry.get("far")
-        return self.at_precision(
-            far, {"target": self.draft}, {"target": self.draft_params}, plan.options
-        )
+    def decode_models_for(self, batch, plan):
+        if isinstance(plan.strategy, Draft):  # the draft alone decodes FAR (its own quality)
+            return self.at_precision(
+                {"target": self.draft}, {"target": self.draft_params}, plan.options
+            )
+        return super().decode_models_for(batch, plan)
 
 
 def _with_trained(dparams: dict, run: RunFolder) -> dict:

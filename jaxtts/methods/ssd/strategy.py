@@ -43,7 +43,7 @@ from jaxtts.decode.driver import Proposal, Strategy
 from jaxtts.decode.sampling import filter_logits, step_keys, suppress_early_eos
 from jaxtts.errors import ConfigError
 from jaxtts.methods.lm import KVCache, with_bos
-from jaxtts.methods.lm.strategies import cache_windows, multi_row_keys, window_fits
+from jaxtts.methods.lm.strategies import ChunkedAR, cache_windows, multi_row_keys, window_fits
 
 
 @flax.struct.dataclass
@@ -312,10 +312,15 @@ def ssd(arg: str | None) -> SSD:
 
 
 @dataclasses.dataclass(frozen=True)
-class Draft:
-    """`draft`: FAR on the SSD draft alone (the SSD engine decodes it as `far` on the draft)."""
+class Draft(ChunkedAR):
+    """`draft`: FAR on the SSD draft alone (the SSD engine's `decode_models_for` hands the loop
+    the draft as its `target`)."""
 
-    name: str = "draft"
+    chunk: int = 1
+
+    @property
+    def name(self) -> str:
+        return "draft"
 
 
 def draft(arg: str | None) -> Draft:

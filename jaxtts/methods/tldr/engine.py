@@ -116,10 +116,10 @@ class TLDREngine(LMEngine):
                 "prompt speech (pass a longer --prompt)"
             )
 
-    def decode_plan(self, batch, plan):
-        if plan.name == "tldr":
+    def decode_models_for(self, batch, plan):
+        if plan.name == "tldr" and batch is not None:
             self.check_reference(jax.device_get(batch.prompt_len))
-        return super().decode_plan(batch, plan)
+        return super().decode_models_for(batch, plan)
 
     def memory_bytes(
         self, text_len: int, prompt_len: int, length: int, strategy: str | None = None
