@@ -371,10 +371,17 @@ def calibrate(
     model's size), streaming bandwidth over a `weights_mb` weight set (on a GPU make it several
     times the L2 cache, else it measures the cache), and the fixed cost per `lax.while_loop`
     iteration and per layer of ops (a stack of width 8). On an accelerator also the dense
-    matmul peak ([8192]^3 in bfloat16)."""
+    matmul peak ([8192]^3 in bfloat16).
+
+    The matmuls are the decode's own (`jaxtts.nn.layers.matmul` at `dtype`): float32 inputs
+    cast to `dtype`, weights stored in `dtype`, and at bfloat16 float32 sums (and one row padded
+    to two on the CPU), not a bfloat16-output `x @ w`, which XLA's CPU backend runs 5-8x slower
+    than the decode's path (the calibration that predicted every bf16 row 5-8x too slow)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
+
+    from jaxtts.nn.layers import matmul
 
     rng = np.random.default_rng(0)
     dt = jnp.dtype(dtype)
@@ -385,12 +392,12 @@ def calibrate(
     def chain(x, ws):
         acc = 0.0
         for w in ws:  # independent GEMMs of one weight set, read once each
-            acc = acc + jnp.sum(x @ w)
+            acc = acc + jnp.sum(matmul("...d,df->...f", x, w, dtype))  # [M, F]
         return acc
 
     curve = []
     for m in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
-        x = jnp.asarray(rng.standard_normal((m, d_model)), dt)
+        x = jnp.asarray(rng.standard_normal((m, d_model)), jnp.float32)  # [M, D]
         t = _timeit(chain, x, ws)
         curve.append([m, 2 * m * d_model * d_ff * n_mats / t])
     # bandwidth: read the weight set once (a sum over every matrix), model-sized
@@ -646,10 +653,24 @@ def device_from_calibration(cal: dict) -> Device:
     )
 
 
+def check_precisions(cal: dict, rows: list, calibration: str, speed: str) -> None:
+    """SystemExit (one line) unless the calibration measured the matmuls at the precision
+    every speed row ran at: a float32 curve predicts nothing about bfloat16 rows, and back."""
+    cal_dtype = cal.get("dtype", "float32")
+    ran = sorted({r.get("precision", "float32") for r in rows})
+    if ran != [cal_dtype]:
+        raise SystemExit(
+            f"{calibration}: dtype={cal_dtype!r}, but the rows of {speed} ran at "
+            f"precision {', '.join(ran)}: calibrate with --dtype {ran[0]}"
+            + (" (and split the rows by precision)" if len(ran) > 1 else "")
+        )
+
+
 def check(args) -> int:
     cal = json.loads(Path(args.calibration).read_text())
-    dev = device_from_calibration(cal)
     rows = json.loads(Path(args.speed).read_text())
+    check_precisions(cal, rows, args.calibration, args.speed)
+    dev = device_from_calibration(cal)
     print(
         f"calibration: {cal['device']}, bandwidth {cal['bw'] / 1e9:.1f} GB/s over "
         f"{cal['weights_mb']:.0f} MB of matrices, {(cal.get('bw_stream') or cal['bw']) / 1e9:.1f}"
@@ -834,7 +855,12 @@ def main(argv=None) -> int:
     c = sub.add_parser("calibrate")
     c.add_argument("--out", default="out/roofline_cpu.json")
     c.add_argument("--weights_mb", type=float, default=20.0, help="GPU: > 4x its L2 cache")
-    c.add_argument("--dtype", default="float32", help="weights and activations of the matmuls")
+    c.add_argument(
+        "--dtype",
+        default="float32",
+        help="the decode's matmul precision (bfloat16: weights and inputs, float32 sums); must "
+        "match the speed rows' --precision (check refuses another)",
+    )
     c.add_argument(
         "--depths",
         default="4,12",

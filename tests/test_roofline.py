@@ -232,3 +232,40 @@ def test_methods_speed_bad_rows_are_one_line_errors(capsys):
     assert ms.main(["--rows", f"farx+top_p=1.0@{folder}", "--batch", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert "unknown strategy 'farx'" in err and len(err.splitlines()) == 1
+
+
+def test_check_refuses_a_calibration_of_another_precision(roofline):
+    """`roofline check` compares a calibration with speed rows of its own precision only: a
+    float32 curve against bfloat16 rows (or mixed rows) is a one-line error naming both files."""
+    bf16 = [
+        {"strategy": "far", "precision": "bfloat16"},
+        {"strategy": "car:3", "precision": "bfloat16"},
+    ]
+    roofline.check_precisions({"dtype": "bfloat16"}, bf16, "cal.json", "speed.json")
+    roofline.check_precisions({}, [{"strategy": "far"}], "cal.json", "speed.json")  # old files
+    want = "cal.json: dtype='float32', but the rows of speed.json ran at precision bfloat16: "
+    with pytest.raises(SystemExit, match=want + "calibrate with --dtype bfloat16$"):
+        roofline.check_precisions({"dtype": "float32"}, bf16, "cal.json", "speed.json")
+    mixed = [*bf16, {"strategy": "far"}]
+    with pytest.raises(SystemExit, match=r"precision bfloat16, float32: .*split the rows"):
+        roofline.check_precisions({"dtype": "bfloat16"}, mixed, "cal.json", "speed.json")
+
+
+def test_calibration_matmul_is_the_decodes(roofline, monkeypatch):
+    """The calibration times `jaxtts.nn.layers.matmul` at its dtype (the decode's bf16 weights
+    with float32 sums), not a plain `x @ w`: every chain matmul goes through it."""
+    import jaxtts.nn.layers as layers
+
+    seen = []
+    real = layers.matmul
+
+    def spy(eq, x, kernel, dtype):
+        seen.append((eq, str(x.dtype), str(kernel.dtype), dtype))
+        return real(eq, x, kernel, dtype)
+
+    monkeypatch.setattr(layers, "matmul", spy)
+    monkeypatch.setattr(roofline, "fit_fixed_costs", lambda *a, **k: {})
+    monkeypatch.setattr(roofline, "_timeit", lambda fn, *a, reps=20: (fn(*a), 1e-3)[1])
+    cal = roofline.calibrate(d_model=16, d_ff=32, weights_mb=0.01, dtype="bfloat16")
+    assert cal["dtype"] == "bfloat16" and len(cal["curve"]) == 10
+    assert seen and all(s == ("...d,df->...f", "float32", "bfloat16", "bfloat16") for s in seen)
