@@ -331,7 +331,28 @@ def serve_load(root: Path) -> str:
     return "\n".join(lines) + "\n\n" + _footer(res)
 
 
+def natural_lm(root: Path) -> str:
+    """Whisper WER of evaluate rows on the natural test split by group (benchmarks/eval_record)."""
+    from benchmarks.eval_record import GROUPS
+
+    res = _load(root, "natural_lm")
+    head = "| row | utterances | WER % | " + " | ".join(GROUPS) + " | LM-RTF | mean chunk |"
+    lines = [head, "|---|" + "--:|" * (len(GROUPS) + 4)]
+    for r in res["values"]["rows"]:
+        cells = [_pct(r["groups"].get(g, {}).get("wer")) for g in GROUPS]
+        rtf = "" if r.get("lm_rtf") is None else f"{r['lm_rtf']:.3f}"
+        chunk = "" if r.get("mean_chunk") is None else f"{r['mean_chunk']:.2f}"
+        lines.append(
+            f"| {r['name']} | {r['all']['n']} | {_pct(r['all']['wer'])} | "
+            + " | ".join(cells)
+            + f" | {rtf} | {chunk} |"
+        )
+    note = f"{res['note']} " if res.get("note") else ""
+    return "\n".join(lines) + "\n\n" + note + _footer(res)
+
+
 TABLES = {
+    "natural_lm": natural_lm,
     "serve_load": serve_load,
     "codec_augment": codec_augment,
     "methods": methods,

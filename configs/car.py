@@ -20,8 +20,10 @@ Variants (`--config configs/car.py:<variant>`):
          the retrain on natural voices (issue 100); same steps and recipe as `small`
   natural_deep  `natural` at 12 layers: the block expansion of `runs/car_natural`
          (`python -m jaxtts.methods.lm.expand runs/car_natural runs/car_natural_deep_init`),
-         every parameter trained (the 4-layer model is far from converged on natural speech:
-         its dev CE still falls ~0.6 nats per 1,000 steps, train CE = dev CE), ~6 s a step
+         every parameter trained, ~5-6 s a step. Tried once and stopped at step 150: dev CE
+         4.129 against the 4-layer model's 4.088 at its start (the 4-layer model barely reads
+         its text, 0.19 nats a token: depth is not its bottleneck; benchmarks/RESULTS.md
+         §natural-lm)
   paper  12 layers, D=1024, FFN 4096, 8 heads, K=7 heads (DCAR paper), for accelerators
 
   python train.py --config configs/car.py:small --workdir runs/car
@@ -81,6 +83,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     config.loss = mlc.ConfigDict(
         dict(
             alpha=1.0,
+            input_noise=0.0,  # share of target input tokens replaced by random ones (training)
             align_layers=(),
             align_heads=(),
             align_ctc_weight=0.0,

@@ -651,8 +651,10 @@ def evaluate(
     num_saved_wavs: int = 2,
     progress: bool = True,
     sampling: dict | None = None,
+    speakers: tuple[str, ...] = (),
 ) -> dict:
-    """Score every row on `num` utterances of `<corpus_dir>/<split>.jsonl`; write results.
+    """Score every row on `num` utterances of `<corpus_dir>/<split>.jsonl` (only `speakers`'
+    when given); write results.
 
     Writes `<out_dir>/results.json`, `results.md`, `wer_vs_rtf.png`, `mels.png` and a few
     wavs under `samples/<row>/`. Returns the results dict (the content of results.json).
@@ -678,6 +680,14 @@ def evaluate(
         raise ConfigError("--rows: no row could be built, expected at least one")
 
     all_utts = read_manifest(corpus_dir / f"{split}.jsonl")
+    if speakers:
+        missing = sorted(set(speakers) - {u.speaker for u in all_utts})
+        if missing:
+            raise ConfigError(
+                f"--speakers: {missing} not in {corpus_dir / f'{split}.jsonl'}, expected some of "
+                f"{sorted({u.speaker for u in all_utts})}"
+            )
+        all_utts = [u for u in all_utts if u.speaker in set(speakers)]
     utts, gt, prompts, w = load_split(all_utts, num)
     warn += w
 
@@ -819,6 +829,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     _add(p, "split", default="test", help="manifest to evaluate: train | dev | test")
     _add(p, "out", default="out/eval", help="output folder (results.md, results.json, plots)")
     _add(p, "num", type=int, default=None, help="utterances to evaluate (None = whole split)")
+    _add(
+        p,
+        "speakers",
+        default="",
+        help="only these speakers' utterances, comma-separated (e.g. the natural voices "
+        "awb,joe,slth,rms); '' = every speaker",
+    )
     _add(
         p,
         "rows",
@@ -970,6 +987,7 @@ def main(argv: list[str] | None = None) -> int:
                     "precision": a.precision,
                     "seed": a.seed,
                 },
+                speakers=tuple(split_specs(a.speakers)),
             )
     except JaxttsError as e:
         print(f"error: {e}", file=sys.stderr)

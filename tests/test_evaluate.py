@@ -192,6 +192,7 @@ def test_evaluate_rows(corpus, tmp_path):
         (["--rows", "nonsense"], "nonsense"),
         (["--rows", "model:far"], "need --workdir"),
         (["--split", "nosuchsplit"], "nosuchsplit.jsonl"),
+        (["--speakers", "nobody"], "--speakers: ['nobody'] not in"),
     ],
 )
 def test_cli_errors_are_one_line(corpus, tmp_path, capsys, args, expect):

@@ -19,7 +19,7 @@ from lm_reference import (
 from jaxtts.decode import registry
 from jaxtts.decode.sampling import SamplingConfig, filter_logits, row_keys
 from jaxtts.errors import ConfigError
-from jaxtts.methods.lm.model import TTSLM
+from jaxtts.methods.lm.model import TTSLM, with_bos
 from jaxtts.train import losses
 
 pytestmark = pytest.mark.slow  # integration / trained models: `make test-fast` skips it
@@ -725,3 +725,31 @@ def test_slots_prefill_a_request_at_its_own_width(params):
     for a, b in zip(out[8][:3], out[32][:3], strict=True):  # length, tokens, done
         np.testing.assert_array_equal(a, b)
     assert out[8][2][:3].all() and len(set(out[8][0][:3].tolist())) > 1
+
+
+def test_input_noise_replaces_only_target_inputs():
+    """`loss.input_noise`: BOS, the prompt and the padding are never replaced; at rate 0 the
+    inputs are unchanged, near 1 every target input is a random speech token (not a special
+    one); the loss's targets are the clean tokens; a bad rate or key is a one-line error."""
+    import ml_collections as mlc
+
+    from jaxtts.methods.lm.task import LMTask, corrupt_inputs, lm_task_from_config
+
+    cfg = dataclasses.replace(TINY, num_speech_tokens=50)
+    speech = jnp.asarray(np.arange(2 * 9).reshape(2, 9) % 50, jnp.int32)
+    lens, prompt = jnp.asarray([9, 6]), jnp.asarray([3, 2])
+    x, x_len = with_bos(speech, lens, cfg)  # [2, 10]
+    key = jax.random.PRNGKey(0)
+    assert np.array_equal(corrupt_inputs(x, x_len, prompt, 0.0, cfg, key), x)
+    y = np.asarray(corrupt_inputs(x, x_len, prompt, 0.999, cfg, key))
+    x = np.asarray(x)
+    for b, (n, p) in enumerate(zip([10, 7], [3, 2], strict=True)):
+        assert np.array_equal(y[b, : p + 1], x[b, : p + 1])  # BOS + prompt
+        assert np.array_equal(y[b, n:], x[b, n:])  # padding
+        assert np.all((y[b, p + 1 : n] >= 0) & (y[b, p + 1 : n] < 50))
+        assert np.mean(y[b, p + 1 : n] != x[b, p + 1 : n]) > 0.6  # 1/50 draws hit the same
+    loss = mlc.ConfigDict(dict(alpha=1.0, input_noise=0.2))
+    task = lm_task_from_config(mlc.ConfigDict(dict(loss=loss)), cfg)
+    assert isinstance(task, LMTask) and task.input_noise == 0.2
+    with pytest.raises(ConfigError, match=r"^loss.input_noise=1.0: expected a share in \[0, 1\)$"):
+        lm_task_from_config(mlc.ConfigDict(dict(loss=dict(input_noise=1.0))), cfg)

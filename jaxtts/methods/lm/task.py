@@ -42,7 +42,10 @@ class LMTask:
     """`jaxtts.train.loop.Task` for the TTS LM: the multi-token loss, plus alignment learning
     (`jaxtts.train.align`) when `align.enabled`: the beta-binomial prior added to the
     speech->text attention logits of `align.layers` x `align.heads` (weight annealed by the
-    train step; evaluation runs without it) and the CTC alignment loss on those logits."""
+    train step; evaluation runs without it) and the CTC alignment loss on those logits.
+    `input_noise` > 0: training inputs with that share of their target tokens replaced by
+    random ones (`corrupt_inputs`; the targets stay clean), so that the past speech predicts
+    less and the text more."""
 
     def __init__(
         self,
@@ -50,12 +53,14 @@ class LMTask:
         alpha: float = 1.0,
         align: AlignConfig | None = None,
         distill: float = 0.0,
+        input_noise: float = 0.0,
     ):
         self.cfg = cfg
         self.model = TTSLM(cfg)
         self.alpha = float(alpha)
         self.align = align or AlignConfig()
         self.distill = float(distill)
+        self.input_noise = float(input_noise)
 
     def init(self, rng, batch):
         x, x_len = with_bos(batch["speech"], batch["speech_len"], self.cfg)
@@ -69,6 +74,11 @@ class LMTask:
         cfg, a = self.cfg, self.align
         text, text_len = jnp.asarray(batch["text"]), jnp.asarray(batch["text_len"])
         x, x_len = with_bos(batch["speech"], batch["speech_len"], cfg)
+        if train and self.input_noise > 0 and rng is not None:
+            rng, noise_rng = jax.random.split(rng)
+            x = corrupt_inputs(
+                x, x_len, jnp.asarray(batch["prompt_len"]), self.input_noise, cfg, noise_rng
+            )
         rngs = {"dropout": rng} if rng is not None else {}
         if not a.enabled:
             logits, _ = self.model.apply(
@@ -152,23 +162,43 @@ class LMTask:
         return loss, metrics
 
 
+def corrupt_inputs(
+    x: jax.Array, x_len: jax.Array, prompt_len: jax.Array, rate: float, cfg: LMConfig, rng
+) -> jax.Array:
+    """`x` [B, T + 1] (`with_bos`: BOS, the prompt's P tokens, the target's, PAD) with each
+    target token replaced by a uniform random speech token with probability `rate`; BOS, the
+    prompt and the padding are kept."""
+    pos = jnp.arange(x.shape[1])[None]  # [1, T + 1]
+    target = (pos > prompt_len[:, None]) & (pos < x_len[:, None])  # [B, T + 1]
+    k_flip, k_tok = jax.random.split(rng)
+    flip = jax.random.bernoulli(k_flip, rate, x.shape) & target
+    noise = jax.random.randint(k_tok, x.shape, 0, cfg.num_speech_tokens, jnp.int32)
+    return jnp.where(flip, noise, x)
+
+
 def lm_task_from_config(config, cfg: LMConfig) -> LMTask:
     """The task of a (filled) LM config: `loss.alpha`, `loss.distill` (the weight of the
     teacher term in [0, 1]; needs a teacher, see `train`) and the `loss.align_*` keys; an
     unknown `loss.*` key is a ConfigError naming it."""
     loss_cfg = dict(config.get("loss", {}) or {})
     unknown = sorted(
-        k for k in loss_cfg if k not in ("alpha", "distill") and not k.startswith("align_")
+        k
+        for k in loss_cfg
+        if k not in ("alpha", "distill", "input_noise") and not k.startswith("align_")
     )
     if unknown:
         raise ConfigError(
-            f"loss.{unknown[0]}: unknown key, expected 'alpha', 'distill' or 'align_*'"
+            f"loss.{unknown[0]}: unknown key, expected 'alpha', 'distill', 'input_noise' or "
+            "'align_*'"
         )
     distill = float(loss_cfg.get("distill", 0.0))
     if not 0.0 <= distill <= 1.0:
         raise ConfigError(f"loss.distill={distill}: expected a weight in [0, 1]")
+    noise = float(loss_cfg.get("input_noise", 0.0))
+    if not 0.0 <= noise < 1.0:
+        raise ConfigError(f"loss.input_noise={noise}: expected a share in [0, 1)")
     align = AlignConfig.from_loss_config(loss_cfg, cfg.num_layers, cfg.num_heads)
-    return LMTask(cfg, float(loss_cfg.get("alpha", 1.0)), align, distill)
+    return LMTask(cfg, float(loss_cfg.get("alpha", 1.0)), align, distill, noise)
 
 
 class TeacherSource:
