@@ -39,6 +39,10 @@ HELP = {
     "model.speakers": "training speaker names in class order (None = from the train split)",
     # loss
     "loss.alpha": "weight of prediction head k is alpha^(k-1) (1 = uniform)",
+    "loss.input_noise": (
+        "share of the target's input tokens replaced by random ones in training (targets stay "
+        "clean; 0 = off)"
+    ),
     "loss.align_layers": (
         "layers whose speech->text attention learns the alignment (() = off; "
         "on the command line '(1, 2)' or '()')"
