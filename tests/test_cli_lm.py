@@ -498,7 +498,9 @@ def test_print_config_describes_every_key_of_every_variant():
     proc = _run(["train.py", "--config", "configs/car.py:small", "--print_config"], timeout=120)
     assert proc.returncode == 0 and "(no description)" not in proc.stdout
     assert "model.num_mtp_heads = 4" in proc.stdout and "# prediction heads K" in proc.stdout
-    listed = "variants of configs/car.py: tiny, demo, small, deep, deep_ft, natural, natural_deep, paper"
+    listed = (
+        "variants of configs/car.py: tiny, demo, small, deep, deep_ft, natural, natural_deep, paper"
+    )
     assert listed in proc.stdout
 
 
