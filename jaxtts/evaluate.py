@@ -681,13 +681,13 @@ def evaluate(
 
     all_utts = read_manifest(corpus_dir / f"{split}.jsonl")
     if speakers:
-        missing = sorted(set(speakers) - {u.speaker for u in all_utts})
-        if missing:
+        wanted, present = set(speakers), {u.speaker for u in all_utts}
+        if wanted - present:
             raise ConfigError(
-                f"--speakers: {missing} not in {corpus_dir / f'{split}.jsonl'}, expected some of "
-                f"{sorted({u.speaker for u in all_utts})}"
+                f"--speakers: {sorted(wanted - present)} not in {corpus_dir / f'{split}.jsonl'}, "
+                f"expected some of {sorted(present)}"
             )
-        all_utts = [u for u in all_utts if u.speaker in set(speakers)]
+        all_utts = [u for u in all_utts if u.speaker in wanted]
     utts, gt, prompts, w = load_split(all_utts, num)
     warn += w
 
