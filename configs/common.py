@@ -100,6 +100,10 @@ def data_config(**overrides) -> mlc.ConfigDict:
             # `python -m jaxtts.data.tokenizers fit-context <dir> --corpus <corpus>`
             tokenizer_context=1,
             tokenizer_conv_steps=0,  # > 0: also train a conv decoder (minutes; see help)
+            # a slice of the corpus, comma lists ('' = all): its speakers, its text parts
+            # ('grammar', 'open': the natural corpus's two kinds of sentence)
+            speakers="",
+            text_parts="",
             text_backend="espeak",  # phonemes from espeak-ng; 'char' for characters
             prompt_seconds=3.0,
             batch_size=16,

@@ -78,6 +78,10 @@ HELP = {
     "(a learned non-linear residual over the context decoder, jaxtts.data.token_decoder; "
     "0 = none; the shipped tokenizer's: 3000 steps, ~10 min on 2 cores, added with "
     "python -m jaxtts.data.tokenizers fit-conv)",
+    "data.speakers": "train on these speakers only (comma list; '' = all; the symbol table "
+    "still comes from every speaker)",
+    "data.text_parts": "train on these text parts only: grammar and/or open (the natural "
+    "corpus; '' = all)",
     "data.text_backend": "text symbols: espeak (IPA phonemes) | char",
     "data.prompt_seconds": "speech prompt length in training and synthesis (seconds)",
     "data.batch_size": "utterances per training batch (global, over all devices)",

@@ -300,3 +300,30 @@ def test_evaluate_reports_whisper_columns_by_voice_kind_part_and_role(tmp_path):
     assert row["wer_whisper_natural"] < 0.1 < row["wer_whisper_espeak"]
     assert row["wer_whisper_heldout"] is not None and row["wer_whisper_open"] is not None
     assert 0 < row["cer_whisper"] < row["wer_whisper"]
+
+
+def test_data_slice_keeps_the_named_speakers_and_text_parts():
+    import ml_collections as mlc
+
+    from jaxtts.data.manifest import Utterance
+    from jaxtts.train.prepare import select_utterances
+
+    ids = ["awb_g00001", "awb_o00002", "spk00_g00003", "spk00_o00004", "spk01_g00005"]
+    utts = [Utterance(i, f"{i}.wav", "a", speaker=i.split("_")[0]) for i in ids]
+    splits = {"train": utts, "dev": utts[:2]}
+
+    def pick(**kw):
+        cfg = mlc.ConfigDict({"speakers": "", "text_parts": "", **kw})
+        return {s: [u.id for u in v] for s, v in select_utterances(splits, cfg, Path("c")).items()}
+
+    assert pick() == {"train": ids, "dev": ids[:2]}
+    assert pick(speakers="spk00,spk01")["train"] == ids[2:]
+    assert pick(text_parts="grammar")["train"] == ["awb_g00001", "spk00_g00003", "spk01_g00005"]
+    assert pick(speakers="awb", text_parts="open") == {
+        "train": ["awb_o00002"],
+        "dev": ["awb_o00002"],
+    }
+    with pytest.raises(ConfigError, match="data.speakers: 'rms' is not a speaker of c/train.jsonl"):
+        pick(speakers="awb,rms")
+    with pytest.raises(ConfigError, match="data.text_parts: 'news'"):
+        pick(text_parts="news")

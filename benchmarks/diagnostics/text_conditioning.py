@@ -5,7 +5,7 @@ extractor's CE (`jaxtts.methods.tldr.task.text_information`), the stage's masked
 (`jaxtts.methods.palle.task.text_information`), one row each.
 
     python -m benchmarks.diagnostics.text_conditioning \
-        --workdir runs/car_small [--step N] [--split dev]
+        --workdir runs/car_small [--step N] [--split dev] [--speakers a,b] [--text_parts open]
     python -m benchmarks.diagnostics.text_conditioning --workdir pretrained/car_small \
         --corpus data/builtin
     python -m benchmarks.diagnostics.text_conditioning --workdir runs/car_small_noalign \
@@ -35,6 +35,8 @@ def main():
     ap.add_argument("--corpus", default=None, help="corpus folder (default: the run's data.json)")
     ap.add_argument("--split", default="dev")
     ap.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
+    ap.add_argument("--speakers", default="", help="these speakers only (comma list)")
+    ap.add_argument("--text_parts", default="", help="grammar and/or open (the natural corpus)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--align", action="store_true", help="also score every head's alignment")
     args = ap.parse_args()
@@ -46,6 +48,7 @@ def main():
     from jaxtts.methods.tldr.task import text_information as tldr_text_information
     from jaxtts.run_folder import RunFolder
     from jaxtts.synthesize import Synthesizer
+    from jaxtts.train.prepare import slice_utterances
 
     run = RunFolder(args.workdir)
     step = args.step
@@ -53,7 +56,13 @@ def main():
         step = run.checkpointer(read_only=True).latest_step()
     engine = Synthesizer.from_workdir(args.workdir, step=step).engine
     corpus = args.corpus or run.read_data_info()["corpus_dir"]
-    utts = read_split(corpus, args.split)
+    utts = slice_utterances(
+        read_split(corpus, args.split),
+        args.speakers,
+        args.text_parts,
+        f"{corpus}/{args.split}.jsonl",
+        prefix="--",
+    )
     family = getattr(engine, "family", "lm")
     text_information = {"tldr": tldr_text_information, "palle": palle_text_information}.get(
         family, lm_text_information
@@ -61,7 +70,13 @@ def main():
     if args.align and family != "lm":
         ap.error(f"--align: only for TTS LM runs, {args.workdir} is a {family} run")
     info = text_information(engine, utts)
-    print(f"{args.workdir} step {step}, {args.split} split of {corpus}, {info.tokens} tokens")
+    part = " ".join(
+        f"{k}={v}" for k, v in (("speakers", args.speakers), ("parts", args.text_parts)) if v
+    )
+    print(
+        f"{args.workdir} step {step}, {args.split} split of {corpus}{' ' + part if part else ''}, "
+        f"{len(utts)} utterances, {info.tokens} tokens"
+    )
     print("| head | CE right text (nats) | CE other row's text | gap (nats/token) |")
     print("|--:|--:|--:|--:|")
     for h in range(len(info.gap)):
@@ -70,6 +85,8 @@ def main():
         "workdir": args.workdir,
         "step": step,
         "split": args.split,
+        "speakers": args.speakers,
+        "text_parts": args.text_parts,
         "tokens": info.tokens,
         "ce_right": info.ce_right.tolist(),
         "ce_other": info.ce_other.tolist(),

@@ -136,8 +136,12 @@ def prepare_data(config, workdir: str | Path | None = None, progress: bool = Tru
         if not (run.tokenizer_dir / "tokenizer.json").is_file():
             tok.save(run.tokenizer_dir)
 
+    # the symbol table above comes from the whole train split, so a run on a slice and a run
+    # on the whole corpus (`train.init_from` one another) have the same text embedding
+    kept = select_utterances(splits, d, corpus)
+
     def loader(split, train):
-        utts = splits[split]
+        utts = kept[split]
         tokens = tok_lib.load_tokens(corpus, tok.name, [u.id for u in utts])
         records = make_lm_records(utts, tokens, frontend)
         return LMLoader.from_config(
@@ -151,8 +155,65 @@ def prepare_data(config, workdir: str | Path | None = None, progress: bool = Tru
         )
 
     train_loader = loader("train", True)
-    dev_loader = loader("dev", False) if "dev" in splits else None
-    return LMData(corpus, tok, frontend, train_loader, dev_loader, splits)
+    dev_loader = loader("dev", False) if kept.get("dev") else None
+    return LMData(corpus, tok, frontend, train_loader, dev_loader, kept)
+
+
+def _names(value) -> list[str]:
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return [v.strip() for v in str(value or "").split(",") if v.strip()]
+
+
+def slice_utterances(utts: list, speakers, parts, source: str, prefix: str = "data.") -> list:
+    """The utterances of `speakers` and text `parts` (comma strings or lists; empty: all). A text
+    part is 'grammar' or 'open' (`jaxtts.data.natural.utterance_part`: the natural corpus's
+    ids; every utterance of another corpus is 'grammar'). A one-line ConfigError naming the
+    option (`prefix` + speakers / text_parts) and `source` (the manifest) for a speaker that is
+    not there, an unknown part, or nothing left."""
+    from jaxtts.data.natural import utterance_part
+
+    speakers, parts = _names(speakers), _names(parts)
+    if not speakers and not parts:
+        return list(utts)
+    known = sorted({u.speaker for u in utts})
+    for s in speakers:
+        if s not in known:
+            raise ConfigError(
+                f"{prefix}speakers: {s!r} is not a speaker of {source}; expected names from {known}"
+            )
+    for p in parts:
+        if p not in ("grammar", "open"):
+            raise ConfigError(f"{prefix}text_parts: {p!r}, expected 'grammar' and/or 'open'")
+    out = [
+        u
+        for u in utts
+        if (not speakers or u.speaker in speakers) and (not parts or utterance_part(u.id) in parts)
+    ]
+    if not out:
+        raise ConfigError(
+            f"{prefix}speakers={speakers}, {prefix}text_parts={parts}: "
+            f"no utterance of {source} left"
+        )
+    return out
+
+
+def select_utterances(splits: dict, data_cfg, corpus: Path) -> dict:
+    """Each split's utterances of `data.speakers` and `data.text_parts` (`slice_utterances`):
+    training on a slice (an ablation, or the first stage of a curriculum) without a copy of
+    the corpus. The train split must keep some; a dev split may end up empty (no dev loader)."""
+    speakers, parts = data_cfg.get("speakers", ""), data_cfg.get("text_parts", "")
+    if not _names(speakers) and not _names(parts):
+        return splits
+    out = {"train": slice_utterances(splits["train"], speakers, parts, f"{corpus}/train.jsonl")}
+    for split, utts in splits.items():
+        if split != "train":
+            try:
+                out[split] = slice_utterances(utts, speakers, parts, f"{corpus}/{split}.jsonl")
+            except ConfigError:
+                out[split] = []
+    log.info("data slice: %d of %d train utterances", len(out["train"]), len(splits["train"]))
+    return out
 
 
 def fill_model_sizes(config, data: LMData) -> mlc.ConfigDict:
