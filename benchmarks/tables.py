@@ -351,7 +351,53 @@ def natural_lm(root: Path) -> str:
     return "\n".join(lines) + "\n\n" + note + _footer(res)
 
 
+def _who(speakers: str) -> str:
+    """'spk00,...,spk08' -> 'espeak voices (9)'; 'awb,joe' -> 'awb, joe'; '' -> 'all voices'."""
+    names = [x for x in str(speakers or "").split(",") if x]
+    if not names:
+        return "all voices"
+    if all(x.startswith("spk") for x in names):
+        return f"espeak voices ({len(names)})"
+    return "natural voices " + ", ".join(names)
+
+
+def _trained_on(t: dict) -> str:
+    who = _who(t.get("speakers", ""))
+    parts = t.get("text_parts") or "all text"
+    tok = str(t.get("tokenizer", "kmeans")).split(":")[0]
+    corpus = Path(str(t.get("corpus", ""))).name or "built-in"
+    start = f"; from {Path(t['init_from']).name}" if t.get("init_from") else ""
+    return f"{corpus}: {who}, {parts}, {tok}{start}"
+
+
+def text_information(root: Path) -> str:
+    """How much each LM run reads its text: dev CE with the right transcript against another
+    row's, head 1 (`benchmarks/diagnostics/text_conditioning.py --record`)."""
+    res = _load(root, "text_information")
+    lines = [
+        "| run | trained on | step | scored on (dev split) | utterances | CE right text "
+        "| CE other text | text information (nats/token) |",
+        "|---|---|--:|---|--:|--:|--:|--:|",
+    ]
+    for r in res["values"]["rows"]:
+        scored = ", ".join(x for x in (_who(r.get("speakers", "")), r.get("text_parts")) if x)
+        lines.append(
+            f"| {Path(r['workdir']).name} | {_trained_on(r['training'])} | {r['step']} | "
+            f"{scored} | {r['utterances']} | {r['ce_right'][0]:.3f} | {r['ce_other'][0]:.3f} "
+            f"| {r['ce_other'][0] - r['ce_right'][0]:+.3f} |"
+        )
+    commits = sorted({r["commit"] for r in res["values"]["rows"]})
+    dates = sorted({r["date"] for r in res["values"]["rows"]})
+    return (
+        "\n".join(lines)
+        + "\n\nGenerated from `python -m benchmarks.diagnostics.text_conditioning --workdir <run> "
+        "--step <step> [--speakers ...] --record benchmarks/results/text_information.json`, "
+        f"one call per row (commits {', '.join(commits)}; {', '.join(dates)}).\n"
+    )
+
+
 TABLES = {
+    "text_information": text_information,
     "natural_lm": natural_lm,
     "serve_load": serve_load,
     "codec_augment": codec_augment,

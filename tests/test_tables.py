@@ -32,3 +32,36 @@ def test_a_hand_edited_number_fails_the_check(tmp_path):
     assert r.returncode == 1
     assert "benchmarks/RESULTS.md (natural_test_split) (python" in r.stderr
     assert r.stderr.count("\n") == 1
+
+
+def test_text_information_record_replaces_the_same_measurement(tmp_path):
+    import json
+
+    from benchmarks.diagnostics.text_conditioning import record
+    from jaxtts.run_folder import RunFolder
+
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    cfg = {"task": "lm", "data": {"corpus_dir": "data/natural", "speakers": "spk00,spk01"}}
+    (run / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "benchmarks" / "results" / "text_information.json"
+
+    def measure(step, ce_other):
+        m = {"workdir": str(run), "step": step, "split": "dev", "speakers": "awb"}
+        m.update(text_parts="", tokens=10, ce_right=[2.0, 3.0], ce_other=[ce_other, 3.5])
+        record(str(out), m, RunFolder(run), [0, 1, 2], "data/natural")
+
+    measure(500, 2.5)
+    measure(500, 2.25)  # the same run, step and slice: replaced
+    measure(1000, 3.0)
+    rows = json.loads(out.read_text())["values"]["rows"]
+    assert [(r["step"], r["ce_other"][0]) for r in rows] == [(500, 2.25), (1000, 3.0)]
+    assert rows[0]["training"]["speakers"] == "spk00,spk01" and rows[0]["utterances"] == 3
+
+    from benchmarks.tables import text_information
+
+    table = text_information(tmp_path).splitlines()
+    assert table[2] == (
+        "| r | natural: espeak voices (2), all text, kmeans | 500 | natural voices awb | 3 "
+        "| 2.000 | 2.250 | +0.250 |"
+    )

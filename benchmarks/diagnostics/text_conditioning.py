@@ -29,6 +29,52 @@ import os
 import sys
 
 
+def _training(run) -> dict:
+    """What the run was trained on, from its config.json (the table's 'trained on' cells)."""
+    c = run.read_config()
+    d, t = c.get("data", {}), c.get("train", {})
+    return {
+        "corpus": d.get("corpus_dir") or "built-in",
+        "speakers": d.get("speakers", ""),
+        "text_parts": d.get("text_parts", ""),
+        "tokenizer": d.get("tokenizer", "kmeans"),
+        "init_from": t.get("init_from", ""),
+    }
+
+
+def record(path: str, out: dict, run, utts, corpus) -> None:
+    """Adds `out` (one measurement) to the rows of the results JSON at `path`."""
+    import platform
+    import subprocess
+    import time
+    from pathlib import Path
+
+    p = Path(path)
+    res = json.loads(p.read_text()) if p.is_file() else {"values": {"rows": []}}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    row = dict(
+        out,
+        corpus=str(corpus),
+        utterances=len(utts),
+        training=_training(run),
+        command="python -m benchmarks.diagnostics.text_conditioning " + " ".join(sys.argv[1:]),
+        commit=commit,
+        date=time.strftime("%Y-%m-%d"),
+        machine=f"{platform.machine()} {platform.processor() or ''}".strip(),
+    )
+    key = ("workdir", "step", "split", "speakers", "text_parts")
+    rows = [
+        r
+        for r in res["values"]["rows"]
+        if tuple(r.get(k) for k in key) != tuple(row[k] for k in key)
+    ]
+    res["values"]["rows"] = rows + [row]
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(res, indent=1) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workdir", required=True)
@@ -38,6 +84,12 @@ def main():
     ap.add_argument("--speakers", default="", help="these speakers only (comma list)")
     ap.add_argument("--text_parts", default="", help="grammar and/or open (the natural corpus)")
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--record",
+        default=None,
+        help="results JSON to add this measurement to as a row (benchmarks.tables: "
+        "text_information); a row of the same run, step, split and slice is replaced",
+    )
     ap.add_argument("--align", action="store_true", help="also score every head's alignment")
     args = ap.parse_args()
 
@@ -101,6 +153,8 @@ def main():
                 f"{' / '.join(f'{v:.2f}' for v in a.ctc[i])} |"
             )
         out.update(diag_mass=a.diag_mass.tolist(), align_ctc=a.ctc.tolist())
+    if args.record:
+        record(args.record, out, run, utts, corpus)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
