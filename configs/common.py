@@ -55,6 +55,7 @@ def train_config(**overrides) -> mlc.ConfigDict:
             # what trains: 'all', 'lora', 'prefix:<path>,...' (jaxtts/train/state.py)
             trainable="all",
             init_from="",  # a run folder whose parameters initialise matching paths
+            init_skip="",  # comma list of path prefixes init_from leaves at their fresh init
             seed=0,
             log_every=10,
             eval_every=500,

@@ -111,6 +111,8 @@ HELP = {
     "train.microbatches": "gradient accumulation: microbatches per step",
     "train.trainable": "what trains: all | lora | prefix:<path>,... (the rest is frozen)",
     "train.init_from": "run folder whose parameters initialise matching paths ('' = none)",
+    "train.init_skip": "comma list of parameter path prefixes that init_from leaves at their "
+    "fresh init (e.g. speech_embed,base_head when the source used another speech tokenizer)",
     "train.seed": "seed of initialisation and dropout",
     "train.log_every": "steps between train-metric logs",
     "train.eval_every": "steps between dev evaluations (0 = only at the end)",

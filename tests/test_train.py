@@ -297,6 +297,25 @@ def test_frozen_tree_init_from_and_resume(tmp_path):
     np.testing.assert_array_equal(merged["w2"], st.params["w2"])
 
 
+def test_init_skip_leaves_the_named_paths_at_their_fresh_init():
+    """`train.init_skip` (another speech tokenizer's run as the source): the skipped paths keep
+    the new model's values, even where the shapes differ; every other path is the source's."""
+    from jaxtts.train.state import overlay, trainable_predicate
+
+    new = {"speech_embed": np.zeros((4, 2)), "head": {"out": np.zeros((2, 4))}, "w": np.zeros(3)}
+    src = {"speech_embed": np.ones((5, 2)), "head": {"out": np.ones((2, 5))}, "w": np.ones(3)}
+    skip = trainable_predicate("prefix:speech_embed,head/out")
+    out, n = overlay(new, src, "src", skip)
+    assert n == 1
+    np.testing.assert_array_equal(out["w"], np.ones(3))
+    np.testing.assert_array_equal(out["speech_embed"], np.zeros((4, 2)))
+    np.testing.assert_array_equal(out["head"]["out"], np.zeros((2, 4)))
+    with pytest.raises(
+        ConfigError, match=r"train.init_from=src: 'speech_embed' has shape \(5, 2\)"
+    ):
+        overlay(new, src, "src")
+
+
 def test_trainable_and_init_from_errors(tmp_path):
     c = toy_config(steps=2)
     c.train.trainable = "prefix:nothing"

@@ -103,6 +103,10 @@ class Trainer:
         self.trainable_spec = str(config.train.get("trainable", "all") or "all")
         self.trainable = trainable_predicate(self.trainable_spec)
         self.init_from = str(config.train.get("init_from", "") or "")
+        skip = str(config.train.get("init_skip", "") or "").strip()
+        # paths left at their fresh init (e.g. a vocabulary-sized embedding and heads when the
+        # source run used another speech tokenizer): the `prefix:` form of train.trainable
+        self.init_skip = trainable_predicate(f"prefix:{skip}") if skip else None
         self._init_source = None  # parameters of train.init_from, loaded once
         self.batch_sharding = mesh_lib.batch_sharding(self.mesh)
         self.state_shardings = None
@@ -128,7 +132,7 @@ class Trainer:
     def _boxed_state(self, rng, batch, source=None):
         params = self.task.init(rng, batch)
         if source is not None:
-            params, n = overlay(params, source, self.init_from)
+            params, n = overlay(params, source, self.init_from, self.init_skip)
             if n == 0:
                 raise ConfigError(
                     f"train.init_from={self.init_from}: no parameter path in common with this model"

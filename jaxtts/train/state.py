@@ -61,14 +61,17 @@ def trainable_predicate(spec: str | None) -> Callable[[str], bool]:
     )
 
 
-def overlay(tree: Tree, source: Tree, where: str) -> tuple[dict, int]:
+def overlay(
+    tree: Tree, source: Tree, where: str, skip: Callable[[str], bool] | None = None
+) -> tuple[dict, int]:
     """`tree` with every leaf that `source` has at the same path replaced by source's value
-    (boxes keep their axis names). Returns (tree, number of leaves replaced). A shape mismatch
-    is a ConfigError naming the leaf and `where` the source came from."""
+    (boxes keep their axis names), except the paths `skip` selects (they keep `tree`'s value).
+    Returns (tree, number of leaves replaced). A shape mismatch is a ConfigError naming the
+    leaf and `where` the source came from."""
     flat, src = tree_to_flat(tree), tree_to_flat(source)
     n = 0
     for k, v in src.items():
-        if k not in flat:
+        if k not in flat or (skip is not None and skip(k)):
             continue
         cur = flat[k]
         value = cur.unbox() if hasattr(cur, "unbox") else cur
