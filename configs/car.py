@@ -24,6 +24,16 @@ Variants (`--config configs/car.py:<variant>`):
          4.129 against the 4-layer model's 4.088 at its start (the 4-layer model barely reads
          its text, 0.19 nats a token: depth is not its bottleneck; benchmarks/RESULTS.md
          §natural-lm)
+  natural_boot  the alignment bootstrap of the natural retrain: `natural` on the espeak voices
+         of data/natural only (`data.speakers`) with k-means tokens refit on the corpus
+         (`runs/tok_natural`, fitted on first use): reads its text by step 500 (0.58 nats a
+         token), where the codec's tokens, or every voice at once, do not start within 600
+         steps (benchmarks/RESULTS.md §natural-lm); run stopped at step 510
+  natural_xfer  the natural retrain proper: `natural` on every voice with the codec's tokens,
+         from `natural_boot` moved onto the codec's vocabulary
+         (`python -m jaxtts.methods.lm.retoken runs/car_natural_boot runs/car_codec_init
+         --tokenizer pretrained/codec --corpus data/natural --speakers spk00,...,spk08`),
+         peak 1e-3, no alignment prior (the alignment is there from step 0)
   paper  12 layers, D=1024, FFN 4096, 8 heads, K=7 heads (DCAR paper), for accelerators
 
   python train.py --config configs/car.py:small --workdir runs/car
@@ -38,6 +48,8 @@ from configs import common
 STEPS_SMALL = 3000  # ~2 h on 2 CPU cores
 STEPS_DEEP = 450  # fine-tune of the expanded car_small's new layers (~7 s a step, 2 CPU cores)
 STEPS_DEEP_FT = 750  # its continuation on the 32 h corpus (~4 s a step on Zen 4 cores)
+STEPS_BOOT_SCHEDULE = 1000  # natural_boot's schedule; the run was stopped at step 510
+STEPS_XFER = 2000  # natural_xfer (~1.2 s a step on 2 idle Zen 4 cores)
 STEPS_NATURAL_DEEP = 900  # the natural expansion, every layer trained (~6 s a step, 2 CPU cores)
 
 MODELS = dict(
@@ -49,6 +61,12 @@ MODELS = dict(
     natural=dict(d_model=256, num_layers=4, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4),
     natural_deep=dict(
         d_model=256, num_layers=12, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4
+    ),
+    natural_boot=dict(
+        d_model=256, num_layers=4, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4
+    ),
+    natural_xfer=dict(
+        d_model=256, num_layers=4, num_heads=4, head_dim=64, d_ff=1024, num_mtp_heads=4
     ),
     paper=dict(d_model=1024, num_layers=12, num_heads=8, head_dim=128, d_ff=4096, num_mtp_heads=7),
 )
@@ -151,10 +169,16 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         config.loss.update(align_prior_start=50, align_prior_end=120)
         config.eval.num_samples = 0
         config.decode.max_seconds = 6.0
-    elif v in ("small", "natural"):
+    elif v in ("small", "natural", "natural_boot", "natural_xfer"):
         config.data.update(common.SMALL_LM_DATA)
-        if v == "natural":
+        if v != "small":
             config.data.update(corpus_dir="data/natural", tokenizer="codec:pretrained/codec")
+        if v == "natural_boot":
+            config.data.update(
+                tokenizer="kmeans",
+                tokenizer_dir="runs/tok_natural",
+                speakers=",".join(f"spk{i:02d}" for i in range(9)),
+            )
         config.train.update(
             steps=STEPS_SMALL,
             learning_rate=2e-3,
@@ -169,6 +193,13 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             align_prior_start=STEPS_SMALL // 5,
             align_prior_end=STEPS_SMALL // 2,
         )
+        if v == "natural_boot":
+            config.train.update(steps=STEPS_BOOT_SCHEDULE)
+        if v == "natural_xfer":
+            config.train.update(
+                steps=STEPS_XFER, learning_rate=1e-3, init_from="runs/car_codec_init"
+            )
+            config.loss.update(align_prior_scaling=0.0)
     elif v in ("deep", "deep_ft"):
         # the `small` data; a fine-tune of the expanded `car_small` that trains only the new
         # layers (LLaMA-Pro style: the old layers, embeddings, norm and heads stay frozen, so the
