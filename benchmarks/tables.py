@@ -367,6 +367,10 @@ def _trained_on(t: dict) -> str:
     tok = str(t.get("tokenizer", "kmeans")).split(":")[0]
     corpus = Path(str(t.get("corpus", ""))).name or "built-in"
     start = f"; from {Path(t['init_from']).name}" if t.get("init_from") else ""
+    if t.get("init_from") and t.get("init_skip"):
+        start += " without its speech embedding and output layers"
+    if t.get("retokened_from"):
+        start += f"; {Path(t['retokened_from']).name} moved onto these tokens, not trained"
     return f"{corpus}: {who}, {parts}, {tok}{start}"
 
 

@@ -33,13 +33,18 @@ def _training(run) -> dict:
     """What the run was trained on, from its config.json (the table's 'trained on' cells)."""
     c = run.read_config()
     d, t = c.get("data", {}), c.get("train", {})
-    return {
+    moved = run.read_data_info().get("retokened_from", {})
+    out = {
         "corpus": d.get("corpus_dir") or "built-in",
         "speakers": d.get("speakers", ""),
         "text_parts": d.get("text_parts", ""),
         "tokenizer": d.get("tokenizer", "kmeans"),
         "init_from": t.get("init_from", ""),
+        "init_skip": t.get("init_skip", ""),
     }
+    if moved:  # jaxtts.methods.lm.retoken: a trained run moved onto this tokenizer, no step
+        out["retokened_from"] = moved["run"]
+    return out
 
 
 def record(path: str, out: dict, run, utts, corpus) -> None:
@@ -56,6 +61,7 @@ def record(path: str, out: dict, run, utts, corpus) -> None:
     ).stdout.strip()
     row = dict(
         out,
+        step=out["step"] if out["step"] is not None else 0,  # a params-only folder: its start
         corpus=str(corpus),
         utterances=len(utts),
         training=_training(run),
