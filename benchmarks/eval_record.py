@@ -8,7 +8,7 @@ row's LM-RTF and mean chunk. `python -m benchmarks.tables` makes the docs' table
         --out benchmarks/results/natural_lm.json
 
 Several results files (one per evaluate run, comma-separated) become one JSON; a row name
-that two files share is kept from the later file. The `--command` text is the evaluate
+that an earlier file already had gets the later file's folder name in brackets. The `--command` text is the evaluate
 command(s) that wrote them (the JSON's provenance; this script only regroups their numbers).
 """
 
@@ -96,6 +96,8 @@ def main(argv=None) -> int:
             raise SystemExit(f"error: {path}: no 'rows' (expected an evaluate results.json)")
         judge = (res.get("asr") or {}).get("whisper", judge)
         for r in record_rows(res, speakers):
+            if r["name"] in rows:  # the same row on other utterances: named by its folder
+                r["name"] = f"{r['name']} ({path.parent.name})"
             rows[r["name"]] = r
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
