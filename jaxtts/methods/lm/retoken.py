@@ -133,7 +133,10 @@ def retoken_run(
     p = transfer_matrix(counts)
     cfg = json.loads(run.config_path.read_text())
     cfg["model"]["num_speech_tokens"] = int(new.vocab_size)
-    cfg["data"]["tokenizer"] = f"codec:{tokenizer}"
+    if getattr(new, "kind", "") == "kmeans":
+        cfg["data"].update(tokenizer="kmeans", tokenizer_dir=str(tokenizer))
+    else:  # a learned tokenizer (jaxtts.codec)
+        cfg["data"]["tokenizer"] = f"codec:{tokenizer}"
     lm = LMConfig.from_config(cfg["model"])
     params = run.saved_params()
     fingerprint = params_fingerprint(params)
