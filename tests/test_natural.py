@@ -323,6 +323,8 @@ def test_data_slice_keeps_the_named_speakers_and_text_parts():
         "train": ["awb_o00002"],
         "dev": ["awb_o00002"],
     }
+    assert pick(speakers="awb,spk01")["dev"] == ids[:2]  # spk01 has no dev utterance: kept
+    assert pick(speakers="spk01")["dev"] == []
     with pytest.raises(ConfigError, match="data.speakers: 'rms' is not a speaker of c/train.jsonl"):
         pick(speakers="awb,rms")
     with pytest.raises(ConfigError, match="data.text_parts: 'news'"):
