@@ -8,8 +8,9 @@ row's LM-RTF and mean chunk. `python -m benchmarks.tables` makes the docs' table
         --out benchmarks/results/natural_lm.json
 
 Several results files (one per evaluate run, comma-separated) become one JSON; a row name
-that an earlier file already had gets the later file's folder name in brackets. The `--command` text is the evaluate
-command(s) that wrote them (the JSON's provenance; this script only regroups their numbers).
+that an earlier file already had gets the later file's folder name in brackets. The
+`--command` text is the evaluate command(s) that wrote them (the JSON's provenance; this
+script only regroups their numbers).
 """
 
 from __future__ import annotations
