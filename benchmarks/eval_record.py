@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from benchmarks.provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS = (
@@ -100,14 +99,9 @@ def main(argv=None) -> int:
             if r["name"] in rows:  # the same row on other utterances: named by its folder
                 r["name"] = f"{r['name']} ({path.parent.name})"
             rows[r["name"]] = r
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
     result = {
         "command": a.command,
-        "commit": commit,
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-        "date": time.strftime("%Y-%m-%d"),
+        **provenance(),
         "judge": judge,
         "note": a.note,
         "values": {"rows": list(rows.values())},

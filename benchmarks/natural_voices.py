@@ -26,8 +26,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import platform
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -35,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.provenance import provenance
 from jaxtts.codec import load_tokenizer
 from jaxtts.data.audio import MelConfig, load_audio, log_mel
 from jaxtts.data.manifest import read_split
@@ -113,15 +112,6 @@ def _same_text(utts, n: int):
     return speakers, groups
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip()
-    except OSError:
-        return ""
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", default="data/natural")
@@ -182,9 +172,7 @@ def main() -> int:
         }
     result = {
         "command": "python -m benchmarks.natural_voices " + " ".join(sys.argv[1:]),
-        "commit": _commit(),
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-        "date": time.strftime("%Y-%m-%d"),
+        **provenance(),
         "judge": asr.name,
         "values": {"rows": rows, "real_speech": real, "seconds": time.perf_counter() - t0},
     }

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -27,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.provenance import provenance
 from jaxtts.codec import load_tokenizer
 from jaxtts.data.audio import MelConfig, load_audio, log_mel, stft
 from jaxtts.data.manifest import read_split
@@ -128,14 +127,9 @@ def main() -> int:
                     }
                 )
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
     result = {
         "command": "python -m benchmarks.vocoder_copy " + " ".join(sys.argv[1:]),
-        "commit": commit,
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-        "date": time.strftime("%Y-%m-%d"),
+        **provenance(),
         "judge": asr.name,
         "values": {
             "rows": rows,

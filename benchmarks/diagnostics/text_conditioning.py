@@ -49,16 +49,12 @@ def _training(run) -> dict:
 
 def record(path: str, out: dict, run, utts, corpus) -> None:
     """Adds `out` (one measurement) to the rows of the results JSON at `path`."""
-    import platform
-    import subprocess
-    import time
     from pathlib import Path
+
+    from benchmarks.provenance import provenance
 
     p = Path(path)
     res = json.loads(p.read_text()) if p.is_file() else {"values": {"rows": []}}
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
     row = dict(
         out,
         step=out["step"] if out["step"] is not None else 0,  # a params-only folder: its start
@@ -66,9 +62,7 @@ def record(path: str, out: dict, run, utts, corpus) -> None:
         utterances=len(utts),
         training=_training(run),
         command="python -m benchmarks.diagnostics.text_conditioning " + " ".join(sys.argv[1:]),
-        commit=commit,
-        date=time.strftime("%Y-%m-%d"),
-        machine=f"{platform.machine()} {platform.processor() or ''}".strip(),
+        **provenance(),
     )
     key = ("workdir", "step", "split", "speakers", "text_parts")
     rows = [
