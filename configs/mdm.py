@@ -63,6 +63,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             score_layers=6,  # the Grad-TTS baseline's score decoder, trained in the same run
             beta_min=0.05,
             beta_max=20.0,
+            score_scale=-1.0,  # filled: (mel_hi - mel_lo) / 2, Grad-TTS's log-mel units
         )
     )
     config.mdm = mlc.ConfigDict(

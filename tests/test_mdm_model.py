@@ -243,6 +243,8 @@ def test_tiny_recipe_trains_and_synthesizes(tmp_path, tiny_corpus):
 
     quant = load_tokenizer(tmp_path / "run" / "tokenizer")
     assert (quant.levels, quant.lo, quant.hi) == (eng.cfg.levels, eng.cfg.mel_lo, eng.cfg.mel_hi)
+    # Grad-TTS diffuses in the paper's log-mel units: the scale is filled from the mel range
+    assert eng.cfg.score_scale == pytest.approx((eng.cfg.mel_hi - eng.cfg.mel_lo) / 2)
     # the text diagnostic of the shipped-model test: untrained, right and wrong text score alike
     from jaxtts.data.manifest import read_split
     from jaxtts.methods.mdm.task import text_information
@@ -298,6 +300,40 @@ def test_reverse_ode_with_the_exact_score_reaches_the_data():
     assert errs[2] < 0.02 and errs[2] < errs[1] < errs[0], errs
     stay = gradtts.reverse_ode(CFG, eps_fn, x1, mu, jnp.array([50, 0]), valid)
     np.testing.assert_array_equal(np.asarray(stay[1]), np.asarray(x1[1]))
+
+
+@pytest.mark.parametrize("scale", [1.0, 3.0])
+def test_score_loss_exact_value_in_the_scaled_space(model_params, scale):
+    """With model.score_scale s the diffusion runs on s * y: X_t = s (rho y + (1 - rho) mu) +
+    sqrt(lambda) xi, the network sees X_t / s; a stand-in network returning its input gives
+    loss = mean over valid (frame, bin) of (X_t / s - xi)^2, computed here by hand."""
+    _, params = model_params
+    cfg = dataclasses.replace(CFG, score_scale=scale)
+
+    class Echo:  # the score network replaced by eps = its x input
+        def __init__(self, cfg):
+            self.cfg = cfg
+
+        def apply(self, p, xt, mu, t, frame_len, speaker, method):
+            assert method == "score"
+            return xt
+
+    rng = np.random.default_rng(1)
+    y = jnp.asarray(rng.uniform(-1, 1, (2, 7, CFG.n_mels)), jnp.float32)
+    mu = jnp.asarray(rng.uniform(-1, 1, (2, 7, CFG.n_mels)), jnp.float32)
+    w = jnp.asarray([[1.0] * 7, [1.0] * 4 + [0.0] * 3])
+    key = jax.random.key(5)
+    got = gradtts.score_loss(Echo(cfg), params, y, mu, w, jnp.array([7, 4]), None, key)
+    kt, kx = jax.random.split(key)
+    t = np.asarray(jax.random.uniform(kt, (2,), minval=gradtts.T_EPS, maxval=1 - gradtts.T_EPS))
+    xi = np.asarray(jax.random.normal(kx, y.shape))
+    cum = (0.05 * t + 0.5 * 19.95 * t * t)[:, None, None]
+    rho, lam = np.exp(-0.5 * cum), 1.0 - np.exp(-cum)
+    xt = scale * (rho * np.asarray(y) + (1 - rho) * np.asarray(mu)) + np.sqrt(lam) * xi
+    err = ((xt / scale - xi) ** 2).sum(-1) * np.asarray(w)
+    np.testing.assert_allclose(float(got), err.sum() / (11 * CFG.n_mels), rtol=1e-5)
+    with pytest.raises(ConfigError, match="score_scale"):
+        dataclasses.replace(CFG, score_scale=0.0)
 
 
 def test_joint_loss_trains_both_decoders_and_ignores_padding(model_params):

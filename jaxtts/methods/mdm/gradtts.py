@@ -1,8 +1,9 @@
 """The Grad-TTS baseline (Popov et al. 2021; MDM's comparison in docs/methods/mdm.md): a
 score-based diffusion decoder on the SAME text encoder, durations and prior as the MDM decoder.
 
-Diffusion (in the normalised mel space of `model.py`, y in [-1, 1]; terminal distribution
-N(mu, I), the prior upsampled by the durations):
+Diffusion (y, mu below stand for s * y, s * mu: the normalised mels of `model.py` times the
+scale s of the paragraph further down; terminal distribution N(mu, I), the prior upsampled by
+the durations):
 
   forward SDE   dX_t = 1/2 beta_t (mu - X_t) dt + sqrt(beta_t) dW_t,  t in [0, 1],
                 beta_t = beta_0 + (beta_1 - beta_0) t  (0.05, 20 as Grad-TTS)
@@ -26,11 +27,13 @@ so the two decoders differ in the diffusion, not in the network. Both decoders a
 one run on one encoder (`model.score_layers > 0`; both losses train the encoder), so the
 comparison is on literally the same durations and prior.
 
-**Deviation, found later (not yet changed):** the diffusion runs on the [-1, 1]-normalised mels
-of `model.py` (log-mels times 2 / (mel_hi - mel_lo), ~0.16), while Grad-TTS diffuses unscaled
-log-mels; with the same terminal N(mu, I) the noise here is ~6x larger relative to the speech,
-a likely cause of the baseline's poor numbers (RESULTS.md 16f). A fix scales the diffusion and
-needs a retrained score decoder.
+**The diffusion's scale** (`model.score_scale`, s): the process runs on s * y and s * mu, where
+y is the [-1, 1]-normalised mel of `model.py`; the score network still sees x / s and mu (inputs
+of unit range). `configs/mdm.py` fills s = (mel_hi - mel_lo) / 2 (~6), i.e. Grad-TTS's own
+unscaled log-mels, where a unit of noise is a nat of log-mel. Runs saved before the key have
+s = 1 (the diffusion on the normalised mels: the same terminal N(mu, I) is ~6x more noise
+relative to the speech than the paper's, the likely cause of `pretrained/mdm`'s Grad-TTS rows
+at 75 % WER, RESULTS.md 16f).
 
 Axis letters: B batch, T frames, M mel bins, D width.
 """
@@ -102,14 +105,15 @@ def score_loss(model, params, y, mu, frame_weight, frame_len, speaker, rng):
     """Grad-TTS's diffusion loss: y, mu [B, T, M] (normalised), frame_weight [B, T] (1 on the
     frames that count) -> mean squared noise error per valid frame and bin."""
     cfg = model.cfg
+    sc = cfg.score_scale
     b = y.shape[0]
     kt, kx = jax.random.split(rng)
     t = jax.random.uniform(kt, (b,), minval=T_EPS, maxval=1.0 - T_EPS)  # [B]
     cum = cumulative_beta(cfg, t)[:, None, None]  # [B, 1, 1]
     rho, lam = jnp.exp(-0.5 * cum), -jnp.expm1(-cum)
     xi = jax.random.normal(kx, y.shape)  # [B, T, M]
-    xt = rho * y + (1.0 - rho) * mu + jnp.sqrt(lam) * xi
-    eps = model.apply({"params": params}, xt, mu, t, frame_len, speaker, method="score")
+    xt = sc * (rho * y + (1.0 - rho) * mu) + jnp.sqrt(lam) * xi  # [B, T, M], scaled space
+    eps = model.apply({"params": params}, xt / sc, mu, t, frame_len, speaker, method="score")
     err = jnp.sum((eps - xi) ** 2, -1) * frame_weight  # [B, T]
     return jnp.sum(err) / (jnp.maximum(frame_weight.sum(), 1.0) * cfg.n_mels)
 
@@ -148,11 +152,12 @@ def gradtts_decode(
     mu = upsample(mu_x, dur, frames)  # [B, T, M]
     valid = length_mask(t_len, frames)[..., None]  # [B, T, 1]
     n = jnp.where(text_len > 0, t_len if steps == 0 else steps, 0).astype(jnp.int32)  # [B]
+    sc = cfg.score_scale
     z = jax.vmap(lambda k: jax.random.normal(k, mu.shape[1:]))(keys)  # [B, T, M]
-    x = mu + (0.0 if greedy else z / temperature)
+    x = sc * mu + (0.0 if greedy else z / temperature)  # [B, T, M], the scaled space
     x = jnp.where(valid, x, 0.0)
-    eps_fn = lambda x, t: model.apply(p, x, mu, t, t_len, speaker, method="score")  # noqa: E731
-    x = reverse_ode(cfg, eps_fn, x, mu, n, valid)
+    eps_fn = lambda x, t: model.apply(p, x / sc, mu, t, t_len, speaker, method="score")  # noqa: E731
+    x = reverse_ode(cfg, eps_fn, x, sc * mu, n, valid) / sc
     mel = jnp.where(valid, cfg.denormalize(jnp.clip(x, -1.0, 1.0)), 0.0)
     return GradTTSOutput(mel, t_len, n)
 

@@ -66,10 +66,16 @@ class MDMConfig:
     score_layers: int = 0  # > 0: also the Grad-TTS baseline's score decoder (`gradtts.py`)
     beta_min: float = 0.05  # Grad-TTS's noise schedule beta_t = beta_min + (max - min) t
     beta_max: float = 20.0
+    # the Grad-TTS diffusion runs on s * y (y the [-1, 1]-normalised mels): (mel_hi - mel_lo) / 2
+    # is Grad-TTS's own unscaled log-mel space (configs/mdm.py fills it); 1.0, the default, is
+    # what runs saved before this key trained with (noise ~6x larger relative to the speech)
+    score_scale: float = 1.0
 
     def __post_init__(self):
         if self.levels < 2:
             raise ConfigError(f"model.levels={self.levels}: expected Q >= 2")
+        if not self.score_scale > 0:
+            raise ConfigError(f"model.score_scale={self.score_scale}: expected > 0")
         if self.score_layers < 0:
             raise ConfigError(f"model.score_layers={self.score_layers}: expected >= 0")
         if not self.mel_hi > self.mel_lo:

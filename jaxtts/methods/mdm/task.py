@@ -216,6 +216,8 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     if m.get("mel_lo") is None or m.get("mel_hi") is None:
         quant = LinearMelQuantizer(int(m.levels)).fit(mels["train"])
         m.mel_lo, m.mel_hi = quant.lo, quant.hi
+    if float(m.get("score_scale", 1.0)) == -1:  # Grad-TTS's unscaled log-mels (gradtts.py)
+        m.score_scale = (float(m.mel_hi) - float(m.mel_lo)) / 2.0
     # the run's quantiser as its tokenizer folder (exported with it): `evaluate --rows
     # tokenizer:<run>/tokenizer` is the quantised-then-vocoded ground truth, every order's ceiling
     LinearMelQuantizer(int(m.levels), lo=float(m.mel_lo), hi=float(m.mel_hi)).save(
