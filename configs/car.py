@@ -18,12 +18,11 @@ Variants (`--config configs/car.py:<variant>`):
   natural  `small` on the natural-voice corpus (`python -m jaxtts.data.natural`, data/natural)
          with the learned 25 Hz tokenizer (`pretrained/codec`, FSQ 1000 codes): the start of
          the retrain on natural voices (issue 100); same steps and recipe as `small`
-  natural_deep  `natural` at 12 layers: the block expansion of `runs/car_natural`
-         (`python -m jaxtts.methods.lm.expand runs/car_natural runs/car_natural_deep_init`),
-         every parameter trained, ~5-6 s a step. Tried once and stopped at step 150: dev CE
-         4.129 against the 4-layer model's 4.088 at its start (the 4-layer model barely reads
-         its text, 0.19 nats a token: depth is not its bottleneck; benchmarks/RESULTS.md
-         §natural-lm)
+  natural_deep  the 12-layer natural backbone (issue 100): the block expansion of the
+         `natural_xfer` model (`python -m jaxtts.methods.lm.expand runs/car_nat_xfer2
+         runs/car_nat_deep_init`), every parameter trained at peak 3e-4, ~6 s a step. (Its
+         first try, from the one-stage `natural` model that barely read its text, stopped at
+         step 150: dev CE 4.129 against 4.088 at its start; benchmarks/RESULTS.md §natural-lm)
   natural_boot  the alignment bootstrap of the natural retrain: `natural` on the espeak voices
          of data/natural only (`data.speakers`) with k-means tokens refit on the corpus
          (`runs/tok_natural`, fitted on first use): reads its text by step 500 (0.58 nats a
@@ -245,13 +244,13 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         config.data.update(corpus_dir="data/natural", tokenizer="codec:pretrained/codec")
         config.train.update(
             steps=STEPS_NATURAL_DEEP,
-            learning_rate=5e-4,
-            warmup_steps=50,
+            learning_rate=3e-4,
+            warmup_steps=100,
             final_lr_fraction=0.1,
             log_every=10,
             eval_every=150,
             checkpoint_every=50,
-            init_from="runs/car_natural_deep_init",
+            init_from="runs/car_nat_deep_init",
         )
         config.loss.update(
             align_layers=(9, 10),

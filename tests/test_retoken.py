@@ -57,3 +57,39 @@ def test_a_smaller_vocabulary_takes_weighted_means(tmp_path):
     )
     np.testing.assert_allclose(w_new[:, 0], (w_old[:, 0] + w_old[:, 1]) / 2, rtol=1e-6)
     np.testing.assert_array_equal(w_new[:, 3], w_old[:, 4])  # EOS
+
+
+def test_bad_input_is_one_line_naming_the_file(tmp_path, capsys):
+    from jaxtts.methods.lm.retoken import main
+
+    out = str(tmp_path / "out")
+    cases = [
+        (
+            [str(tmp_path / "nope"), out, "--tokenizer", "pretrained/codec", "--corpus", "x"],
+            "config.json",
+        ),
+        (
+            ["pretrained/mdm", out, "--tokenizer", "pretrained/codec", "--corpus", "x"],
+            "expected 'lm'",
+        ),
+        (
+            ["pretrained/car_small", out, "--tokenizer", str(tmp_path), "--corpus", "x"],
+            "tokenizer.json",
+        ),
+        (
+            [
+                "pretrained/car_small",
+                out,
+                "--tokenizer",
+                "pretrained/codec",
+                "--corpus",
+                str(tmp_path),
+            ],
+            "train.jsonl",
+        ),
+    ]
+    for argv, expect in cases:
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and expect in err, err
+    assert not (tmp_path / "out").exists()  # nothing written
