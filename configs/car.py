@@ -20,7 +20,7 @@ Variants (`--config configs/car.py:<variant>`):
          the retrain on natural voices (issue 100); same steps and recipe as `small`
   natural_deep  the 12-layer natural backbone (issue 100): the block expansion of the
          `natural_xfer` model (`python -m jaxtts.methods.lm.expand runs/car_nat_xfer2
-         runs/car_nat_deep_init`), every parameter trained at peak 3e-4, ~6 s a step. (Its
+         runs/car_nat_deep_init`), every parameter trained at peak 3e-4, ~3.2 s a step. (Its
          first try, from the one-stage `natural` model that barely read its text, stopped at
          step 150: dev CE 4.129 against 4.088 at its start; benchmarks/RESULTS.md §natural-lm)
   natural_boot  the alignment bootstrap of the natural retrain: `natural` on the espeak voices
@@ -49,7 +49,7 @@ STEPS_DEEP = 450  # fine-tune of the expanded car_small's new layers (~7 s a ste
 STEPS_DEEP_FT = 750  # its continuation on the 32 h corpus (~4 s a step on Zen 4 cores)
 STEPS_BOOT_SCHEDULE = 1000  # natural_boot's schedule; the run was stopped at step 510
 STEPS_XFER = 2000  # natural_xfer (~1.2 s a step on 2 idle Zen 4 cores)
-STEPS_NATURAL_DEEP = 900  # the natural expansion, every layer trained (~6 s a step, 2 CPU cores)
+STEPS_NATURAL_DEEP = 1500  # the natural expansion, every layer (~3.2 s a step, 2 idle cores)
 
 MODELS = dict(
     tiny=dict(d_model=32, num_layers=2, num_heads=2, head_dim=16, d_ff=64, num_mtp_heads=4),
