@@ -400,7 +400,65 @@ def text_information(root: Path) -> str:
     )
 
 
+CLAIM_STATUSES = ("holds", "partly", "does not", "invalid")
+
+
+def _claims(root: Path) -> tuple[dict, list[dict]]:
+    res = _load(root, "claims")
+    rows = res["values"]["rows"]
+    for i, r in enumerate(rows):
+        if r.get("status") not in CLAIM_STATUSES:
+            raise SystemExit(
+                f"error: benchmarks/results/claims.json: row {i} status={r.get('status')!r}: "
+                f"expected one of {list(CLAIM_STATUSES)}"
+            )
+    return res, rows
+
+
+def claims(root: Path) -> str:
+    """Every headline claim of the five papers: the paper's number, ours, holds or not, and the
+    section whose measurement decides it (benchmarks/results/claims.json, reviewed by hand:
+    each row points at the generated table or section that measured it)."""
+    res, rows = _claims(root)
+    lines = [
+        "| method | the paper's claim | the paper | ours | holds? | why | evidence |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ev = r["evidence"]  # repository-relative; the table lives in benchmarks/RESULTS.md
+        ev = (
+            ev.removeprefix("benchmarks/RESULTS.md") if ev.startswith("benchmarks/") else "../" + ev
+        )
+        lines.append(
+            f"| {r['method']} | {r['claim']} | {r['paper']} | {r['ours']} | **{r['status']}** | "
+            f"{r['reason']} | [§{ev.split('#')[-1]}]({ev}) |"
+        )
+    return (
+        "\n".join(lines)
+        + f"\n\n{res['note']}\nReviewed against the docs at commit {res['commit']} "
+        + f"({res['date']}).\n"
+    )
+
+
+def claims_summary(root: Path) -> str:
+    """The README's count of the claims table: per method, how many hold, partly, do not, or
+    rest on a broken comparison."""
+    res, rows = _claims(root)
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    lines = ["| method | " + " | ".join(CLAIM_STATUSES) + " |", "|---|" + "--:|" * 4]
+    for m in methods + ["all"]:
+        n = [
+            sum(1 for r in rows if r["status"] == s and m in (r["method"], "all"))
+            for s in CLAIM_STATUSES
+        ]
+        name = "**all**" if m == "all" else m
+        lines.append(f"| {name} | " + " | ".join(str(x) for x in n) + " |")
+    return "\n".join(lines) + f"\n\nReviewed at commit {res['commit']}.\n"
+
+
 TABLES = {
+    "claims": claims,
+    "claims_summary": claims_summary,
     "text_information": text_information,
     "natural_lm": natural_lm,
     "serve_load": serve_load,

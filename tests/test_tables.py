@@ -65,3 +65,18 @@ def test_text_information_record_replaces_the_same_measurement(tmp_path):
         "| r | natural: espeak voices (2), all text, kmeans | 500 | natural voices awb | 3 "
         "| 2.000 | 2.250 | +0.250 |"
     )
+
+
+def test_a_claim_with_an_unknown_status_is_one_line(tmp_path):
+    import json
+
+    shutil.copytree(REPO / "benchmarks" / "results", tmp_path / "benchmarks" / "results")
+    shutil.copy(REPO / "README.md", tmp_path / "README.md")
+    shutil.copy(REPO / "benchmarks" / "RESULTS.md", tmp_path / "benchmarks" / "RESULTS.md")
+    path = tmp_path / "benchmarks" / "results" / "claims.json"
+    claims = json.loads(path.read_text())
+    claims["values"]["rows"][2]["status"] = "maybe"
+    path.write_text(json.dumps(claims))
+    r = _check(tmp_path)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1
+    assert "claims.json: row 2 status='maybe': expected one of" in r.stderr
