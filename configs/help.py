@@ -165,6 +165,10 @@ HELP = {
     "model.score_layers": "Grad-TTS baseline score decoder layers on the MDM encoder (0 = none)",
     "model.beta_min": "Grad-TTS noise schedule: beta at t = 0",
     "model.beta_max": "Grad-TTS noise schedule: beta at t = 1",
+    "model.score_scale": (
+        "Grad-TTS diffuses s * (the [-1, 1] mels): -1 = filled (mel_hi - mel_lo) / 2, the "
+        "paper's log-mel units; 1 = runs saved before the key"
+    ),
     # DCAR (configs/dcar.py)
     "policy.num_heads": "policy layer: attention heads",
     "policy.head_dim": "policy layer: width of one head",
