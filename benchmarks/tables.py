@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -401,15 +402,22 @@ def text_information(root: Path) -> str:
 
 
 CLAIM_STATUSES = ("holds", "partly", "does not", "invalid")
+CLAIM_FIELDS = ("method", "claim", "paper", "ours", "status", "reason", "evidence")
 
 
 def _claims(root: Path) -> tuple[dict, list[dict]]:
     res = _load(root, "claims")
     rows = res["values"]["rows"]
     for i, r in enumerate(rows):
-        if r.get("status") not in CLAIM_STATUSES:
+        missing = [k for k in CLAIM_FIELDS if not isinstance(r.get(k), str)]
+        if missing:
             raise SystemExit(
-                f"error: benchmarks/results/claims.json: row {i} status={r.get('status')!r}: "
+                f"error: benchmarks/results/claims.json: row {i} has no {missing[0]!r}: "
+                f"expected the text fields {list(CLAIM_FIELDS)}"
+            )
+        if r["status"] not in CLAIM_STATUSES:
+            raise SystemExit(
+                f"error: benchmarks/results/claims.json: row {i} status={r['status']!r}: "
                 f"expected one of {list(CLAIM_STATUSES)}"
             )
     return res, rows
@@ -425,13 +433,14 @@ def claims(root: Path) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        ev = r["evidence"]  # repository-relative; the table lives in benchmarks/RESULTS.md
-        ev = (
-            ev.removeprefix("benchmarks/RESULTS.md") if ev.startswith("benchmarks/") else "../" + ev
-        )
+        path, _, anchor = r["evidence"].partition("#")  # repository-relative
+        if path == "benchmarks/RESULTS.md" and anchor:  # the table lives in that file
+            ev = f"#{anchor}"
+        else:
+            ev = os.path.relpath(path, "benchmarks") + (f"#{anchor}" if anchor else "")
         lines.append(
             f"| {r['method']} | {r['claim']} | {r['paper']} | {r['ours']} | **{r['status']}** | "
-            f"{r['reason']} | [§{ev.split('#')[-1]}]({ev}) |"
+            f"{r['reason']} | [§{anchor or path}]({ev}) |"
         )
     return (
         "\n".join(lines)
@@ -445,7 +454,10 @@ def claims_summary(root: Path) -> str:
     rest on a broken comparison."""
     res, rows = _claims(root)
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    lines = ["| method | " + " | ".join(CLAIM_STATUSES) + " |", "|---|" + "--:|" * 4]
+    lines = [
+        "| method | " + " | ".join(CLAIM_STATUSES) + " |",
+        "|---|" + "--:|" * len(CLAIM_STATUSES),
+    ]
     for m in methods + ["all"]:
         n = [
             sum(1 for r in rows if r["status"] == s and m in (r["method"], "all"))

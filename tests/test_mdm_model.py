@@ -243,8 +243,19 @@ def test_tiny_recipe_trains_and_synthesizes(tmp_path, tiny_corpus):
 
     quant = load_tokenizer(tmp_path / "run" / "tokenizer")
     assert (quant.levels, quant.lo, quant.hi) == (eng.cfg.levels, eng.cfg.mel_lo, eng.cfg.mel_hi)
-    # Grad-TTS diffuses in the paper's log-mel units: the scale is filled from the mel range
+    # Grad-TTS diffuses in the paper's log-mel units: the scale is filled from the mel range;
+    # a run saved before the key resumes with its own s = 1
     assert eng.cfg.score_scale == pytest.approx((eng.cfg.mel_hi - eng.cfg.mel_lo) / 2)
+    import json
+
+    path = tmp_path / "run" / "config.json"
+    saved = json.loads(path.read_text())
+    del saved["model"]["score_scale"]
+    path.write_text(json.dumps(saved))
+    config.train.update(steps=2)
+    train(config, str(tmp_path / "run"), progress=False)
+    assert "score_scale" not in json.loads(path.read_text())["model"]
+    assert load_engine(tmp_path / "run").cfg.score_scale == 1.0
     # the text diagnostic of the shipped-model test: untrained, right and wrong text score alike
     from jaxtts.data.manifest import read_split
     from jaxtts.methods.mdm.task import text_information

@@ -67,7 +67,7 @@ def test_text_information_record_replaces_the_same_measurement(tmp_path):
     )
 
 
-def test_a_claim_with_an_unknown_status_is_one_line(tmp_path):
+def test_a_claim_with_an_unknown_status_or_a_missing_field_is_one_line(tmp_path):
     import json
 
     shutil.copytree(REPO / "benchmarks" / "results", tmp_path / "benchmarks" / "results")
@@ -80,3 +80,8 @@ def test_a_claim_with_an_unknown_status_is_one_line(tmp_path):
     r = _check(tmp_path)
     assert r.returncode == 1 and r.stderr.count("\n") == 1
     assert "claims.json: row 2 status='maybe': expected one of" in r.stderr
+    del claims["values"]["rows"][2]["status"], claims["values"]["rows"][0]["evidence"]
+    path.write_text(json.dumps(claims))
+    r = _check(tmp_path)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1
+    assert "claims.json: row 0 has no 'evidence': expected the text fields" in r.stderr

@@ -21,6 +21,7 @@ score. Metrics: each term, `nll_per_bin` of the masked frames, and
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 
@@ -216,6 +217,10 @@ def train(config, workdir: str, *, progress: bool = True, mesh=None):
     if m.get("mel_lo") is None or m.get("mel_hi") is None:
         quant = LinearMelQuantizer(int(m.levels)).fit(mels["train"])
         m.mel_lo, m.mel_hi = quant.lo, quant.hi
+    if run.config_path.is_file() and "score_scale" not in json.loads(
+        run.config_path.read_text()
+    ).get("model", {}):  # a run saved before the key resumes as it was trained (s = 1)
+        del m["score_scale"]
     if float(m.get("score_scale", 1.0)) == -1:  # Grad-TTS's unscaled log-mels (gradtts.py)
         m.score_scale = (float(m.mel_hi) - float(m.mel_lo)) / 2.0
     # the run's quantiser as its tokenizer folder (exported with it): `evaluate --rows
