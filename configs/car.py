@@ -22,7 +22,9 @@ Variants (`--config configs/car.py:<variant>`):
          `natural_xfer` model (`python -m jaxtts.methods.lm.expand runs/car_nat_xfer2
          runs/car_nat_deep_init`), every parameter trained at peak 3e-4, ~3.2 s a step. (Its
          first try, from the one-stage `natural` model that barely read its text, stopped at
-         step 150: dev CE 4.129 against 4.088 at its start; benchmarks/RESULTS.md §natural-lm)
+         step 150: dev CE 4.129 against 4.088 at its start). `runs/car_nat_deep`: dev CE 2.84,
+         Whisper WER 46.5 % on 32 natural-voice test utterances (benchmarks/RESULTS.md
+         §natural-lm)
   natural_boot  the alignment bootstrap of the natural retrain: `natural` on the espeak voices
          of data/natural only (`data.speakers`) with k-means tokens refit on the corpus
          (`runs/tok_natural`, fitted on first use): reads its text by step 500 (0.58 nats a
