@@ -352,6 +352,33 @@ def natural_lm(root: Path) -> str:
     return "\n".join(lines) + "\n\n" + note + _footer(res)
 
 
+def natural_wer(root: Path) -> str:
+    """The natural retrain's WER table (benchmarks/natural_wer.py): mean over seeds, by part,
+    the paired 95 % interval against the baseline; the ground truth / codec rows first."""
+    res = _load(root, "natural_wer")
+    v = res["values"]
+    parts = ("grammar", "open", "seen", "held_out")
+    lines = [
+        "| system | seeds (WER %) | WER % | grammar | open-domain | seen voices | held-out voice "
+        f"| vs {v['baseline']} (pp, 95 % paired) |",
+        "|---|---|--:|--:|--:|--:|--:|---|",
+    ]
+    for r in v["references"]:
+        cells = " | ".join(_pct(r["wer"].get(p)) for p in parts)
+        lines.append(f"| {r['name']} | one draw | {_pct(r['wer']['all'])} | {cells} | |")
+    for r in v["systems"]:
+        cells = " | ".join(_pct(r["wer"].get(p)) for p in parts)
+        seeds = " / ".join(f"{100 * w:.1f}" for w in r["seeds"])
+        iv = r.get("vs_baseline")
+        vs = f"{100 * iv['diff']:+.1f} [{100 * iv['lo']:+.1f}, {100 * iv['hi']:+.1f}]" if iv else ""
+        lines.append(f"| {r['system']} | {seeds} | {_pct(r['wer']['all'])} | {cells} | {vs} |")
+    n = v["systems"][0]
+    note = f"{n['n']} utterances ({n['words']} words), judge {res['judge']}. " + (
+        f"{res['note']} " if res.get("note") else ""
+    )
+    return "\n".join(lines) + "\n\n" + note + _footer(res)
+
+
 def _who(speakers: str) -> str:
     """'spk00,...,spk08' -> 'espeak voices (9)'; 'awb,joe' -> 'awb, joe'; '' -> 'all voices'."""
     names = [x for x in str(speakers or "").split(",") if x]
@@ -473,6 +500,7 @@ TABLES = {
     "claims_summary": claims_summary,
     "text_information": text_information,
     "natural_lm": natural_lm,
+    "natural_wer": natural_wer,
     "serve_load": serve_load,
     "codec_augment": codec_augment,
     "methods": methods,

@@ -3,6 +3,8 @@
 Variants (`--config configs/ctc_asr.py:<variant>`):
   tiny   tests and smoke runs (seconds on CPU)
   small  ~10-15 min on 2 CPU cores on the built-in corpus; d=144, 4 conformer blocks
+  natural  `small` on the natural-voice corpus (data/natural, every training voice), the
+         DCPO reward of the natural retrain (issue 100); 3000 steps (~2 epochs)
 
   python -m jaxtts.methods.ctc_asr train --config configs/ctc_asr.py:small --workdir runs/ctc_asr
   python train.py --config configs/ctc_asr.py:small --workdir runs/ctc_asr   # same thing
@@ -18,6 +20,8 @@ MODELS = dict(
     tiny=dict(d_model=32, num_layers=1, num_heads=2, d_ff=64, conv_kernel=5, dropout=0.0),
     small=dict(d_model=144, num_layers=4, num_heads=4, d_ff=576, conv_kernel=15, dropout=0.1),
 )
+MODELS["natural"] = MODELS["small"]
+STEPS_NATURAL = 3000
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
@@ -78,9 +82,11 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             checkpoint_every=0,
             tensorboard=False,
         )
-    else:  # small
+    else:  # small, natural
+        if v == "natural":
+            config.data.corpus_dir = "data/natural"
         config.train.update(
-            steps=1500,
+            steps=STEPS_NATURAL if v == "natural" else 1500,
             learning_rate=2e-3,
             warmup_steps=150,
             weight_decay=0.01,

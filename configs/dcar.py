@@ -26,6 +26,8 @@ Variants (`--config configs/dcar.py:<variant>`):
          ablation): the shipped pretrained/dcar_deep since 2026-12-06 (on this backbone it
          reads no worse than `deep_rule` and takes c = 4 more often: benchmarks/RESULTS.md,
          section deep-dcar-ablations)
+  natural  `deep_nochase` on the natural-voice backbone pretrained/car_deep_nat with the natural
+         reward ASR pretrained/ctc_asr_nat (issue 100)
 
   python train.py --config configs/dcar.py:small --workdir runs/dcar
   python train.py --config configs/dcar.py:small --workdir runs/dcar_234 \
@@ -37,7 +39,7 @@ import ml_collections as mlc
 
 from configs import common
 
-VARIANTS = ("tiny", "small", "deep", "deep_cs", "deep_pr", "deep_conf", "deep_rule", "deep_nochase")
+VARIANTS = ("tiny", "small", "deep", "deep_cs", "deep_pr", "deep_conf", "deep_rule", "deep_nochase", "natural")
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
@@ -98,26 +100,29 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         checkpoint_every=25,
     )
     config.mesh = common.mesh_config()
-    if v in ("deep", "deep_cs", "deep_pr", "deep_conf", "deep_rule", "deep_nochase"):
+    deep = ("deep", "deep_cs", "deep_pr", "deep_conf", "deep_rule", "deep_nochase", "natural")
+    if v in deep:
         config.dcpo.update(backbone="pretrained/car_deep", guidance=(2, 3, 4))
         config.train.update(steps=100)
     if v == "deep_cs":
         config.dcpo.update(reward_metric="cer", speed_weight=0.026)
         config.policy.pick = "sample"
         config.train.update(steps=60)
-    if v in ("deep_pr", "deep_conf", "deep_rule", "deep_nochase"):
+    if v in ("deep_pr", "deep_conf", "deep_rule", "deep_nochase", "natural"):
         config.dcpo.update(reward_metric="cer", process_weight=1.0)
         config.policy.pick = "sample"
         config.train.update(steps=80, checkpoint_every=20)
-    if v in ("deep_conf", "deep_rule", "deep_nochase"):
+    if v in ("deep_conf", "deep_rule", "deep_nochase", "natural"):
         config.policy.update(features="confidence", pick="argmax")
         config.dcpo.process_lambda = 0.75
         config.train.learning_rate = 1e-3
-    if v in ("deep_rule", "deep_nochase"):
+    if v in ("deep_rule", "deep_nochase", "natural"):
         config.policy.num_layers = 0
         config.dcpo.prior_threshold = 0.4
-    if v == "deep_nochase":
+    if v in ("deep_nochase", "natural"):
         config.dcpo.chase_then_exceed = False
+    if v == "natural":
+        config.dcpo.update(backbone="pretrained/car_deep_nat", reward_asr="pretrained/ctc_asr_nat")
     if v == "tiny":
         config.policy.update(num_heads=2, head_dim=16, d_ff=64)
         config.data.corpus_utterances = 40  # built in seconds on a fresh clone

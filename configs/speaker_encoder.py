@@ -4,6 +4,8 @@ fallback SIM evaluator and TLDR's speaker conditioning (jaxtts/methods/speaker_e
 Variants (`--config configs/speaker_encoder.py:<variant>`):
   tiny   tests and smoke runs (seconds on CPU)
   small  a few minutes on 2 CPU cores on the built-in corpus; 192 channels, 192-d embedding
+  natural  `small` on the natural-voice corpus (data/natural, its training voices): TLDR's
+         speaker conditioning and the SIM fallback of the natural retrain (issue 100)
 
   python -m jaxtts.methods.speaker_encoder train --config configs/speaker_encoder.py:small \
       --workdir runs/speaker_encoder
@@ -20,6 +22,7 @@ MODELS = dict(
     tiny=dict(channels=16, num_blocks=1, embed_dim=16, attention_dim=8),
     small=dict(channels=192, num_blocks=3, embed_dim=192, attention_dim=64),
 )
+MODELS["natural"] = MODELS["small"]
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
@@ -71,7 +74,9 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             checkpoint_every=0,
             tensorboard=False,
         )
-    else:  # small
+    else:  # small, natural
+        if v == "natural":
+            config.data.corpus_dir = "data/natural"
         config.train.update(
             steps=1000,
             learning_rate=2e-3,

@@ -9,6 +9,9 @@ Variants (`--config configs/ssd.py:<variant>`):
          car_small itself at step 0 (the block expansion put car_small's layers 1-3 last). The
          other split: --config.ssd.first=2 --config.ssd.last=2; distilled to the target
          (pretrained/ssd_deep): --config.ssd.distill=1.0 --config.train.learning_rate=3e-4
+  natural  the draft of the natural-voice backbone pretrained/car_deep_nat (issue 100): `deep`'s
+         split (layers 0, 9, 10, 11), distilled to the target as pretrained/ssd_deep was
+         (distill 1.0, 3e-4, 300 steps)
 
   python train.py --config configs/ssd.py:small --workdir runs/ssd
   python -m jaxtts.evaluate --workdir runs/ssd --strategies far,ssd:L=3,beta=0.4
@@ -23,7 +26,7 @@ import ml_collections as mlc
 
 from configs import common
 
-VARIANTS = ("tiny", "small", "deep")
+VARIANTS = ("tiny", "small", "deep", "natural")
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
@@ -62,9 +65,12 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     )
     config.eval = mlc.ConfigDict(dict(num_samples=0))
     config.mesh = common.mesh_config()
-    if v == "deep":
+    if v in ("deep", "natural"):
         config.ssd.update(target="pretrained/car_deep", first=1, last=3)
         config.train.update(steps=300, eval_every=150, checkpoint_every=50)
+    if v == "natural":
+        config.ssd.update(target="pretrained/car_deep_nat", distill=1.0)
+        config.train.learning_rate = 3e-4
     if v == "tiny":
         config.ssd.corpus_utterances = 40
         config.train.update(

@@ -87,6 +87,10 @@ Variants (`--config configs/tldr.py:<variant>`):
                batch 64 (the CPU runs: 16) padded to one shape (`fixed_shapes`: the first
                lease compiled ~60 s per new bucket shape and trained 40 steps in 460 s),
                1200 steps at 8e-4 (0.29 s a step alone), no decoded samples at eval
+  natural      P = 4 on the natural-voice backbone pretrained/car_deep_nat with the natural
+               speaker encoder pretrained/speaker_encoder_nat (issue 100): fresh modules,
+               `ext_prev=4` from the start (the shipped espeak model's final setting), 2000
+               steps at 1e-3 (~2.5 s a step alone on 2 cores; resumes from its workdir)
 
   python train.py --config configs/tldr.py:small --workdir runs/tldr
   python -m jaxtts.evaluate --workdir runs/tldr --strategies far,tldr
@@ -128,6 +132,7 @@ VARIANTS = (
     "deep_kd_text_layers",
     "gpu_text_layers",
     "gpu_text3",
+    "natural",
 )
 
 # the compressed-text runs, each from the one before:
@@ -284,6 +289,13 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         if v == "deep_kd_text_layers":  # taught by the same model with the text in every layer
             t.update(teacher="pretrained/tldr_deep_p4", distill=0.9, data_seed=3)
             config.train.update(steps=1000, learning_rate=3e-4, warmup_steps=30)
+    elif v == "natural":
+        t.update(
+            backbone="pretrained/car_deep_nat",
+            speaker_encoder="pretrained/speaker_encoder_nat",
+            ext_prev=4,
+        )
+        config.train.update(eval_every=500, checkpoint_every=50)
     elif v in ("gpu_text_layers", "gpu_text3"):
         t.update(
             backbone="pretrained/car_deep",

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED = ROOT / "pretrained"
 MAX_BYTES = 20 * 2**20
 # the deep backbone may take up to 32 MB
-FOLDER_MAX_BYTES = {"car_deep": 32 * 2**20}
+FOLDER_MAX_BYTES = {"car_deep": 32 * 2**20, "car_deep_nat": 32 * 2**20}
 PALLE_CE_BOUND, PALLE_GAP_BOUND = 5.0, 2.0  # palle_par 3.78 / palle 3.61 nats, gaps 4.79 / 4.42
 # TLDR: tldr_deep 1.21 nats, gap 6.07 (on the previous car_deep 1.33, 5.84; the two-stage
 # tldr_deep_p4 1.24, 5.93); untrained 7.3, 0.04
