@@ -40,15 +40,16 @@ from pathlib import Path
 from benchmarks.timing_lock import exclusive
 
 # (strategy prefix, the paper's speed-up over its AR baseline, this project's target at batch
-# 1, the WER allowance over FAR in points); first match wins
+# 1, the WER allowance over FAR in points); first match wins. The targets are issue 100's, the
+# papers' own ratios (DCAR's WER allowance is against the best fixed CAR, checked by hand)
 PAPER = [
     ("car:3", "2.64x (DCAR paper, CAR c=3)", 2.2, 1.0),
     ("car:", "", None, None),
-    ("dcar", "2.61x (DCAR [2,3,4])", 2.2, 1.0),
+    ("dcar", "2.61x (DCAR [2,3,4])", 2.6, 1.0),
     ("vadusa", "", None, None),
-    ("ssd:L=3,beta=0.4", "1.4x (SSD, beta 0.4)", 1.3, 3.0),
+    ("ssd:L=3,beta=0.4", "1.4x (SSD, beta 0.4)", 1.4, 3.0),
     ("ssd", "1.0x (SSD, beta 0)", 1.0, 1.0),
-    ("tldr", "1.8x (TLDR)", 1.6, 1.0),
+    ("tldr", "1.8x (TLDR)", 1.8, 1.0),
     ("palle", "3.5x over AR (PALLE)", None, None),
     ("far", "", None, None),
 ]
@@ -79,13 +80,14 @@ def backbone_of(folder: str) -> str:
     return os.path.normpath(folder)
 
 
-def wer_lookup(paths: list[str]) -> dict:
+def wer_lookup(paths: list[str], judge: str = "domain") -> dict:
     """(strategy, run folder or None) -> (WER %, source) from evaluate results.json files
     (source 'domain': the domain-LM WER of the full evaluation, the mean over the rows of one
     key, i.e. its seeds: 'domain, N seeds'; or 'ctc<N>': the CTC ASR on the first N test
     sentences from `quick_ctc_wer.py` files); a row named '<strategy> @<folder> ...' has its
     folder, a plain '<strategy>' row was decoded with that evaluation's --workdir (None:
-    matched by strategy alone). A domain-LM WER wins over a CTC one."""
+    matched by strategy alone). A domain-LM WER wins over a CTC one. `judge='whisper'`: the
+    Whisper WER in place of the domain-LM one (source 'whisper, N seeds')."""
     domain: dict = {}
     ctc: dict = {}
     for p in paths:
@@ -96,14 +98,14 @@ def wer_lookup(paths: list[str]) -> dict:
             words = r["name"].split()
             folder = next((os.path.normpath(w[1:]) for w in words[1:] if w.startswith("@")), None)
             key = (words[0], folder)
-            if r.get("wer_domain") is not None:
-                domain.setdefault(key, []).append(100.0 * r["wer_domain"])
+            if r.get(f"wer_{judge}") is not None:
+                domain.setdefault(key, []).append(100.0 * r[f"wer_{judge}"])
             elif r.get("wer_ctc") is not None and key not in ctc:
                 n = r.get("num_utts", res.get("num_utts", ""))
                 ctc[key] = (100.0 * r["wer_ctc"], f"ctc{n}")
     out = dict(ctc)
     for key, vals in domain.items():
-        src = "domain" if len(vals) == 1 else f"domain, {len(vals)} seeds"
+        src = judge if len(vals) == 1 else f"{judge}, {len(vals)} seeds"
         out[key] = (statistics.mean(vals), src)
     return out
 
@@ -129,6 +131,18 @@ def main(argv=None) -> int:
         help="evaluate results.json files (WER column; with --combine: rows that have none)",
     )
     ap.add_argument("--corpus", default="data/builtin")
+    ap.add_argument(
+        "--speakers",
+        default="",
+        help="time these test speakers' sentences only (comma list, e.g. the natural voices "
+        "awb,joe,slth,rms of data/natural); prompts from the same speakers",
+    )
+    ap.add_argument(
+        "--judge",
+        default="domain",
+        choices=["domain", "whisper"],
+        help="the --eval WER column: PocketSphinx with the domain LM, or Whisper",
+    )
     ap.add_argument(
         "--num",
         default="40",
@@ -173,7 +187,7 @@ def main(argv=None) -> int:
         if not table:
             print(f"error: --combine: {args.combine}: no rows", file=sys.stderr)
             return 2
-        wers = wer_lookup([p for p in args.eval.split(",") if p])
+        wers = wer_lookup([p for p in args.eval.split(",") if p], args.judge)
         for e in table:  # --eval fills the rows measured without a WER
             if e.get("wer") is None:
                 e["wer"], e["wer_source"] = wer_of(wers, e["strategy"], e["folder"])
@@ -220,6 +234,13 @@ def main(argv=None) -> int:
         print(f"error: --num: {args.num!r}: one number or one per batch size", file=sys.stderr)
         return 2
     pool = read_split(args.corpus, "test")
+    if args.speakers:
+        want = set(args.speakers.split(","))
+        if missing := sorted(want - {u.speaker for u in pool}):
+            where = f"{args.corpus}'s test split"
+            print(f"error: --speakers: {missing} not in {where}", file=sys.stderr)
+            return 2
+        pool = [u for u in pool if u.speaker in want]
     work = {}  # batch size -> (texts, prompts): the first `num` test sentences
     for b, n in zip(batches, nums, strict=True):
         utts = pool[:n]
@@ -252,7 +273,7 @@ def main(argv=None) -> int:
             "audio_s": audio,
         }
 
-    wers = wer_lookup([p for p in args.eval.split(",") if p])
+    wers = wer_lookup([p for p in args.eval.split(",") if p], args.judge)
     earlier = json.loads(Path(args.merge).read_text()) if args.merge else []
     if args.steps_only:
         if not earlier:

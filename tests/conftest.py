@@ -25,6 +25,21 @@ def tiny_corpus(tmp_path_factory):
     return build_corpus(out, num_utterances=40, seed=0, progress=False)
 
 
+@pytest.fixture(scope="session")
+def tiny_natural_corpus(tmp_path_factory):
+    """The tiny natural-voice corpus (`jaxtts.data.natural` config `tiny`: flite's slt, kal and
+    the held-out rms beside two espeak voices, 42 utterances, ~10 s to build), once per test
+    session; returns its folder (Path)."""
+    import shutil
+
+    from jaxtts.data import natural as nat
+
+    if shutil.which("flite") is None or shutil.which("espeak-ng") is None:
+        pytest.skip("flite / espeak-ng not installed (make setup installs them)")
+    out = tmp_path_factory.mktemp("tiny_natural") / "natural"
+    return nat.build_natural_corpus(out, nat.natural_config("tiny"), progress=False)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _free_compiled_programs():
     """Drop JAX's compiled programs after each test module: the suite compiles hundreds of

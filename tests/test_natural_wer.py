@@ -33,7 +33,9 @@ def test_record_by_part_and_against_far(tmp_path):
         _row("far @car seed=1", [4, 2, 1, 3]),
         _row("car:3 @car seed=0", [3, 3, 3, 0]),
     ]
-    res = natural_wer.record([_results(tmp_path, rows)], [("FAR", "far @"), ("CAR", "car:3")], "FAR")
+    res = natural_wer.record(
+        [_results(tmp_path, rows)], [("FAR", "far @"), ("CAR", "car:3")], "FAR"
+    )
     far, car = res["systems"]
     # FAR: seeds 6 / 30 and 10 / 30 -> mean 8 / 30
     assert far["seeds"] == [0.2, 0.3333]
