@@ -261,6 +261,24 @@ def test_speaker_encoder_separates_speakers(tiny_corpus):
     assert cos[same].mean() - cos[diff].mean() > 0.5, (cos[same].mean(), cos[diff].mean())
 
 
+def test_speaker_encoder_nat_separates_natural_voices(tiny_natural_corpus):
+    """The natural corpus's speaker encoder on the tiny natural corpus's three flite voices (slt,
+    kal, rms: none of them heard in training): same-speaker minus different-speaker cosine 0.70
+    when measured, against 0.50 for the espeak-trained pretrained/speaker_encoder; untrained
+    ~0."""
+    from jaxtts.data.audio import load_audio
+    from jaxtts.methods.speaker_encoder import JaxSpeakerEncoder
+
+    enc = JaxSpeakerEncoder(PRETRAINED / "speaker_encoder_nat")
+    utts = [u for u in _utts(tiny_natural_corpus) if not u.speaker.startswith("spk")]
+    emb = enc.embed([load_audio(u.path, 16000) for u in utts], 16000)  # [N, E]
+    cos = emb @ emb.T
+    spk = np.array([u.speaker for u in utts])
+    same = (spk[:, None] == spk[None]) & ~np.eye(len(utts), dtype=bool)
+    diff = spk[:, None] != spk[None]
+    assert cos[same].mean() - cos[diff].mean() > 0.6, (cos[same].mean(), cos[diff].mean())
+
+
 def test_ctc_asr_transcribes_the_corpus(tiny_corpus):
     """Greedy CER of the shipped CTC reward ASR on the 40 tiny-corpus utterances (ground-truth
     audio; model card: 7.1 % on the test split). Untrained: ~100 %."""
