@@ -4,10 +4,10 @@ seeds, by part of the test split, and its paired interval against FAR, recorded 
 `natural_wer`).
 
     python -m benchmarks.natural_wer out/nat_wer_*/results.json \
-        --systems "FAR=far @car_deep_nat,CAR c = 3=car:3 @car_deep_nat" --baseline FAR \
+        --systems "FAR|far @car_deep_nat;CAR c = 3|car:3 @car_deep_nat" --baseline FAR \
         --command "python -m jaxtts.evaluate ..." --out benchmarks/results/natural_wer.json
 
-A system is `label=substring`: every row whose name contains the substring is one seed of it
+A system is `label|substring` (systems separated by `;`): every row whose name contains the substring is one seed of it
 (`benchmarks/wer_paired.py`'s rule), and all of them cover the same utterances. The parts:
 grammar / open-domain sentences (the id's `_g` / `_t`), the seen natural voices (awb, joe,
 slth) and the held-out natural voice (rms); the ground truth's and the codec round trip's WER
@@ -72,7 +72,7 @@ def record(paths: list[str], systems: list[tuple[str, str]], baseline: str) -> d
     rows = _rows(paths)
     picked = {}
     for label, sub in systems:
-        ids, errors, words, seeds = _pick(rows, sub, LM, f"--systems {label}=")
+        ids, errors, words, seeds = _pick(rows, sub, LM, f"--systems {label}|")
         picked[label] = (ids, errors, words, seeds, _utts(rows, sub))
     if baseline not in picked:
         die(f"--baseline {baseline!r}: not one of the --systems labels {list(picked)}")
@@ -99,17 +99,17 @@ def record(paths: list[str], systems: list[tuple[str, str]], baseline: str) -> d
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", nargs="+", help="jaxtts.evaluate results.json files")
-    ap.add_argument("--systems", required=True, help="comma list of label=row-name substring")
+    ap.add_argument("--systems", required=True, help="label|row-name substring, ';'-separated")
     ap.add_argument("--baseline", default="FAR", help="the label the intervals are against")
     ap.add_argument("--command", required=True, help="the evaluate command(s) that made them")
     ap.add_argument("--note", default="")
     ap.add_argument("--out", default="benchmarks/results/natural_wer.json")
     args = ap.parse_args(argv)
     systems = []
-    for item in args.systems.split(","):
-        label, sep, sub = item.partition("=")
+    for item in args.systems.split(";"):
+        label, sep, sub = item.partition("|")
         if not sep or not label.strip() or not sub.strip():
-            die(f"--systems: {item!r} is not label=substring")
+            die(f"--systems: {item!r} is not label|substring")
         systems.append((label.strip(), sub.strip()))
     values = record(args.results, systems, args.baseline)
     judge = json.loads(open(args.results[0]).read()).get("asr", {}).get(LM, LM)

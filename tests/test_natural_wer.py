@@ -53,7 +53,7 @@ def test_record_by_part_and_against_far(tmp_path):
 
 def test_bad_systems_are_one_line_errors(tmp_path, capsys):
     path = _results(tmp_path, [_row("far seed=0", [0, 0, 0, 0])])
-    for systems, expected in (("FAR", "not label=substring"), ("FAR=nope", "no row's name")):
+    for systems, expected in (("FAR", "not label|substring"), ("FAR|nope", "no row's name")):
         with pytest.raises(SystemExit):
             natural_wer.main([path, "--systems", systems, "--command", "x", "--out", "/dev/null"])
         err = capsys.readouterr().err.strip()
