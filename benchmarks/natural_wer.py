@@ -7,7 +7,9 @@ seeds, by part of the test split, and its paired interval against FAR, recorded 
         --systems "FAR|far @car_deep_nat;CAR c = 3|car:3 @car_deep_nat" --baseline FAR \
         --command "python -m jaxtts.evaluate ..." --out benchmarks/results/natural_wer.json
 
-A system is `label|substring` (systems separated by `;`): every row whose name contains the substring is one seed of it
+A system is `label|substring[|speed row]` (systems separated by `;`; the speed row, e.g.
+`far@pretrained/car_deep_nat`, is the methods_speed row whose WER this is, for the
+`natural_speed` table): every row whose name contains the substring is one seed of it
 (`benchmarks/wer_paired.py`'s rule), and all of them cover the same utterances. The parts:
 grammar / open-domain sentences (the id's `_g` / `_t`), the seen natural voices (awb, joe,
 slth) and the held-out natural voice (rms); the ground truth's and the codec round trip's WER
@@ -68,12 +70,14 @@ def _single(rows, name: str) -> dict | None:
     return None
 
 
-def record(paths: list[str], systems: list[tuple[str, str]], baseline: str) -> dict:
+def record(paths: list[str], systems: list[tuple], baseline: str) -> dict:
     rows = _rows(paths)
     picked = {}
-    for label, sub in systems:
+    speed_rows = {}
+    for label, sub, *speed in systems:
         ids, errors, words, seeds = _pick(rows, sub, LM, f"--systems {label}|")
         picked[label] = (ids, errors, words, seeds, _utts(rows, sub))
+        speed_rows[label] = speed[0] if speed else None
     if baseline not in picked:
         die(f"--baseline {baseline!r}: not one of the --systems labels {list(picked)}")
     ids_b, eb, _, _, _ = picked[baseline]
@@ -88,6 +92,8 @@ def record(paths: list[str], systems: list[tuple[str, str]], baseline: str) -> d
             "seeds": [round(float(w), 4) for _, w in seeds],
             "wer": _part_wers(errors, words, utts),
         }
+        if speed_rows[label]:
+            row["row"] = speed_rows[label]
         if label != baseline:
             p = paired_wer(errors, eb, words)
             row["vs_baseline"] = {"diff": p.diff, "lo": p.lo, "hi": p.hi}
@@ -108,9 +114,10 @@ def main(argv=None) -> int:
     systems = []
     for item in args.systems.split(";"):
         label, sep, sub = item.partition("|")
+        sub, _, speed = sub.partition("|")
         if not sep or not label.strip() or not sub.strip():
-            die(f"--systems: {item!r} is not label|substring")
-        systems.append((label.strip(), sub.strip()))
+            die(f"--systems: {item!r} is not label|substring[|speed row]")
+        systems.append((label.strip(), sub.strip()) + ((speed.strip(),) if speed.strip() else ()))
     values = record(args.results, systems, args.baseline)
     judge = json.loads(open(args.results[0]).read()).get("asr", {}).get(LM, LM)
     commit = subprocess.run(

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "benchmarks/RESULTS.md")
+DOCS = ("README.md", "benchmarks/RESULTS.md", "docs/history/natural.md")
 _BLOCK = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(<!-- /table -->)", re.S)
 
 
@@ -352,6 +352,63 @@ def natural_lm(root: Path) -> str:
     return "\n".join(lines) + "\n\n" + note + _footer(res)
 
 
+def natural_speed(root: Path) -> str:
+    """The natural retrain's speed table (benchmarks/speed_record.py over methods_speed runs):
+    per run the median speed vs FAR and its rounds' range, at each batch size; WER from the
+    natural_wer table (same strategy and folder), and the batch-1 target met in how many runs."""
+    res = _load(root, "natural_speed")
+    wers = {}
+    if (root / "benchmarks" / "results" / "natural_wer.json").is_file():
+        for r in _load(root, "natural_wer")["values"]["systems"]:
+            wers[r.get("row", r["system"])] = r
+    rows = res["values"]["rows"]
+    batches = sorted(
+        {k for r in rows for run in r["runs"] if run for k in run}, key=lambda k: int(k[1:])
+    )
+    lines = [
+        "| row | WER % | "
+        + " | ".join(f"vs FAR batch {b[1:]} (runs; rounds' range)" for b in batches)
+        + " | tokens / step | target (batch 1) | met in |",
+        "|---|--:|" + "---|" * len(batches) + "--:|--:|---|",
+    ]
+    far_wer = None
+    for r in rows:
+        w = next((v for k, v in wers.items() if k == f"{r['strategy']}@{r['folder']}"), None)
+        if r["strategy"] == "far" and w:
+            far_wer = w["wer"]["all"]
+        cells = []
+        for b in batches:
+            runs = [run[b] for run in r["runs"] if run and b in run and run[b]["vs_far"]]
+            cells.append(
+                "; ".join(
+                    f"{c['vs_far']:.2f}x ({c['lo']:.2f}-{c['hi']:.2f})"
+                    if c["lo"] is not None and c["lo"] != c["hi"]
+                    else f"{c['vs_far']:.2f}x"
+                    for c in runs
+                )
+                or "-"
+            )
+        first = next((run for run in r["runs"] if run), {})
+        tps = first.get(batches[0], {}).get("tokens_per_step")
+        target, met = r["target"], ""
+        if target is not None:
+            b1 = [run["b1"]["vs_far"] for run in r["runs"] if run and "b1" in run]
+            met = f"speed {sum(u >= target for u in b1)} of {len(b1)} runs"
+            if w and far_wer is not None and r["wer_allowance"] is not None:
+                ok = 100 * (w["wer"]["all"] - far_wer) <= r["wer_allowance"]
+                met += f"; WER {'within' if ok else 'over'} FAR + {r['wer_allowance']:g} pp"
+        wer = _pct(w["wer"]["all"]) if w else ""
+        lines.append(
+            f"| {r['strategy']} @{r['folder'].rsplit('/', 1)[-1]} | {wer} | "
+            + " | ".join(cells)
+            + f" | {'' if tps is None else f'{tps:.2f}'} | "
+            + (f"{target:.1f}x" if target else "")
+            + f" | {met} |"
+        )
+    note = f"{res['machine']}. " + (f"{res['note']} " if res.get("note") else "")
+    return "\n".join(lines) + "\n\n" + note + _footer(res)
+
+
 def natural_wer(root: Path) -> str:
     """The natural retrain's WER table (benchmarks/natural_wer.py): mean over seeds, by part,
     the paired 95 % interval against the baseline; the ground truth / codec rows first."""
@@ -501,6 +558,7 @@ TABLES = {
     "text_information": text_information,
     "natural_lm": natural_lm,
     "natural_wer": natural_wer,
+    "natural_speed": natural_speed,
     "serve_load": serve_load,
     "codec_augment": codec_augment,
     "methods": methods,

@@ -22,6 +22,8 @@ def test_generated_tables_match_their_json():
 def test_a_hand_edited_number_fails_the_check(tmp_path):
     shutil.copytree(REPO / "benchmarks" / "results", tmp_path / "benchmarks" / "results")
     shutil.copy(REPO / "README.md", tmp_path / "README.md")
+    (tmp_path / "docs" / "history").mkdir(parents=True)
+    shutil.copy(REPO / "docs/history/natural.md", tmp_path / "docs/history/natural.md")
     text = (REPO / "benchmarks" / "RESULTS.md").read_text()
     row = "| natural voices, all | 128 | "
     assert row in text
@@ -72,6 +74,8 @@ def test_a_claim_with_an_unknown_status_or_a_missing_field_is_one_line(tmp_path)
 
     shutil.copytree(REPO / "benchmarks" / "results", tmp_path / "benchmarks" / "results")
     shutil.copy(REPO / "README.md", tmp_path / "README.md")
+    (tmp_path / "docs" / "history").mkdir(parents=True)
+    shutil.copy(REPO / "docs/history/natural.md", tmp_path / "docs/history/natural.md")
     shutil.copy(REPO / "benchmarks" / "RESULTS.md", tmp_path / "benchmarks" / "RESULTS.md")
     path = tmp_path / "benchmarks" / "results" / "claims.json"
     claims = json.loads(path.read_text())
@@ -85,3 +89,44 @@ def test_a_claim_with_an_unknown_status_or_a_missing_field_is_one_line(tmp_path)
     r = _check(tmp_path)
     assert r.returncode == 1 and r.stderr.count("\n") == 1
     assert "claims.json: row 0 has no 'evidence': expected the text fields" in r.stderr
+
+
+def test_natural_speed_table_per_run_and_target(tmp_path):
+    """speed_record keeps each run's median and rounds' range; the table judges the batch-1
+    target in every run and the WER allowance against FAR's natural_wer row."""
+    import json
+
+    from benchmarks import speed_record, tables
+
+    def entry(strategy, rtf, ups):
+        b1 = {"lm_rtf": rtf, "speed_vs_far": ups[1], "speed_vs_far_rounds": ups}
+        return {
+            "strategy": strategy,
+            "folder": "pretrained/x",
+            "b1": b1 | {"lm_rtf_rounds": [rtf] * 3, "tokens_per_step": 1.5},
+        }
+
+    runs = []
+    for i, ups in enumerate(([1.3, 1.45, 1.5], [1.35, 1.38, 1.6])):
+        path = tmp_path / f"run{i}.json"
+        far = entry("far", 0.1, [1.0, 1.0, 1.0])
+        path.write_text(json.dumps([far, entry("ssd:L=5,beta=0.4", 0.07, ups)]))
+        runs.append(str(path))
+    res = tmp_path / "benchmarks" / "results"
+    res.mkdir(parents=True)
+    speed_record.main(runs + ["--command", "c", "--out", str(res / "natural_speed.json")])
+    wer = {
+        "values": {
+            "baseline": "FAR",
+            "references": [],
+            "systems": [
+                {"system": "FAR", "row": "far@pretrained/x", "wer": {"all": 0.50}},
+                {"system": "SSD", "row": "ssd:L=5,beta=0.4@pretrained/x", "wer": {"all": 0.52}},
+            ],
+        }
+    }
+    (res / "natural_wer.json").write_text(json.dumps(wer))
+    table = tables.natural_speed(tmp_path)
+    line = next(x for x in table.splitlines() if x.startswith("| ssd"))
+    assert "| 52.0 | 1.45x (1.30-1.50); 1.38x (1.35-1.60) | 1.50 | 1.4x |" in line
+    assert "speed 1 of 2 runs; WER within FAR + 3 pp" in line
