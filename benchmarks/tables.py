@@ -373,7 +373,7 @@ def natural_speed(root: Path) -> str:
     ]
     far_wer = None
     for r in rows:
-        w = next((v for k, v in wers.items() if k == f"{r['strategy']}@{r['folder']}"), None)
+        w = wers.get(f"{r['strategy']}@{r['folder']}")
         if r["strategy"] == "far" and w:
             far_wer = w["wer"]["all"]
         cells = []

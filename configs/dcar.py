@@ -39,7 +39,17 @@ import ml_collections as mlc
 
 from configs import common
 
-VARIANTS = ("tiny", "small", "deep", "deep_cs", "deep_pr", "deep_conf", "deep_rule", "deep_nochase", "natural")
+VARIANTS = (
+    "tiny",
+    "small",
+    "deep",
+    "deep_cs",
+    "deep_pr",
+    "deep_conf",
+    "deep_rule",
+    "deep_nochase",
+    "natural",
+)
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
