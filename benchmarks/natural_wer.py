@@ -19,14 +19,12 @@ on the same utterances come from rows named `ground truth` / `tokenizer ...` whe
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
-import subprocess
 import sys
 
 import numpy as np
 
+from benchmarks.provenance import provenance
 from benchmarks.wer_paired import _pick, _rows
 from jaxtts.cli import die
 from jaxtts.eval.metrics import paired_wer
@@ -120,14 +118,9 @@ def main(argv=None) -> int:
         systems.append((label.strip(), sub.strip()) + ((speed.strip(),) if speed.strip() else ()))
     values = record(args.results, systems, args.baseline)
     judge = json.loads(open(args.results[0]).read()).get("asr", {}).get(LM, LM)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
     doc = {
         "command": args.command,
-        "commit": commit,
-        "machine": platform.machine(),
-        "date": datetime.date.today().isoformat(),
+        **provenance(),
         "judge": judge,
         "note": args.note,
         "values": values,

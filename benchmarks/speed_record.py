@@ -11,13 +11,11 @@ run rather than on one.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
-import subprocess
 import sys
 
 from benchmarks.methods_speed import paper_row
+from benchmarks.provenance import provenance
 from jaxtts.cli import die
 
 
@@ -72,14 +70,10 @@ def main(argv=None) -> int:
         if not isinstance(table, list) or not all(isinstance(e, dict) for e in table):
             die(f"{p}: expected a methods_speed --out JSON (a list of rows)")
         runs.append(table)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
     doc = {
         "command": args.command,
-        "commit": commit,
-        "machine": args.machine or platform.machine(),
-        "date": datetime.date.today().isoformat(),
+        **provenance(),
+        "machine": args.machine or provenance()["machine"],
         "note": args.note,
         "values": {"rows": summarise(runs), "num_runs": len(runs)},
     }
