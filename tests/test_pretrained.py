@@ -246,20 +246,27 @@ def test_codec_round_trip_is_tight_and_intelligible(tiny_corpus):
     assert rates["cer"] < 0.15, rates
 
 
-def test_speaker_encoder_separates_speakers(tiny_corpus):
-    """Same-speaker cosine of the shipped JAX speaker encoder far above different-speaker
-    cosine on the tiny corpus (untrained: both ~equal)."""
+def _speaker_cosines(name: str, utts) -> tuple[float, float]:
+    """Mean same-speaker (other utterances) and different-speaker embedding cosine of the
+    shipped speaker encoder `name` over `utts`."""
     from jaxtts.data.audio import load_audio
     from jaxtts.methods.speaker_encoder import JaxSpeakerEncoder
 
-    enc = JaxSpeakerEncoder(PRETRAINED / "speaker_encoder")
-    utts = _utts(tiny_corpus)
-    emb = enc.embed([load_audio(u.path, 16000) for u in utts], 16000)  # [N, E]
+    emb = JaxSpeakerEncoder(PRETRAINED / name).embed(
+        [load_audio(u.path, 16000) for u in utts], 16000
+    )  # [N, E]
     cos = emb @ emb.T
     spk = np.array([u.speaker for u in utts])
     same = (spk[:, None] == spk[None]) & ~np.eye(len(utts), dtype=bool)
     diff = spk[:, None] != spk[None]
-    assert cos[same].mean() - cos[diff].mean() > 0.5, (cos[same].mean(), cos[diff].mean())
+    return float(cos[same].mean()), float(cos[diff].mean())
+
+
+def test_speaker_encoder_separates_speakers(tiny_corpus):
+    """Same-speaker cosine of the shipped JAX speaker encoder far above different-speaker
+    cosine on the tiny corpus (untrained: both ~equal)."""
+    same, diff = _speaker_cosines("speaker_encoder", _utts(tiny_corpus))
+    assert same - diff > 0.5, (same, diff)
 
 
 def test_speaker_encoder_nat_separates_natural_voices(tiny_natural_corpus):
@@ -267,17 +274,9 @@ def test_speaker_encoder_nat_separates_natural_voices(tiny_natural_corpus):
     kal, rms: none of them heard in training): same-speaker minus different-speaker cosine 0.70
     when measured, against 0.50 for the espeak-trained pretrained/speaker_encoder; untrained
     ~0."""
-    from jaxtts.data.audio import load_audio
-    from jaxtts.methods.speaker_encoder import JaxSpeakerEncoder
-
-    enc = JaxSpeakerEncoder(PRETRAINED / "speaker_encoder_nat")
     utts = [u for u in _utts(tiny_natural_corpus) if not u.speaker.startswith("spk")]
-    emb = enc.embed([load_audio(u.path, 16000) for u in utts], 16000)  # [N, E]
-    cos = emb @ emb.T
-    spk = np.array([u.speaker for u in utts])
-    same = (spk[:, None] == spk[None]) & ~np.eye(len(utts), dtype=bool)
-    diff = spk[:, None] != spk[None]
-    assert cos[same].mean() - cos[diff].mean() > 0.6, (cos[same].mean(), cos[diff].mean())
+    same, diff = _speaker_cosines("speaker_encoder_nat", utts)
+    assert same - diff > 0.6, (same, diff)
 
 
 def test_ctc_asr_transcribes_the_corpus(tiny_corpus):
